@@ -1,0 +1,25 @@
+"""The Transformer, written from scratch on tensors (imports only torch).
+
+Conventions: batch-first `(B, T, C)`; boolean masks mean True = may attend / real token.
+"""
+from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer
+from .config import JsonConfig, TransformerConfig
+from .ffn import FeedForward
+from .masks import causal_mask, local_window_mask, merge_masks, padding_mask, padding_mask_from_ids
+from .norm import LayerNorm, RMSNorm
+from .position import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_table,
+)
+
+__all__ = [
+    "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
+    "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "MultiHeadAttention",
+    "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
+    "TransformerConfig", "causal_mask", "local_window_mask", "merge_masks", "padding_mask",
+    "padding_mask_from_ids", "scaled_dot_product_attention", "sinusoidal_table",
+]

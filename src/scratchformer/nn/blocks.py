@@ -1,0 +1,234 @@
+"""Encoder and decoder blocks (Pre-LN or Post-LN), the stacks, and the encoder-decoder.
+
+Post-LN (the paper, `norm_first=False`):  x = norm(x + dropout(sublayer(x)))
+Pre-LN  (GPT-2 and most modern models):   x = x + dropout(sublayer(norm(x)))
+Dropout sits where the paper puts it: on each sublayer's output before the residual add,
+inside the FFN after the activation, and (optionally) on the attention probabilities.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from .attention import KVCache, MultiHeadAttention
+from .config import TransformerConfig
+from .ffn import FeedForward
+from .masks import local_window_mask
+from .norm import make_norm
+from .position import ALiBi, RotaryEmbedding
+
+
+def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attn_dropout, cfg.bias)
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = _attention(cfg)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout, cfg.bias)
+        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, key_padding_mask=None, attn_mask=None, is_causal=False, rope=None,
+                alibi=None, cache=None, need_weights=False):
+        """x: `(B, T, C)` -> `((B, T, C), weights (B, H, T, T) or None)`."""
+        def attend(h):
+            out, w = self.self_attn(h, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                                    is_causal=is_causal, rope=rope, alibi=alibi, cache=cache,
+                                    need_weights=need_weights)
+            return self.dropout1(out), w
+
+        if self.norm_first:
+            a, weights = attend(self.norm1(x))
+            x = x + a
+            x = x + self.dropout2(self.ffn(self.norm2(x)))
+        else:
+            a, weights = attend(x)
+            x = self.norm1(x + a)
+            x = self.norm2(x + self.dropout2(self.ffn(x)))
+        return x, weights
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention over the encoder memory, feed-forward."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.self_attn = _attention(cfg)
+        self.cross_attn = _attention(cfg)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout, cfg.bias)
+        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.norm3 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
+        self.dropout3 = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, memory, self_padding_mask=None, self_attn_mask=None, is_causal=True,
+                memory_padding_mask=None, rope=None, alibi=None, self_cache=None,
+                cross_cache=None, need_weights=False):
+        """x: `(B, T, C)`, memory: `(B, S, C)` -> `((B, T, C), (self_w, cross_w))`."""
+        def self_block(h):
+            out, w = self.self_attn(h, key_padding_mask=self_padding_mask, attn_mask=self_attn_mask,
+                                    is_causal=is_causal, rope=rope, alibi=alibi, cache=self_cache,
+                                    need_weights=need_weights)
+            return self.dropout1(out), w
+
+        def cross_block(h):
+            out, w = self.cross_attn(h, context=memory, key_padding_mask=memory_padding_mask,
+                                     cache=cross_cache, need_weights=need_weights)
+            return self.dropout2(out), w
+
+        if self.norm_first:
+            a, self_w = self_block(self.norm1(x))
+            x = x + a
+            c, cross_w = cross_block(self.norm2(x))
+            x = x + c
+            x = x + self.dropout3(self.ffn(self.norm3(x)))
+        else:
+            a, self_w = self_block(x)
+            x = self.norm1(x + a)
+            c, cross_w = cross_block(x)
+            x = self.norm2(x + c)
+            x = self.norm3(x + self.dropout3(self.ffn(x)))
+        return x, (self_w, cross_w)
+
+
+class _Stack(nn.Module):
+    """What encoder and decoder stacks share: relative positions, final norm, checkpointing."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_base) if cfg.position == "rope" else None
+        self.alibi = ALiBi(cfg.n_heads) if cfg.position == "alibi" else None
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if cfg.use_final_norm else None
+        self.gradient_checkpointing = False
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each block's activations in backward: less memory, ~30% more time."""
+        self.gradient_checkpointing = enabled
+
+    def _window_mask(self, q_len: int, k_len: int, causal: bool, device):
+        if self.cfg.window is None:
+            return None
+        return local_window_mask(q_len, k_len, self.cfg.window, causal=causal, device=device)
+
+    def _run(self, layer, *args, **kwargs):
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(layer, *args, use_reentrant=False, **kwargs)
+        return layer(*args, **kwargs)
+
+
+class Encoder(_Stack):
+    """A stack of `EncoderBlock`s over already-embedded inputs.
+
+    `mask` is a `(B, T)` key-padding mask (True = real token) or a full boolean mask
+    `(B, 1|H, T, T)`. `is_causal=True` makes it a decoder-only (GPT) stack; pass a
+    `KVCache` per layer in `caches` for incremental decoding.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg)
+        self.layers = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
+                caches: list[KVCache] | None = None, need_weights: bool = False):
+        """x: `(B, T, C)` -> `(B, T, C)`, or `((B, T, C), [weights per layer])` with
+        `need_weights=True`."""
+        key_padding, attn_mask = (mask, None) if mask is not None and mask.dim() == 2 else (None, mask)
+        past = caches[0].length if caches else 0
+        window = self._window_mask(x.shape[1], past + x.shape[1], is_causal, x.device)
+        if window is not None:
+            attn_mask = window if attn_mask is None else attn_mask & window
+        all_weights = []
+        for i, layer in enumerate(self.layers):
+            cache = caches[i] if caches else None
+            x, w = self._run(layer, x, key_padding, attn_mask, is_causal, self.rope, self.alibi,
+                             cache, need_weights)
+            all_weights.append(w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return (x, all_weights) if need_weights else x
+
+
+class DecoderCache:
+    """Per-layer caches of a decoder: self-attention keys/values grow one step at a time,
+    cross-attention keys/values are computed once from the encoder memory."""
+
+    def __init__(self, n_layers: int):
+        self.self_attn = [KVCache() for _ in range(n_layers)]
+        self.cross_attn = [KVCache() for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        return self.self_attn[0].length if self.self_attn else 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        for c in self.self_attn + self.cross_attn:
+            c.reorder(index)
+
+
+class Decoder(_Stack):
+    """A stack of `DecoderBlock`s (causal self-attention + cross-attention)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg)
+        self.layers = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.decoder_layers))
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(len(self.layers))
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None, is_causal=True,
+                cache: DecoderCache | None = None, need_weights=False):
+        """
+        x: `(B, T, C)` embedded targets; memory: `(B, S, C)` encoder output.
+        self_mask: `(B, T_total)` target padding (True = real) or a full boolean mask.
+        memory_mask: `(B, S)` source padding mask (True = real).
+        cache: a `DecoderCache` for incremental decoding (T new positions per call).
+        Returns `(B, T, C)`, or with `need_weights` also `[(self_w, cross_w) per layer]`.
+        """
+        self_padding, self_attn = (self_mask, None) if self_mask is not None and self_mask.dim() == 2 else (None, self_mask)
+        past = cache.length if cache is not None else 0
+        window = self._window_mask(x.shape[1], past + x.shape[1], is_causal, x.device)
+        if window is not None:
+            self_attn = window if self_attn is None else self_attn & window
+        all_weights = []
+        for i, layer in enumerate(self.layers):
+            sc = cache.self_attn[i] if cache is not None else None
+            cc = cache.cross_attn[i] if cache is not None else None
+            x, w = self._run(layer, x, memory, self_padding, self_attn, is_causal, memory_mask,
+                             self.rope, self.alibi, sc, cc, need_weights)
+            all_weights.append(w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return (x, all_weights) if need_weights else x
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder of "Attention Is All You Need", over embedded inputs
+    (embeddings and output projection belong to the model in `scratchformer.models`)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None, need_weights: bool = False):
+        """src: `(B, S, C)`, tgt: `(B, T, C)`; masks are `(B, S)` / `(B, T)` padding masks
+        (True = real). The decoder's self-attention is causal. Returns `(B, T, C)`."""
+        memory = self.encoder(src, src_mask)
+        return self.decoder(tgt, memory, self_mask=tgt_mask, memory_mask=src_mask,
+                            need_weights=need_weights)
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.encoder.set_gradient_checkpointing(enabled)
+        self.decoder.set_gradient_checkpointing(enabled)

@@ -1,0 +1,135 @@
+"""Dataclass configs that round-trip through JSON.
+
+`JsonConfig` is the one config mechanism of the project: every config (blocks, models,
+training) is a dataclass that inherits it, so `cfg.to_dict()`, `Cfg.from_dict(d)`,
+`cfg.save_json(path)` and `Cfg.load_json(path)` work the same everywhere.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import UserError
+
+T = TypeVar("T", bound="JsonConfig")
+
+
+class JsonConfig:
+    """Mixin for dataclass configs: JSON round trip and readable errors on bad keys."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[T], d: dict[str, Any]) -> T:
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise UserError(
+                f"{cls.__name__} has no option(s) {', '.join(unknown)}; "
+                f"known options: {', '.join(sorted(known))}"
+            )
+        return cls(**d)
+
+    def replace(self: T, **changes: Any) -> T:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def save_json(self, path: str | os.PathLike) -> None:
+        """Write atomically: a crash never leaves half a config behind."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load_json(cls: type[T], path: str | os.PathLike) -> T:
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"config file {path} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        return cls.from_dict(d)
+
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "none")
+
+
+@dataclass
+class TransformerConfig(JsonConfig):
+    """Everything that shapes an encoder, a decoder or both.
+
+    Absolute positions (`sinusoidal`, `learned`) are added to the embeddings by the model
+    (see `scratchformer.models`); relative ones (`rope`, `alibi`) live inside attention,
+    so the `Encoder`/`Decoder` stacks build them from this config.
+    """
+
+    d_model: int = 256
+    n_heads: int = 8
+    n_kv_heads: int | None = None  # grouped-query attention when < n_heads
+    d_ff: int = 1024
+    n_layers: int = 4  # encoder layers (or decoder layers of a decoder-only model)
+    n_decoder_layers: int | None = None  # defaults to n_layers
+    dropout: float = 0.1  # residual and FFN dropout, placed as in the paper
+    attn_dropout: float = 0.0  # on attention probabilities; >0 forces SDPA's slow math kernel
+    activation: str = "relu"
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    norm_first: bool = True  # Pre-LN (True) or Post-LN (False, as in the paper)
+    final_norm: bool | None = None  # a norm after the stack; default: same as norm_first
+    bias: bool = True
+    position: str = "sinusoidal"
+    max_len: int = 512
+    rope_base: float = 10000.0
+    window: int | None = None  # local attention: each query sees keys within this distance
+
+    def __post_init__(self) -> None:
+        if self.d_model <= 0 or self.n_heads <= 0 or self.n_layers < 0 or self.d_ff <= 0:
+            raise UserError("d_model, n_heads, d_ff must be positive and n_layers >= 0")
+        if self.d_model % self.n_heads:
+            raise UserError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                "pick n_heads that divides d_model"
+            )
+        kv = self.kv_heads
+        if kv <= 0 or self.n_heads % kv:
+            raise UserError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={kv}")
+        if self.activation not in ACTIVATIONS:
+            raise UserError(f"activation {self.activation!r} unknown; choose one of {ACTIVATIONS}")
+        if self.norm not in NORMS:
+            raise UserError(f"norm {self.norm!r} unknown; choose one of {NORMS}")
+        if self.position not in POSITIONS:
+            raise UserError(f"position {self.position!r} unknown; choose one of {POSITIONS}")
+        if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.attn_dropout < 1.0):
+            raise UserError("dropout and attn_dropout must be in [0, 1)")
+        if self.position == "rope" and self.head_dim % 2:
+            raise UserError(f"RoPE needs an even head dimension, got {self.head_dim}")
+        if self.window is not None and self.window < 0:
+            raise UserError("window must be >= 0")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
+    def use_final_norm(self) -> bool:
+        return self.norm_first if self.final_norm is None else self.final_norm

@@ -1,0 +1,131 @@
+"""Position information: absolute (sinusoidal, learned) added to embeddings, relative (RoPE,
+ALiBi) applied inside attention."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+
+
+def sinusoidal_table(length: int, dim: int, offset: int = 0, device=None) -> torch.Tensor:
+    """`(length, dim)` table of the paper: PE[p, 2i] = sin(p / 10000^(2i/dim)),
+    PE[p, 2i+1] = cos(p / 10000^(2i/dim)). Computed in float32 for any length."""
+    pos = torch.arange(offset, offset + length, device=device, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(
+        torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim)
+    )  # (ceil(dim/2),)
+    angles = pos * inv_freq  # (length, ceil(dim/2))
+    table = torch.empty(length, dim, device=device)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : dim // 2])
+    return table
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table; works for any length (no max_len)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+        self._cache: torch.Tensor | None = None
+
+    def table(self, length: int, device) -> torch.Tensor:
+        if self._cache is None or self._cache.shape[0] < length or self._cache.device != device:
+            self._cache = sinusoidal_table(max(length, 64), self.dim, device=device)
+        return self._cache[:length]
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: `(B, T, C)` -> `x + PE[offset : offset + T]`."""
+        pe = self.table(offset + x.shape[1], x.device)[offset:]  # (T, C)
+        return x + pe.to(x.dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trained vector per position, up to `max_len` (BERT, GPT-2)."""
+
+    def __init__(self, max_len: int, dim: int):
+        super().__init__()
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, dim)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        T = x.shape[1]
+        if offset + T > self.max_len:
+            raise UserError(
+                f"input of {offset + T} positions is longer than max_len={self.max_len} of the "
+                "learned position table; truncate the input or use rope/sinusoidal positions"
+            )
+        pos = torch.arange(offset, offset + T, device=x.device)
+        return x + self.embedding(pos)  # (B, T, C) + (T, C)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE (Su et al.): rotate each pair of query/key channels by an angle proportional to
+    the position, so q·k depends only on the relative offset. Half-split pairing
+    (channel i with i + D/2, as GPT-NeoX / LLaMA in HF). Angles in float32: in bf16 the
+    positions above ~256 lose their low bits and the rotation goes wrong.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise UserError(f"RoPE needs an even head dimension, got {head_dim}")
+        self.head_dim = head_dim
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._cos: torch.Tensor | None = None
+        self._sin: torch.Tensor | None = None
+
+    def _tables(self, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos is None or self._cos.shape[0] < length or self._cos.device != device:
+            n = max(length, 2 * (0 if self._cos is None else self._cos.shape[0]), 64)
+            pos = torch.arange(n, device=device, dtype=torch.float32)
+            angles = torch.outer(pos, self.inv_freq.to(device))  # (n, D/2)
+            angles = torch.cat([angles, angles], dim=-1)  # (n, D)
+            self._cos, self._sin = angles.cos(), angles.sin()
+        return self._cos, self._sin
+
+    def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: `(B, H, T, D)` at positions offset..offset+T-1 -> rotated, same shape/dtype."""
+        T = x.shape[-2]
+        cos, sin = self._tables(offset + T, x.device)
+        cos, sin = cos[offset : offset + T], sin[offset : offset + T]  # (T, D)
+        xf = x.float()
+        x1, x2 = xf.chunk(2, dim=-1)  # (B, H, T, D/2) each
+        rotated_half = torch.cat([-x2, x1], dim=-1)  # (B, H, T, D)
+        return (xf * cos + rotated_half * sin).to(x.dtype)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """Per-head slopes of ALiBi: a geometric sequence 2^(-8/n), 2^(-16/n), ...; for a head
+    count that is not a power of two, the paper's interleaving of the next power's slopes."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return torch.tensor(power_of_two(n_heads))
+    closest = 2 ** math.floor(math.log2(n_heads))
+    extra = power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(power_of_two(closest) + extra)
+
+
+class ALiBi(nn.Module):
+    """Attention with Linear Biases: add `-slope_h * distance` to the scores of head h.
+    Causal models see only the past (distance >= 0); for an encoder the distance is |i - j|.
+    """
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    def bias(self, q_len: int, k_len: int, device=None) -> torch.Tensor:
+        """`(H, Tq, Tk)` float32 additive bias, lower-right aligned like `causal_mask`."""
+        q_pos = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
+        k_pos = torch.arange(k_len, device=device)[None, :]
+        dist = (q_pos - k_pos).abs().float()  # (Tq, Tk)
+        return -self.slopes.to(device)[:, None, None] * dist  # (H, Tq, Tk)
