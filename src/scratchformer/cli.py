@@ -1,0 +1,90 @@
+"""`scratchformer <verb> ...`: the command-line front door, thin over the Python API.
+
+Each task's verbs live in `scratchformer.commands.<module>`, which exposes
+`register(cli: CLI)`. Errors meant for people (`UserError`) print one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .errors import UserError
+
+COMMAND_MODULES = [
+    "scratchformer.commands.datasets",
+    "scratchformer.commands.classify",
+]
+
+
+class CLI:
+    """What a command module registers into: top-level verbs, `train <task>` sub-verbs and
+    the per-task handlers of the shared verbs (`evaluate`), chosen by a run's task."""
+
+    def __init__(self) -> None:
+        self.parser = argparse.ArgumentParser(
+            prog="scratchformer", description="A Transformer toolkit written from scratch.")
+        self.verbs = self.parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+        train = self.verbs.add_parser("train", help="train a model: train {classify,lm,translate} ...")
+        self.train_tasks = train.add_subparsers(dest="task", metavar="TASK", required=True)
+        self.evaluators: dict[str, Callable] = {}
+        ev = self.verbs.add_parser("evaluate", help="evaluate a run directory on a split or a file")
+        ev.add_argument("run_dir", type=Path)
+        ev.add_argument("--split", default="test", choices=["train", "valid", "test"])
+        ev.add_argument("--data", help="evaluate on this file instead of a split")
+        ev.add_argument("--json", action="store_true", help="print metrics as JSON")
+        ev.set_defaults(func=self._evaluate)
+
+    def verb(self, name: str, **kw) -> argparse.ArgumentParser:
+        return self.verbs.add_parser(name, **kw)
+
+    def train_task(self, name: str, **kw) -> argparse.ArgumentParser:
+        return self.train_tasks.add_parser(name, **kw)
+
+    def _evaluate(self, args) -> int:
+        task = read_run_task(args.run_dir)
+        if task not in self.evaluators:
+            raise UserError(f"{args.run_dir} holds a {task!r} run, which `evaluate` does not know")
+        return self.evaluators[task](args)
+
+
+def read_run_task(run_dir: Path) -> str:
+    import json
+
+    cfg = Path(run_dir) / "config.json"
+    if not cfg.exists():
+        raise UserError(f"{run_dir} is not a run directory (no config.json); pass the --out of a training run")
+    try:
+        return json.loads(cfg.read_text(encoding="utf-8"))["task"]
+    except (ValueError, KeyError):
+        raise UserError(f"{cfg} is not a scratchformer run config (no 'task' field)") from None
+
+
+def build_cli() -> CLI:
+    cli = CLI()
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(cli)
+    return cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = build_cli()
+    args = cli.parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `scratchformer generate ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

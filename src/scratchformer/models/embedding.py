@@ -1,0 +1,44 @@
+"""Token embeddings plus absolute positions: the input side of every model."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..nn import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerConfig
+
+
+class Embeddings(nn.Module):
+    """ids `(B, T)` -> `(B, T, C)`: token embedding * sqrt(C) (the paper's scaling, which keeps
+    embeddings and sinusoids at the same magnitude), plus absolute positions when the config
+    asks for `sinusoidal` or `learned` (RoPE/ALiBi act inside attention instead), plus
+    optional hashed character-bigram embeddings, then dropout.
+    """
+
+    def __init__(self, vocab_size: int, cfg: TransformerConfig, bigram_buckets: int = 0,
+                 pad_id: int = 0, scale: bool = True):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        self.bigrams = nn.Embedding(bigram_buckets, cfg.d_model, padding_idx=0) if bigram_buckets else None
+        self.scale = math.sqrt(cfg.d_model) if scale else 1.0
+        if cfg.position == "sinusoidal":
+            self.position = SinusoidalPositionalEncoding(cfg.d_model)
+        elif cfg.position == "learned":
+            self.position = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
+        else:
+            self.position = None
+        self.dropout = nn.Dropout(cfg.dropout)
+        for table in (self.tokens, self.bigrams):
+            if table is not None:
+                nn.init.normal_(table.weight, std=cfg.d_model ** -0.5)
+                with torch.no_grad():
+                    table.weight[table.padding_idx].zero_()
+
+    def forward(self, ids: torch.Tensor, bigram_ids: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
+        x = self.tokens(ids) * self.scale  # (B, T, C)
+        if self.bigrams is not None and bigram_ids is not None:
+            x = x + self.bigrams(bigram_ids) * self.scale
+        if self.position is not None:
+            x = self.position(x, offset)
+        return self.dropout(x)
