@@ -1,0 +1,209 @@
+"""Checkpoints: atomic file writes, model weights in safetensors, trainer state via torch.save.
+
+Every write goes to a temporary file in the destination's directory, is fsync'ed, then
+``os.replace``'d over the destination, so a crash leaves either the old file or the new one,
+never half of one.
+
+Weights (``save_weights``/``load_weights``) use safetensors, which refuses tensors that share
+memory. Tied weights (e.g. an LM head sharing the embedding matrix) appear twice in a
+``state_dict`` as the same tensor: we store each tensor once and record the other names as
+aliases in the file's metadata. Loading fills the aliases back in and copies into the model's
+existing parameters, so ties the model makes in its constructor are kept.
+
+Trainer state (``save_state``/``load_state``) must hold only tensors and plain Python values
+(dict, list, tuple, str, int, float, bool, None) so that it loads with
+``torch.load(weights_only=True)``, which cannot run code from the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save as safetensors_bytes
+
+from scratchformer.errors import UserError
+
+ALIASES_KEY = "scratchformer.aliases"
+
+__all__ = [
+    "atomic_write",
+    "atomic_write_bytes",
+    "save_weights",
+    "load_weights",
+    "read_weights_metadata",
+    "save_state",
+    "load_state",
+]
+
+
+# ---------------------------------------------------------------------------- atomic writes
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable; some file systems cannot fsync a directory, which is fine."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Call ``write(f)`` on a temp file next to ``path``, fsync it, then rename it to ``path``.
+
+    If anything fails (including ``write`` itself), the temp file is removed and ``path`` is
+    left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+# ---------------------------------------------------------------------------- weights
+def _few(items: list[str], n: int = 5) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f" (+{len(items) - n} more)" if len(items) > n else "")
+
+
+def weights_to_bytes(model: torch.nn.Module, metadata: dict[str, str] | None = None) -> bytes:
+    """Serialise ``model.state_dict()`` to safetensors bytes, storing tied tensors once."""
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    for name, t in model.state_dict().items():
+        t = t.detach()
+        key = None
+        if t.numel() > 0:
+            key = (
+                t.device,
+                t.untyped_storage().data_ptr(),
+                t.storage_offset(),
+                tuple(t.shape),
+                t.stride(),
+                t.dtype,
+            )
+        if key is not None and key in seen:
+            aliases[name] = seen[key]
+            continue
+        if key is not None:
+            seen[key] = name
+        # A copy of our own: no storage shared with anything else, contiguous, on the CPU.
+        unique[name] = t.to("cpu", copy=True).contiguous()
+    meta = {"format": "pt", ALIASES_KEY: json.dumps(aliases, sort_keys=True)}
+    meta.update(metadata or {})
+    return safetensors_bytes(unique, metadata=meta)
+
+
+def save_weights(
+    model: torch.nn.Module, path: str | Path, metadata: dict[str, str] | None = None
+) -> None:
+    """Atomically write the model's ``state_dict`` to a safetensors file (ties kept as aliases).
+
+    ``metadata`` (str -> str) is stored in the file's header; read it back with
+    ``read_weights_metadata``.
+    """
+    atomic_write_bytes(path, weights_to_bytes(model, metadata))
+
+
+def _open_checked(path: Path):
+    if not path.is_file():
+        raise UserError(f"checkpoint {path} not found; check the path or train a model first")
+    try:
+        return safe_open(str(path), framework="pt", device="cpu")
+    except Exception as e:  # noqa: BLE001 - any parse failure means an unusable file
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"checkpoint {path} is not a readable safetensors file ({msg})") from None
+
+
+def read_weights_metadata(path: str | Path) -> dict[str, str]:
+    """The string metadata stored in a safetensors file's header."""
+    with _open_checked(Path(path)) as f:
+        return dict(f.metadata() or {})
+
+
+def load_weights(
+    model: torch.nn.Module, path: str | Path, strict: bool = True
+) -> tuple[list[str], list[str]]:
+    """Load a ``save_weights`` file into ``model``; returns ``(missing, unexpected)`` keys.
+
+    Raises UserError, in one line, when the file does not fit: missing and unexpected keys
+    (only when ``strict``) and shape mismatches (always).
+    """
+    path = Path(path)
+    with _open_checked(path) as f:
+        meta = dict(f.metadata() or {})
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    try:
+        aliases = json.loads(meta.get(ALIASES_KEY, "{}"))
+    except json.JSONDecodeError:
+        raise UserError(f"checkpoint {path} has corrupt alias metadata") from None
+    for name, target in aliases.items():
+        if target in tensors:
+            tensors[name] = tensors[target]
+
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in tensors]
+    unexpected = [k for k in tensors if k not in expected]
+    mismatched = [
+        f"{k} is {tuple(tensors[k].shape)} in the checkpoint but {tuple(v.shape)} in the model"
+        for k, v in expected.items()
+        if k in tensors and tensors[k].shape != v.shape
+    ]
+    problems = []
+    if strict and missing:
+        problems.append(f"missing keys: {_few(missing)}")
+    if strict and unexpected:
+        problems.append(f"unexpected keys: {_few(unexpected)}")
+    if mismatched:
+        problems.append(f"shape mismatch: {_few(mismatched, 3)}")
+    if problems:
+        raise UserError(
+            f"checkpoint {path} does not fit this model: {'; '.join(problems)} "
+            "(was it trained with a different model config?)"
+        )
+    usable = {k: v for k, v in tensors.items() if k in expected}
+    model.load_state_dict(usable, strict=False)
+    return missing, unexpected
+
+
+# ---------------------------------------------------------------------------- trainer state
+def save_state(state: dict[str, Any], path: str | Path) -> None:
+    """Atomically ``torch.save`` a dict of tensors and plain values."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    """``torch.load(weights_only=True)`` a ``save_state`` file (onto the CPU)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"trainer state {path} not found; nothing to resume, start without resume")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"trainer state {path} cannot be loaded ({msg})") from None

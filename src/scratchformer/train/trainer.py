@@ -1,0 +1,602 @@
+"""The one task-agnostic Trainer (see docs/contracts.md for the Task protocol it drives).
+
+One optimizer step:
+  1. take ``accumulation`` micro-batches from ``train_batches(epoch)`` (fewer at an epoch end);
+  2. ``total = sum(task.count(b))`` over them;
+  3. for each: ``(task.loss_sum(b) / total).backward()`` under the precision's autocast, so the
+     summed gradient is exactly the gradient of the mean loss over the whole step;
+  4. stop with `TrainingDiverged` if the loss or the gradient norm is NaN/Inf (before the
+     update, so the weights stay finite and no bad checkpoint is ever written);
+  5. clip the global gradient norm, AdamW step, schedule step.
+
+AdamW decays only parameters with 2 or more dimensions (weight matrices, embedding tables);
+biases and normalisation gains/offsets (1-D) are not decayed.
+
+Files in ``run_dir``:
+  - ``train_config.json`` and whatever ``task.save`` writes (once, at the start of a fresh run);
+  - ``metrics.jsonl``: one JSON line per log (split "train") and per evaluation (split "valid");
+  - ``curves.png``: the curves of ``metrics.jsonl``, redrawn at each evaluation and at the end;
+  - ``model.safetensors``: the best model by ``cfg.metric`` when there is a validation set,
+    otherwise the latest;
+  - ``last.safetensors`` + ``trainer_state.pt``: everything ``fit(resume=True)`` needs to
+    continue exactly as if never interrupted (optimizer, schedule, counters, position in the
+    epoch, best metric, patience, RNG states of python/numpy/torch, GradScaler).
+
+Exact resume relies on ``train_batches(epoch)`` yielding the same batches for the same epoch
+each time (the contract). Evaluation runs on forked RNG streams, so evaluating (or not) never
+changes the training trajectory. A fresh ``fit()`` deletes earlier checkpoints in ``run_dir``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import random
+import time
+import warnings
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from scratchformer.errors import UserError
+from scratchformer.train.checkpoint import (
+    atomic_write_bytes,
+    load_state,
+    load_weights,
+    read_weights_metadata,
+    save_state,
+    weights_to_bytes,
+)
+from scratchformer.train.config import TrainConfig
+from scratchformer.train.curves import plot_curves
+from scratchformer.train.schedules import make_lr_lambda
+
+WEIGHTS = "model.safetensors"
+LAST = "last.safetensors"
+STATE = "trainer_state.pt"
+METRICS = "metrics.jsonl"
+CURVES = "curves.png"
+CONFIG = "train_config.json"
+
+_END = object()
+
+
+class TrainingDiverged(UserError):
+    """The loss or the gradients became NaN/Inf. Raised before the bad update is applied."""
+
+
+@dataclass
+class TrainState:
+    """Counters of a run; saved in ``trainer_state.pt`` and restored on resume."""
+
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # the epoch in progress (0-based); at an epoch boundary, epochs done
+    batch_in_epoch: int = 0  # micro-batches of `epoch` already consumed
+    best_metric: float | None = None
+    best_step: int | None = None
+    bad_evals: int = 0  # evaluations since the last improvement (early stopping)
+    elapsed: float = 0.0  # seconds, summed over resumed runs (for max_minutes)
+    last_eval: dict[str, float] = field(default_factory=dict)
+    last_eval_step: int | None = None
+    stop_reason: str | None = None
+    # the training-loss window not logged yet (kept so logs are continuous across a resume)
+    window_loss: float = 0.0
+    window_count: int = 0
+    window_extras: dict[str, float] = field(default_factory=dict)
+
+
+class Trainer:
+    """Train ``task.model`` on ``train_batches`` with the settings of ``cfg``.
+
+    ``train_batches(epoch)`` returns an iterable of batches, the same for the same epoch;
+    ``valid_batches()`` returns an iterable of validation batches (or pass None). Batches have
+    ``.to(device)``. ``fit()`` runs until ``max_steps``/``epochs``/``max_minutes``/early stopping
+    and returns a summary dict; ``fit(resume=True)`` continues from ``run_dir``'s checkpoint.
+    Use one Trainer per ``fit`` call (to resume, build a new Trainer and call ``fit(resume=True)``).
+    ``trainer.state`` (a `TrainState`) holds the counters; ``trainer.summary()`` the results.
+    """
+
+    def __init__(
+        self,
+        task: Any,
+        train_batches: Callable[[int], Iterable],
+        valid_batches: Callable[[], Iterable] | None = None,
+        cfg: TrainConfig | None = None,
+        run_dir: str | Path = "runs/train",
+    ) -> None:
+        self.cfg = cfg = cfg if cfg is not None else TrainConfig()
+        cfg.validate()
+        if cfg.max_steps is None and cfg.epochs is None and cfg.max_minutes is None:
+            raise UserError("the run has no end: set max_steps, epochs or max_minutes in the train config")
+        self.task = task
+        self.train_batches = train_batches
+        self.valid_batches = valid_batches
+        self.run_dir = Path(run_dir)
+        self.device = _resolve_device(cfg)
+        self.model: torch.nn.Module = task.model
+        self.model.to(self.device)
+        if cfg.grad_checkpointing:
+            if not callable(getattr(self.model, "set_gradient_checkpointing", None)):
+                raise UserError(
+                    f"grad_checkpointing is on but {type(self.model).__name__} has no "
+                    "set_gradient_checkpointing(); turn it off for this model"
+                )
+            self.model.set_gradient_checkpointing(True)
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        if not self._params:
+            raise UserError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            param_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.total_steps = self._total_steps()
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, make_lr_lambda(cfg, self.total_steps)
+        )
+        self.state = TrainState()
+        self._saved_step: int | None = None
+        self._last_lr = cfg.lr
+        self._last_train_loss: float | None = None
+        self._last_tps: float | None = None
+        self._win_tokens = 0
+        self._win_t0 = time.monotonic()
+        self._t0 = time.monotonic()
+        self._elapsed0 = 0.0
+
+    # ------------------------------------------------------------------ setup helpers
+    def _total_steps(self) -> int | None:
+        """Optimizer steps of the whole run, if known (the decaying schedules need it)."""
+        cfg = self.cfg
+        needs_total = cfg.schedule in ("cosine", "linear")
+        per_epoch = None
+        if cfg.epochs is not None:
+            batches = self.train_batches(0)
+            try:
+                n = len(batches)  # type: ignore[arg-type]
+            except TypeError:
+                n = sum(1 for _ in batches) if needs_total else None
+            if n == 0:
+                raise UserError("train_batches(0) yielded no batches; check the training data")
+            if n is not None:
+                per_epoch = math.ceil(n / cfg.accumulation)
+        candidates = [c for c in (cfg.max_steps, per_epoch and cfg.epochs * per_epoch) if c]
+        total = min(candidates) if candidates else None
+        if needs_total and total is None:
+            raise UserError(
+                f"schedule '{cfg.schedule}' needs the length of the run: set max_steps or epochs "
+                "(with only max_minutes, use schedule 'constant' or 'noam')"
+            )
+        return total
+
+    def _autocast(self):
+        if self.cfg.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def _elapsed(self) -> float:
+        return self._elapsed0 + time.monotonic() - self._t0
+
+    # ------------------------------------------------------------------ the run
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """Train until a stop condition; return the final and best metrics.
+
+        With ``resume=True``, restore the checkpoint in ``run_dir`` and continue exactly where
+        it stopped (the batches of the current epoch already consumed are skipped).
+        """
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        rng = None
+        if resume:
+            rng = self._load_checkpoint()
+        else:
+            self.state = TrainState()
+            self._saved_step = None
+            for name in (METRICS, LAST, STATE, WEIGHTS, CURVES):
+                (self.run_dir / name).unlink(missing_ok=True)
+            _seed_everything(cfg.seed)
+            cfg.save_json(self.run_dir / CONFIG)
+            self.task.save(self.run_dir)
+        st = self.state
+        self._t0, self._elapsed0 = time.monotonic(), st.elapsed
+        self._win_t0, self._win_tokens = time.monotonic(), 0
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        bar = tqdm(
+            total=self.total_steps,
+            initial=st.step,
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+            disable=None if cfg.progress else True,
+        )
+        try:
+            reason = self._loop(bar, rng)
+            st.stop_reason = reason
+            if self.valid_batches is not None and st.last_eval_step != st.step:
+                self._evaluate(bar)
+            self._log_train(bar)
+            self._save()
+        finally:
+            bar.close()
+        self._plot()
+        return self.summary()
+
+    def _loop(self, bar, rng: dict | None) -> str:
+        cfg, st = self.cfg, self.state
+        reason = self._stop_reason()
+        while reason is None:
+            batches = iter(self.train_batches(st.epoch))
+            for _ in range(st.batch_in_epoch):  # resume: skip what was already consumed
+                if next(batches, _END) is _END:
+                    raise UserError(
+                        f"train_batches({st.epoch}) yielded fewer than the {st.batch_in_epoch} "
+                        "batches the checkpoint consumed; it must be deterministic in (seed, epoch)"
+                    )
+            if rng is not None:  # restored after skipping, as if the skip never happened
+                _set_rng_state(rng, self.device)
+                rng = None
+            while True:
+                micro = list(islice(batches, cfg.accumulation))
+                if not micro:
+                    break
+                self._train_step(micro)
+                st.step += 1
+                st.batch_in_epoch += len(micro)
+                bar.update(1)
+                if st.step % cfg.log_every == 0:
+                    self._log_train(bar)
+                evaluated = bool(cfg.eval_every) and st.step % cfg.eval_every == 0
+                if evaluated:
+                    evaluated = self._evaluate(bar)
+                reason = self._stop_reason()
+                if reason is not None:
+                    return reason  # fit() writes the final checkpoint
+                if (cfg.save_every and st.step % cfg.save_every == 0) or (
+                    not cfg.save_every and evaluated
+                ):
+                    self._save()
+            # the epoch is over
+            if st.batch_in_epoch == 0:
+                raise UserError(f"train_batches({st.epoch}) yielded no batches; check the training data")
+            st.epoch += 1
+            st.batch_in_epoch = 0
+            if cfg.eval_every == 0:
+                self._evaluate(bar)
+            reason = self._stop_reason()
+            if reason is None and not cfg.save_every:
+                self._save()
+        return reason
+
+    def _stop_reason(self) -> str | None:
+        cfg, st = self.cfg, self.state
+        if cfg.max_steps is not None and st.step >= cfg.max_steps:
+            return "max_steps"
+        if cfg.epochs is not None and st.epoch >= cfg.epochs:
+            return "epochs"
+        if cfg.early_stopping_patience and st.bad_evals >= cfg.early_stopping_patience:
+            return "early_stopping"
+        if cfg.max_minutes is not None and self._elapsed() >= 60 * cfg.max_minutes:
+            return "max_minutes"
+        return None
+
+    def _train_step(self, micro: list) -> None:
+        """One optimizer step over the micro-batches ``micro`` (see the module docstring)."""
+        cfg, st, task = self.cfg, self.state, self.task
+        step_no = st.step + 1
+        total = sum(int(task.count(b)) for b in micro)
+        if total <= 0:
+            raise UserError(f"step {step_no}: task.count() is {total} for the whole step; batches must hold items")
+        loss_total = torch.zeros((), device=self.device, dtype=torch.float64)
+        extras: dict[str, float] = {}
+        tokens = 0
+        for b in micro:
+            b = b.to(self.device)
+            with self._autocast():
+                out = task.loss_sum(b)
+            loss, extra = out if isinstance(out, tuple) else (out, {})
+            scaled = loss / total
+            (self.scaler.scale(scaled) if self.scaler.is_enabled() else scaled).backward()
+            loss_total += loss.detach().double()
+            for k, v in (extra or {}).items():
+                extras[k] = extras.get(k, 0.0) + float(v)
+            tokens += int(task.batch_tokens(b))
+        loss_value = loss_total.item()
+        if not math.isfinite(loss_value):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise self._diverged(step_no, f"the loss is {loss_value}")
+
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)
+        if cfg.grad_clip:
+            norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None])
+        if not self.scaler.is_enabled() and not bool(torch.isfinite(norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise self._diverged(step_no, f"the gradient norm is {float(norm)}")
+
+        self._last_lr = self.optimizer.param_groups[0]["lr"]
+        if self.scaler.is_enabled():
+            self.scaler.step(self.optimizer)  # skips the update if fp16 gradients overflowed
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+
+        st.window_loss += loss_value
+        st.window_count += total
+        for k, v in extras.items():
+            st.window_extras[k] = st.window_extras.get(k, 0.0) + v
+        self._win_tokens += tokens
+
+    def _diverged(self, step: int, what: str) -> TrainingDiverged:
+        if self._saved_step is not None:
+            kept = f"the last good checkpoint (step {self._saved_step}) was kept in {self.run_dir}"
+        else:
+            kept = "no checkpoint had been written yet"
+        return TrainingDiverged(
+            f"training diverged at step {step}: {what}; likely causes: learning rate too high "
+            "(lower lr or add warmup), fp16 overflow (use bf16 or fp32), or bad data "
+            f"(NaN/Inf inputs or labels); nothing with NaN weights was saved, {kept}"
+        )
+
+    # ------------------------------------------------------------------ evaluation and logs
+    def _evaluate(self, bar=None) -> bool:
+        """Evaluate on the validation batches; track the best model. False if there are none."""
+        if self.valid_batches is None:
+            return False
+        cfg, st = self.cfg, self.state
+        self.model.eval()
+        try:
+            with _forked_rng(self.device), torch.no_grad(), self._autocast():
+                raw = self.task.evaluate(b.to(self.device) for b in self.valid_batches())
+        finally:
+            self.model.train()
+        metrics = {k: float(v) for k, v in raw.items()}
+        if cfg.metric not in metrics:
+            raise UserError(
+                f"metric '{cfg.metric}' is not among task.evaluate's results "
+                f"({', '.join(sorted(metrics))}); set metric to one of them"
+            )
+        value = metrics[cfg.metric]
+        st.last_eval, st.last_eval_step = metrics, st.step
+        best = st.best_metric
+        improved = math.isfinite(value) and (
+            best is None or (value < best if cfg.metric_mode == "min" else value > best)
+        )
+        if improved:
+            st.best_metric, st.best_step, st.bad_evals = value, st.step, 0
+            atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes())
+        else:
+            st.bad_evals += 1
+        row = {"step": st.step, "epoch": st.epoch, "split": "valid"}
+        row.update({k: v for k, v in metrics.items() if k not in row})
+        row["elapsed"] = round(self._elapsed(), 3)
+        self._append(row)
+        if bar is not None:
+            bar.set_postfix(self._postfix(), refresh=False)
+        self._plot()
+        return True
+
+    def _log_train(self, bar) -> None:
+        st = self.state
+        if st.window_count == 0:
+            return
+        now = time.monotonic()
+        loss = st.window_loss / st.window_count
+        row: dict[str, Any] = {
+            "step": st.step,
+            "epoch": st.epoch,
+            "split": "train",
+            "loss": loss,
+            "lr": self._last_lr,
+            "tokens_per_s": round(self._win_tokens / max(now - self._win_t0, 1e-9), 1),
+            "elapsed": round(self._elapsed(), 3),
+        }
+        for k, v in st.window_extras.items():
+            row.setdefault(k, v / st.window_count)
+        self._append(row)
+        self._last_train_loss = loss
+        self._last_tps = row["tokens_per_s"]
+        st.window_loss, st.window_count, st.window_extras = 0.0, 0, {}
+        self._win_tokens, self._win_t0 = 0, now
+        bar.set_postfix(self._postfix(), refresh=False)
+
+    def _postfix(self) -> dict[str, str]:
+        post = {}
+        if self._last_train_loss is not None:
+            post["loss"] = f"{self._last_train_loss:.4f}"
+        post["lr"] = f"{self._last_lr:.2e}"
+        if self._last_tps is not None:
+            post["tok/s"] = f"{self._last_tps:.0f}"
+        if self.cfg.metric in self.state.last_eval:
+            post[f"val_{self.cfg.metric}"] = f"{self.state.last_eval[self.cfg.metric]:.4f}"
+        return post
+
+    def _append(self, row: dict) -> None:
+        with open(self.run_dir / METRICS, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def _plot(self) -> None:
+        try:
+            plot_curves(self.run_dir / METRICS, self.run_dir / CURVES)
+        except Exception as e:  # noqa: BLE001 - a plot must never kill a training run
+            warnings.warn(f"could not draw {self.run_dir / CURVES}: {e}", stacklevel=2)
+
+    def summary(self) -> dict[str, Any]:
+        """Where the run stands: step, epoch, why it stopped, best and last validation metrics."""
+        st = self.state
+        out: dict[str, Any] = {
+            "step": st.step,
+            "epoch": st.epoch,
+            "stop_reason": st.stop_reason,
+            "elapsed": round(self._elapsed(), 3),
+            "train_loss": self._last_train_loss,
+            "metric": self.cfg.metric,
+            "best_metric": st.best_metric,
+            "best_step": st.best_step,
+        }
+        out.update({f"valid_{k}": v for k, v in st.last_eval.items()})
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def _weights_bytes(self, metadata: dict[str, str] | None = None) -> bytes:
+        finite = torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()])
+        if not bool(finite.all()):
+            raise self._diverged(self.state.step, "the weights contain NaN/Inf")
+        return weights_to_bytes(self.model, metadata)
+
+    def _save(self) -> None:
+        """Write ``last.safetensors`` + ``trainer_state.pt`` (and the latest model if no valid set)."""
+        st = self.state
+        st.elapsed = self._elapsed()
+        data = self._weights_bytes({"step": str(st.step)})
+        atomic_write_bytes(self.run_dir / LAST, data)
+        if self.valid_batches is None:
+            atomic_write_bytes(self.run_dir / WEIGHTS, data)
+        save_state(
+            {
+                "format": 1,
+                "train": dataclasses.asdict(st),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": _get_rng_state(self.device),
+                "config": self.cfg.to_dict(),
+            },
+            self.run_dir / STATE,
+        )
+        self._saved_step = st.step
+
+    def _load_checkpoint(self) -> dict:
+        """Restore weights, optimizer, schedule, scaler and counters; return the RNG states."""
+        state = load_state(self.run_dir / STATE)
+        try:
+            train = TrainState(**state["train"])
+            weights_step = read_weights_metadata(self.run_dir / LAST).get("step")
+            if weights_step != str(train.step):
+                raise UserError(
+                    f"the checkpoint in {self.run_dir} is inconsistent: {LAST} is from step "
+                    f"{weights_step} but {STATE} from step {train.step} (interrupted while saving?); "
+                    "start a fresh run"
+                )
+            load_weights(self.model, self.run_dir / LAST)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            if self.scaler.is_enabled() and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(
+                f"the checkpoint in {self.run_dir} does not fit this model/config ({e}); "
+                "start a fresh run or use the original settings"
+            ) from None
+        self.state = train
+        self._saved_step = train.step
+        self._truncate_metrics(train.step)
+        return state["rng"]
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop log lines written after the checkpoint, which the resumed run will redo."""
+        path = self.run_dir / METRICS
+        if not path.exists():
+            return
+        keep = []
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    keep.append(line + "\n")
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+        atomic_write_bytes(path, "".join(keep).encode())
+
+
+# ---------------------------------------------------------------------------- helpers
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: decay on parameters with >= 2 dims (matrices), none on biases and norms."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def _resolve_device(cfg: TrainConfig) -> torch.device:
+    device = torch.device(cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device '{cfg.device}' was asked for but CUDA is not available; use device 'cpu'")
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise UserError("precision 'fp16' needs a CUDA device; on CPU use 'bf16' or 'fp32'")
+    return device
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _get_rng_state(device: torch.device) -> dict:
+    """RNG states as tensors and plain values only (loadable with weights_only=True)."""
+    py_version, py_internal, py_gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    rng = {
+        "python_version": py_version,
+        "python_state": torch.tensor(py_internal, dtype=torch.int64),
+        "python_gauss": py_gauss,
+        "numpy_name": str(np_name),
+        "numpy_keys": torch.from_numpy(np_keys.astype(np.int64)),
+        "numpy_pos": int(np_pos),
+        "numpy_has_gauss": int(np_has_gauss),
+        "numpy_cached_gaussian": float(np_cached),
+        "torch": torch.get_rng_state(),
+    }
+    if device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def _set_rng_state(rng: dict, device: torch.device) -> None:
+    random.setstate(
+        (rng["python_version"], tuple(int(x) for x in rng["python_state"].tolist()), rng["python_gauss"])
+    )
+    np.random.set_state(
+        (
+            rng["numpy_name"],
+            rng["numpy_keys"].numpy().astype(np.uint32),
+            rng["numpy_pos"],
+            rng["numpy_has_gauss"],
+            rng["numpy_cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and "cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+@contextlib.contextmanager
+def _forked_rng(device: torch.device):
+    """Run a block on copies of the python/numpy/torch RNG streams, leaving the originals as-is."""
+    py, npy = random.getstate(), np.random.get_state()
+    devices = []
+    if device.type == "cuda":
+        devices = [device.index if device.index is not None else torch.cuda.current_device()]
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
