@@ -146,3 +146,22 @@ def test_state_round_trip_is_weights_only(tmp_path):
         load_state(tmp_path / "bad.pt")
     with pytest.raises(UserError, match="nothing to resume"):
         load_state(tmp_path / "missing.pt")
+
+
+def test_rng_states_survive_a_weights_only_round_trip(tmp_path):
+    import random
+
+    import numpy as np
+
+    from scratchformer.train.rng import get_rng_state, seed_everything, set_rng_state
+
+    seed_everything(7)
+    random.gauss(0, 1)  # leaves a cached gaussian in python's state
+    save_state({"rng": get_rng_state(torch.device("cpu"))}, tmp_path / "rng.pt")
+
+    def draws():
+        return random.random(), random.gauss(0, 1), float(np.random.rand()), torch.rand(3).tolist()
+
+    expected = draws()
+    set_rng_state(load_state(tmp_path / "rng.pt")["rng"], torch.device("cpu"))
+    assert draws() == expected

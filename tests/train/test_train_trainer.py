@@ -87,7 +87,7 @@ def test_resume_after_max_steps_is_bit_identical(tmp_path, monkeypatch):
     assert summary["valid_loss"] == ref_summary["valid_loss"]
 
     # The test can fail: without restoring the RNG, dropout masks differ after the resume.
-    monkeypatch.setattr(trainer_mod, "_set_rng_state", lambda rng, device: None)
+    monkeypatch.setattr(trainer_mod, "set_rng_state", lambda rng, device: None)
     broken, _, _ = _run(tmp_path / "run2", _resume_cfg(max_steps=5, **kw))
     broken, _, _ = _run(tmp_path / "run2", _resume_cfg(max_steps=10, **kw), resume=True)
     assert not all(torch.equal(v, ref.model.state_dict()[k]) for k, v in broken.model.state_dict().items())

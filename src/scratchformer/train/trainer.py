@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import random
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -41,7 +40,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -56,6 +54,7 @@ from scratchformer.train.checkpoint import (
 )
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.curves import plot_curves
+from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
 from scratchformer.train.schedules import make_lr_lambda
 
 WEIGHTS = "model.safetensors"
@@ -201,7 +200,7 @@ class Trainer:
             self._saved_step = None
             for name in (METRICS, LAST, STATE, WEIGHTS, CURVES):
                 (self.run_dir / name).unlink(missing_ok=True)
-            _seed_everything(cfg.seed)
+            seed_everything(cfg.seed)
             cfg.save_json(self.run_dir / CONFIG)
             self.task.save(self.run_dir)
         st = self.state
@@ -242,7 +241,7 @@ class Trainer:
                         "batches the checkpoint consumed; it must be deterministic in (seed, epoch)"
                     )
             if rng is not None:  # restored after skipping, as if the skip never happened
-                _set_rng_state(rng, self.device)
+                set_rng_state(rng, self.device)
                 rng = None
             while True:
                 micro = list(islice(batches, cfg.accumulation))
@@ -358,7 +357,7 @@ class Trainer:
         cfg, st = self.cfg, self.state
         self.model.eval()
         try:
-            with _forked_rng(self.device), torch.no_grad(), self._autocast():
+            with forked_rng(self.device), torch.no_grad(), self._autocast():
                 raw = self.task.evaluate(b.to(self.device) for b in self.valid_batches())
         finally:
             self.model.train()
@@ -471,7 +470,7 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
-                "rng": _get_rng_state(self.device),
+                "rng": get_rng_state(self.device),
                 "config": self.cfg.to_dict(),
             },
             self.run_dir / STATE,
@@ -541,62 +540,3 @@ def _resolve_device(cfg: TrainConfig) -> torch.device:
     if cfg.precision == "fp16" and device.type != "cuda":
         raise UserError("precision 'fp16' needs a CUDA device; on CPU use 'bf16' or 'fp32'")
     return device
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _get_rng_state(device: torch.device) -> dict:
-    """RNG states as tensors and plain values only (loadable with weights_only=True)."""
-    py_version, py_internal, py_gauss = random.getstate()
-    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
-    rng = {
-        "python_version": py_version,
-        "python_state": torch.tensor(py_internal, dtype=torch.int64),
-        "python_gauss": py_gauss,
-        "numpy_name": str(np_name),
-        "numpy_keys": torch.from_numpy(np_keys.astype(np.int64)),
-        "numpy_pos": int(np_pos),
-        "numpy_has_gauss": int(np_has_gauss),
-        "numpy_cached_gaussian": float(np_cached),
-        "torch": torch.get_rng_state(),
-    }
-    if device.type == "cuda":
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    return rng
-
-
-def _set_rng_state(rng: dict, device: torch.device) -> None:
-    random.setstate(
-        (rng["python_version"], tuple(int(x) for x in rng["python_state"].tolist()), rng["python_gauss"])
-    )
-    np.random.set_state(
-        (
-            rng["numpy_name"],
-            rng["numpy_keys"].numpy().astype(np.uint32),
-            rng["numpy_pos"],
-            rng["numpy_has_gauss"],
-            rng["numpy_cached_gaussian"],
-        )
-    )
-    torch.set_rng_state(rng["torch"])
-    if device.type == "cuda" and "cuda" in rng:
-        torch.cuda.set_rng_state_all(rng["cuda"])
-
-
-@contextlib.contextmanager
-def _forked_rng(device: torch.device):
-    """Run a block on copies of the python/numpy/torch RNG streams, leaving the originals as-is."""
-    py, npy = random.getstate(), np.random.get_state()
-    devices = []
-    if device.type == "cuda":
-        devices = [device.index if device.index is not None else torch.cuda.current_device()]
-    try:
-        with torch.random.fork_rng(devices=devices):
-            yield
-    finally:
-        random.setstate(py)
-        np.random.set_state(npy)
