@@ -17,6 +17,7 @@ from .errors import UserError
 COMMAND_MODULES = [
     "scratchformer.commands.datasets",
     "scratchformer.commands.classify",
+    "scratchformer.commands.embed",
 ]
 
 

