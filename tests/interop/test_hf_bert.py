@@ -217,6 +217,10 @@ def test_minilm_tokenizer_equals_transformers(minilm, texts):
                      max_length=max_length or 512, return_tensors="pt")
         for key in ("input_ids", "attention_mask", "token_type_ids"):
             assert torch.equal(ours[key], theirs[key]), (key, max_length, text_b is not None)
+    bare = ref(texts, add_special_tokens=False)["input_ids"]
+    assert [tok.encode(t, add_special_tokens=False) for t in texts] == bare
+    assert tok.encode(LONG, add_special_tokens=False)[:5] == tok.encode(LONG)[1:6]
+    assert tok.id_to_token(tok.cls_id) == "[CLS]" and tok.token_to_id("no-such-token") == tok.unk_id
 
 
 @pytest.mark.network
@@ -256,6 +260,7 @@ def test_minilm_embeddings_equal_sentence_transformers(minilm):
     assert ours.shape == (len(texts), 384)
     assert max_diff(ours, ref) <= TOL
     assert torch.allclose(ours.norm(dim=-1), torch.ones(len(texts)), atol=1e-6)
+    assert tok.unk_rate(ENGLISH) == 0.0 and tok.unk_rate(["🚀🔥"]) == 1.0
 
 
 @pytest.mark.network

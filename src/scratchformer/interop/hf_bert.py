@@ -227,10 +227,31 @@ class BertTokenizer:
     def tokenize(self, text: str) -> list[str]:
         return self.hf.encode(text, add_special_tokens=False).tokens
 
-    def encode(self, text: str, pair: str | None = None, max_length: int | None = None) -> list[int]:
-        """Ids of `[CLS] text [SEP]` (or a pair), truncated to `max_length` (default: the model's)."""
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
+               add_special_tokens: bool = True) -> list[int]:
+        """Ids of `[CLS] text [SEP]` (or a pair), truncated to `max_length` (default: the
+        model's). `add_special_tokens=False` gives the bare WordPiece ids, untruncated (for
+        callers that cut long documents into segments themselves)."""
+        if not add_special_tokens:
+            self.hf.no_truncation()
+            return self.hf.encode(text, pair, add_special_tokens=False).ids
         self._truncate(max_length)
         return self.hf.encode(text, pair).ids
+
+    def id_to_token(self, i: int) -> str:
+        tok = self.hf.id_to_token(int(i))
+        return "[UNK]" if tok is None else tok
+
+    def token_to_id(self, token: str) -> int:
+        i = self.hf.token_to_id(token)
+        return self.unk_id if i is None else i
+
+    def unk_rate(self, texts) -> float:
+        """Fraction of WordPiece tokens that are [UNK] (e.g. emoji or CJK in an English vocab)."""
+        self.hf.no_truncation()
+        encs = self.hf.encode_batch(list(texts), add_special_tokens=False)
+        total = sum(len(e.ids) for e in encs)
+        return sum(e.ids.count(self.unk_id) for e in encs) / max(total, 1)
 
     def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                      max_length: int | None = None) -> dict[str, torch.Tensor]:

@@ -182,6 +182,9 @@ class BertEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.config.hidden_size
 
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.encoder.set_gradient_checkpointing(enabled)
+
     def forward(
         self,
         input_ids: torch.Tensor,
