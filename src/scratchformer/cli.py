@@ -73,7 +73,12 @@ def build_cli() -> CLI:
 
 def main(argv: list[str] | None = None) -> int:
     cli = build_cli()
-    args = cli.parser.parse_args(argv)
+    args, extra = cli.parser.parse_known_args(argv)
+    # argparse stops filling `texts` at the first flag: `predict RUN --json "a" "b"`
+    if extra and isinstance(getattr(args, "texts", None), list) and not any(e.startswith("-") for e in extra):
+        args.texts += extra
+    elif extra:
+        cli.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args) or 0
     except UserError as e:

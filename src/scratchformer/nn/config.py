@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import tempfile
+import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +35,14 @@ class JsonConfig:
                 f"{cls.__name__} has no option(s) {', '.join(unknown)}; "
                 f"known options: {', '.join(sorted(known))}"
             )
-        return cls(**d)
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for key, value in d.items():
+            sub = hints.get(key)
+            if dataclasses.is_dataclass(sub) and hasattr(sub, "from_dict") and isinstance(value, dict):
+                value = sub.from_dict(value)  # nested config, e.g. a model's encoder
+            values[key] = value
+        return cls(**values)
 
     def replace(self: T, **changes: Any) -> T:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]

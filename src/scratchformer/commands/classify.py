@@ -1,0 +1,109 @@
+"""`train classify`, `predict`, `evaluate` (classification runs), `attention`."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .common import add_recipe_args, load_recipe, read_inputs
+
+
+def register(cli) -> None:
+    p = cli.train_task("classify", help="train a text classifier")
+    p.add_argument("--data", help="registered data set (see `scratchformer datasets`) or a .tsv/.csv/.jsonl file")
+    p.add_argument("--valid", help="validation file (default: a seeded split of --data)")
+    p.add_argument("--test", help="test file (default: a seeded split of --data)")
+    p.add_argument("--text-col", help="text column name or 0-based position")
+    p.add_argument("--label-col", help="label column name or 0-based position")
+    add_recipe_args(p)
+    p.set_defaults(func=train)
+
+    p = cli.verb("predict", help="classify texts with a trained run")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("texts", nargs="*", help="texts (or --file, or stdin)")
+    p.add_argument("--file", help="one text per line")
+    p.add_argument("--json", action="store_true", help="JSON lines with all probabilities")
+    p.add_argument("--top", type=int, default=3, help="probabilities shown per text")
+    p.set_defaults(func=predict)
+
+    p = cli.verb("attention", help="save attention heatmaps (every layer and head) for one text")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("text")
+    p.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/attention.png)")
+    p.set_defaults(func=attention)
+
+    cli.evaluators["classify"] = evaluate
+
+
+def _col(v):
+    return int(v) if v is not None and v.isdigit() else v
+
+
+def train(args) -> int:
+    from ..tasks.classify import ClassifyRecipe, train_classifier
+
+    base = None
+    if args.resume and (args.out / "config.json").exists():
+        base = ClassifyRecipe.load_json(args.out / "config.json")
+    recipe = load_recipe(ClassifyRecipe, args.config, args.set, base)
+    dc = recipe.data
+    if args.data:
+        dc.dataset = args.data
+    dc.valid_file = args.valid or dc.valid_file
+    dc.test_file = args.test or dc.test_file
+    dc.text_col = _col(args.text_col) if args.text_col else dc.text_col
+    dc.label_col = _col(args.label_col) if args.label_col else dc.label_col
+    result = train_classifier(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
+    print(json.dumps({"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
+                      "best_valid": result["train"].get("best_metric")}, ensure_ascii=False))
+    return 0
+
+
+def predict(args) -> int:
+    from ..tasks.classify import Classifier
+
+    clf = Classifier.load(args.run_dir)
+    texts = read_inputs(args.texts, args.file)
+    for text, res in zip(texts, clf.predict(texts)):
+        if args.json:
+            print(json.dumps({"text": text, **res}, ensure_ascii=False))
+        else:
+            top = sorted(res["probs"].items(), key=lambda kv: -kv[1])[: args.top]
+            shown = "  ".join(f"{k} {v:.3f}" for k, v in top)
+            print(f"{res['label']}\t{shown}\t{text}")
+    return 0
+
+
+def evaluate(args) -> int:
+    from ..data.readers import read_labeled_file
+    from ..tasks.classify import Classifier
+    from ..tasks.data_source import load_classification
+    from ..tasks.metrics import format_report
+
+    clf = Classifier.load(args.run_dir)
+    if args.data:
+        pairs, name, meta = read_labeled_file(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col), Path(args.data).stem, None
+    else:
+        data = load_classification(clf.recipe.data)
+        pairs, name, meta = getattr(data, args.split), args.split, data.meta
+    rep = clf.evaluate(pairs, args.run_dir, name, meta)
+    if args.json:
+        print(json.dumps(rep, ensure_ascii=False))
+    else:
+        print(format_report(rep))
+        if "accuracy_without_train_overlap" in rep:
+            print(f"accuracy without the {name} texts that also occur in train: {rep['accuracy_without_train_overlap']:.4f}")
+        print(f"confusion matrix: {args.run_dir / f'confusion_{name}.png'}")
+    return 0
+
+
+def attention(args) -> int:
+    from ..tasks.classify import Classifier
+    from ..tasks.plots import plot_attention
+
+    clf = Classifier.load(args.run_dir)
+    tokens, weights = clf.attention(args.text)
+    out = args.out or args.run_dir / "attention.png"
+    plot_attention(tokens, weights, out)
+    print(out)
+    return 0

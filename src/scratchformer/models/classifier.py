@@ -1,0 +1,85 @@
+"""Encoder classifier: embeddings -> our Encoder -> pooling -> linear head.
+
+Long documents are split into segments upstream; each segment is encoded on its own and
+the segment vectors of a document are pooled into one (`doc_index` says which segment
+belongs to which document).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+from ..nn import Encoder, JsonConfig, TransformerConfig
+from .embedding import Embeddings
+
+POOLINGS = ("mean", "cls", "max")
+
+
+@dataclass
+class ClassifierConfig(JsonConfig):
+    vocab_size: int = 0
+    n_classes: int = 2
+    encoder: TransformerConfig = field(default_factory=TransformerConfig)
+    pooling: str = "mean"  # over real tokens; "cls" reads position 0 (the tokenizer adds <cls>)
+    segment_pooling: str = "mean"  # how segment vectors of one long document are combined
+    bigram_buckets: int = 0  # hashed character-bigram embeddings (0 = off)
+    head_dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS or self.segment_pooling not in ("mean", "max"):
+            raise UserError(f"pooling must be one of {POOLINGS}, segment_pooling mean or max")
+        if self.n_classes < 2:
+            raise UserError(f"a classifier needs at least 2 classes, got {self.n_classes}")
+
+
+def masked_pool(h: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
+    """h `(B, T, C)`, mask `(B, T)` True = real -> `(B, C)`."""
+    if how == "cls":
+        return h[:, 0]
+    m = mask[..., None].to(h.dtype)  # (B, T, 1)
+    if how == "mean":
+        return (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+    return h.masked_fill(~mask[..., None], float("-inf")).amax(1).nan_to_num(0.0, neginf=0.0)
+
+
+class EncoderClassifier(nn.Module):
+    def __init__(self, cfg: ClassifierConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embeddings(cfg.vocab_size, cfg.encoder, cfg.bigram_buckets)
+        self.encoder = Encoder(cfg.encoder)
+        self.head = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(cfg.encoder.d_model, cfg.n_classes))
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.encoder.set_gradient_checkpointing(enabled)
+
+    def features(self, ids, bigrams=None, need_weights=False):
+        """ids `(S, T)` -> pooled `(S, C)` (and per-layer attention weights on request)."""
+        mask = ids != 0  # (S, T), <pad> = 0
+        out = self.encoder(self.embed(ids, bigrams), mask, need_weights=need_weights)
+        h, weights = out if need_weights else (out, None)
+        pooled = masked_pool(h, mask, self.cfg.pooling)
+        return (pooled, weights) if need_weights else pooled
+
+    def forward(self, ids: torch.Tensor, bigrams: torch.Tensor | None = None,
+                doc_index: torch.Tensor | None = None, n_docs: int | None = None) -> torch.Tensor:
+        """ids `(S, T)` segments; doc_index `(S,)` document of each segment (None: one segment
+        per document). Returns logits `(n_docs, n_classes)`."""
+        seg = self.features(ids, bigrams)  # (S, C)
+        if doc_index is not None:
+            seg = pool_segments(seg, doc_index, n_docs, self.cfg.segment_pooling)  # (n_docs, C)
+        return self.head(seg)
+
+
+def pool_segments(seg: torch.Tensor, doc_index: torch.Tensor, n_docs: int, how: str) -> torch.Tensor:
+    """`(S, C)` segment vectors -> `(n_docs, C)` by mean or max over each document's segments."""
+    index = doc_index[:, None].expand_as(seg)
+    if how == "max":
+        init = seg.new_full((n_docs, seg.shape[1]), float("-inf"))
+        return init.scatter_reduce(0, index, seg, reduce="amax", include_self=True)
+    total = seg.new_zeros(n_docs, seg.shape[1]).index_add(0, doc_index, seg)
+    count = torch.bincount(doc_index, minlength=n_docs).clamp(min=1).to(seg.dtype)
+    return total / count[:, None]

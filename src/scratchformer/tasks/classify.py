@@ -1,0 +1,320 @@
+"""Text classification: how labelled texts become batches, a loss, metrics and predictions.
+
+`train_classifier(recipe, out_dir)` is what `scratchformer train classify` runs;
+`Classifier.load(run_dir).predict([...])` is the inference API.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..data.batching import LengthBucketSampler, pad_sequences, segment, truncate
+from ..data.tokenizers import CLS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer
+from ..errors import UserError
+from ..models.classifier import ClassifierConfig, EncoderClassifier
+from ..nn import JsonConfig
+from ..train import TrainConfig, Trainer
+from ..train.checkpoint import load_weights
+from . import metrics as M
+from .data_source import load_classification
+
+
+@dataclass
+class ClassifyDataConfig(JsonConfig):
+    dataset: str = "thucnews"  # a registered data set, or the path of the user's training file
+    dataset_options: dict = field(default_factory=dict)  # e.g. {"fields": "title"} for inews
+    valid_file: str | None = None
+    test_file: str | None = None
+    text_col: str | int | None = None
+    label_col: str | int | None = None
+    tokenizer: str = "auto"  # char | word | bpe | wordpiece | auto (char for CJK text, else bpe)
+    vocab_size: int = 8000  # bpe / wordpiece
+    min_freq: int = 1  # char / word: rarer tokens become <unk>
+    lowercase: bool = False
+    max_len: int = 128  # tokens per segment, <cls> included
+    long_mode: str = "truncate"  # truncate | segments (encode each window, pool per document)
+    truncate_keep: str = "head"  # head | tail | head+tail
+    max_segments: int = 8
+    batch_size: int = 64
+    max_tokens: int | None = None  # token budget per batch instead of batch_size
+    label_smoothing: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.long_mode not in ("truncate", "segments"):
+            raise UserError(f"long_mode must be 'truncate' or 'segments', got {self.long_mode!r}")
+        if self.max_len < 2:
+            raise UserError("max_len must be at least 2")
+
+
+@dataclass
+class ClassifyRecipe(JsonConfig):
+    """Everything a classification run needs; saved as the run's config.json."""
+
+    task: str = "classify"
+    data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
+    model: ClassifierConfig = field(default_factory=ClassifierConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, metric="accuracy", metric_mode="max"))
+
+
+@dataclass
+class ClassifyBatch:
+    ids: torch.Tensor  # (S, T) segments
+    labels: torch.Tensor  # (B,)
+    bigrams: torch.Tensor | None = None  # (S, T)
+    doc_index: torch.Tensor | None = None  # (S,) document of each segment; None = one each
+
+    def to(self, device) -> "ClassifyBatch":
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return ClassifyBatch(move(self.ids), move(self.labels), move(self.bigrams), move(self.doc_index))
+
+
+class DocumentEncoder:
+    """Text -> segments of token ids (and aligned bigram ids), following the data config."""
+
+    def __init__(self, tokenizer: Tokenizer, dc: ClassifyDataConfig, cls_token: bool, bigrams: bool):
+        self.tok, self.dc, self.cls_token, self.bigrams = tokenizer, dc, cls_token, bigrams
+
+    def __call__(self, text: str) -> list[list[tuple[int, int]]]:
+        ids = self.tok.encode(text)
+        bis = self.tok.encode_bigrams(text) if self.bigrams else [0] * len(ids)
+        pairs = list(zip(ids, bis))
+        room = self.dc.max_len - int(self.cls_token)
+        if self.dc.long_mode == "truncate":
+            segs = [truncate(pairs, room, keep=self.dc.truncate_keep)]
+        else:
+            segs = segment(pairs, room, max_segments=self.dc.max_segments) or [[]]
+        if self.cls_token:
+            segs = [[(CLS_ID, 0)] + s for s in segs]
+        return segs
+
+
+def collate(docs: Sequence[list[list[tuple[int, int]]]], labels: Sequence[int], bigrams: bool) -> ClassifyBatch:
+    segs = [s for d in docs for s in d]
+    ids, _ = pad_sequences([[i for i, _ in s] for s in segs], PAD_ID)  # (S, T)
+    bi = pad_sequences([[b for _, b in s] for s in segs], 0)[0] if bigrams else None
+    doc_index = None
+    if len(segs) != len(docs):
+        doc_index = torch.tensor([d for d, doc in enumerate(docs) for _ in doc])
+    return ClassifyBatch(ids, torch.tensor(list(labels)), bi, doc_index)
+
+
+class ClassificationTask:
+    """The Trainer's view of classification (see docs/contracts.md)."""
+
+    def __init__(self, model: EncoderClassifier, recipe: ClassifyRecipe, tokenizer: Tokenizer,
+                 labels: list[str]):
+        self.model, self.recipe, self.tokenizer, self.labels = model, recipe, tokenizer, labels
+
+    def logits(self, b: ClassifyBatch) -> torch.Tensor:
+        return self.model(b.ids, b.bigrams, b.doc_index, len(b.labels))
+
+    def count(self, b: ClassifyBatch) -> int:
+        return len(b.labels)
+
+    def batch_tokens(self, b: ClassifyBatch) -> int:
+        return int((b.ids != PAD_ID).sum())
+
+    def loss_sum(self, b: ClassifyBatch):
+        logits = self.logits(b).float()
+        loss = F.cross_entropy(logits, b.labels, reduction="sum",
+                               label_smoothing=self.recipe.data.label_smoothing)
+        return loss, {"accuracy": float((logits.argmax(-1) == b.labels).sum())}
+
+    def predictions(self, batches) -> tuple[np.ndarray, np.ndarray, float]:
+        preds, gold, loss = [], [], 0.0
+        for b in batches:
+            logits = self.logits(b).float()
+            loss += float(F.cross_entropy(logits, b.labels, reduction="sum"))
+            preds.append(logits.argmax(-1).cpu().numpy())
+            gold.append(b.labels.cpu().numpy())
+        preds, gold = np.concatenate(preds), np.concatenate(gold)
+        return preds, gold, loss / max(len(gold), 1)
+
+    def evaluate(self, batches) -> dict[str, float]:
+        preds, gold, loss = self.predictions(batches)
+        rep = M.report(M.confusion_matrix(gold, preds, len(self.labels)), self.labels)
+        return {"loss": loss, "accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"]}
+
+    def save(self, run_dir: Path) -> None:
+        run_dir = Path(run_dir)
+        self.recipe.save_json(run_dir / "config.json")
+        self.tokenizer.save(run_dir / "tokenizer.json")
+        (run_dir / "labels.json").write_text(json.dumps(self.labels, ensure_ascii=False, indent=1), encoding="utf-8")
+
+
+class EncodedSplit:
+    """One split, encoded once: documents as segments, labels as ids, batches on demand."""
+
+    def __init__(self, pairs, encode: DocumentEncoder, label_ids: dict[str, int], dc: ClassifyDataConfig,
+                 shuffle: bool, seed: int = 0):
+        self.docs = [encode(t) for t, _ in pairs]
+        self.labels = [label_ids[lab] for _, lab in pairs]
+        self.bigrams = encode.bigrams
+        lengths = [sum(len(s) for s in d) for d in self.docs]
+        self.sampler = LengthBucketSampler(lengths, batch_size=None if dc.max_tokens else dc.batch_size,
+                                           max_tokens=dc.max_tokens, shuffle=shuffle, seed=seed)
+        self.padding_fraction = self.sampler.padding_fraction(self.sampler.epoch_batches(0))
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def batches(self, epoch: int = 0) -> list[ClassifyBatch]:
+        return [collate([self.docs[i] for i in idx], [self.labels[i] for i in idx], self.bigrams)
+                for idx in self.sampler.epoch_batches(epoch)]
+
+
+def build_tokenizer_for(dc: ClassifyDataConfig, texts: list[str], bigram_buckets: int) -> Tokenizer:
+    kind = auto_kind(texts) if dc.tokenizer == "auto" else dc.tokenizer
+    if bigram_buckets and kind != "char":
+        raise UserError("bigram_buckets needs the char tokenizer; set data.tokenizer=char or model.bigram_buckets=0")
+    if kind == "char":
+        return build_tokenizer("char", texts, min_freq=dc.min_freq, lowercase=dc.lowercase, bigram_buckets=bigram_buckets)
+    if kind == "word":
+        return build_tokenizer("word", texts, min_freq=dc.min_freq, lowercase=dc.lowercase)
+    return build_tokenizer(kind, texts, vocab_size=dc.vocab_size)
+
+
+def _encoder_for(recipe: ClassifyRecipe, tok: Tokenizer) -> DocumentEncoder:
+    return DocumentEncoder(tok, recipe.data, recipe.model.pooling == "cls", recipe.model.bigram_buckets > 0)
+
+
+def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool = False,
+                     log=print) -> dict[str, Any]:
+    """Load data, build tokenizer and model, train, then test the best checkpoint."""
+    out_dir = Path(out_dir)
+    dc = recipe.data
+    data = load_classification(dc)
+    if resume:
+        tok = Tokenizer.load(out_dir / "tokenizer.json")
+    else:
+        tok = build_tokenizer_for(dc, [t for t, _ in data.train], recipe.model.bigram_buckets)
+    recipe.model.vocab_size, recipe.model.n_classes = tok.vocab_size, len(data.labels)
+    label_ids = {lab: i for i, lab in enumerate(data.labels)}
+    encode = _encoder_for(recipe, tok)
+    seed = recipe.train.seed
+    train = EncodedSplit(data.train, encode, label_ids, dc, shuffle=True, seed=seed)
+    valid = EncodedSplit(data.valid, encode, label_ids, dc, shuffle=False) if data.valid else None
+    test = EncodedSplit(data.test, encode, label_ids, dc, shuffle=False) if data.test else None
+    log(f"data: {len(train)} train / {len(valid or [])} valid / {len(test or [])} test, "
+        f"{len(data.labels)} classes, {type(tok).__name__} vocab {tok.vocab_size}, "
+        f"<unk> rate on valid {tok.unk_rate([t for t, _ in data.valid[:2000]]):.2%}, "
+        f"padding {train.padding_fraction:.1%} of batch tokens (length-bucketed)")
+    torch.manual_seed(seed)
+    model = EncoderClassifier(recipe.model)
+    log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    task = ClassificationTask(model, recipe, tok, data.labels)
+    valid_batches = valid.batches(0) if valid else None
+    trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
+    summary = trainer.fit(resume=resume)
+    result: dict[str, Any] = {"train": summary}
+    if test is not None:
+        load_weights(model, out_dir / "model.safetensors")
+        result["test"] = evaluate_split(task, test, out_dir, "test", data.meta)
+        log(f"test: accuracy {result['test']['accuracy']:.4f}, macro-F1 {result['test']['macro_f1']:.4f}")
+    return result
+
+
+def evaluate_split(task: ClassificationTask, split: EncodedSplit, out_dir: Path | None, name: str,
+                   meta: dict | None = None) -> dict[str, Any]:
+    """Full report on one split; writes `<name>_metrics.json` and `confusion_<name>.png`."""
+    model = task.model
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        preds, gold, loss = task.predictions(split.batches(0))
+    model.train(was_training)
+    cm = M.confusion_matrix(gold, preds, len(task.labels))
+    rep = M.report(cm, task.labels)
+    rep["loss"] = loss
+    rep["n"] = int(len(gold))
+    overlap = (meta or {}).get(f"{name}_in_train")
+    if overlap:  # e.g. rotten-tomatoes: test snippets whose text also occurs in train
+        keep = np.ones(len(gold), bool)
+        keep[np.asarray(overlap)] = False
+        # EncodedSplit batches are length-sorted, so map back through the sampler's order
+        order = np.concatenate([np.asarray(b) for b in split.sampler.epoch_batches(0)])
+        kept = keep[order]
+        rep["accuracy_without_train_overlap"] = float((preds[kept] == gold[kept]).mean())
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        (out_dir / f"{name}_metrics.json").write_text(json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
+        M.plot_confusion(cm, task.labels, out_dir / f"confusion_{name}.png",
+                         f"{name}: accuracy {rep['accuracy']:.3f}, macro-F1 {rep['macro_f1']:.3f}")
+    return rep
+
+
+class Classifier:
+    """A trained classifier, loaded from its run directory.
+
+    >>> clf = Classifier.load("runs/thucnews")
+    >>> clf.predict(["火箭队击败湖人队"])[0]["label"]
+    'sports'
+    """
+
+    def __init__(self, model: EncoderClassifier, tokenizer: Tokenizer, labels: list[str], recipe: ClassifyRecipe):
+        self.model, self.tokenizer, self.labels, self.recipe = model.eval(), tokenizer, labels, recipe
+        self.task = ClassificationTask(model, recipe, tokenizer, labels)
+        self._encode = _encoder_for(recipe, tokenizer)
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "Classifier":
+        run_dir = Path(run_dir)
+        for name in ("config.json", "tokenizer.json", "labels.json", "model.safetensors"):
+            if not (run_dir / name).exists():
+                raise UserError(f"{run_dir} is not a finished classification run: {name} is missing")
+        recipe = ClassifyRecipe.load_json(run_dir / "config.json")
+        if recipe.task != "classify":
+            raise UserError(f"{run_dir} holds a {recipe.task!r} run, not a classifier")
+        model = EncoderClassifier(recipe.model)
+        load_weights(model, run_dir / "model.safetensors")
+        labels = json.loads((run_dir / "labels.json").read_text(encoding="utf-8"))
+        return cls(model, Tokenizer.load(run_dir / "tokenizer.json"), labels, recipe)
+
+    def _batch(self, texts: Sequence[str]) -> ClassifyBatch:
+        docs = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise UserError(f"text {i + 1} is empty: there is nothing to classify")
+            docs.append(self._encode(text))
+        return collate(docs, [0] * len(docs), self._encode.bigrams)
+
+    @torch.no_grad()
+    def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """`(N, n_classes)` probabilities."""
+        if isinstance(texts, str):
+            texts = [texts]
+        out = []
+        for i in range(0, len(texts), batch_size):
+            logits = self.task.logits(self._batch(texts[i : i + batch_size]))
+            out.append(torch.softmax(logits.float(), -1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
+
+    def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict[str, Any]]:
+        """One dict per text: `label`, its `score`, and `probs` for every label."""
+        probs = self.predict_proba(texts, batch_size)
+        return [{"label": self.labels[int(p.argmax())], "score": float(p.max()),
+                 "probs": {lab: float(x) for lab, x in zip(self.labels, p)}} for p in probs]
+
+    def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
+                 name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
+        unknown = sorted({lab for _, lab in pairs} - set(self.labels))
+        if unknown:
+            raise UserError(f"labels {unknown[:5]} were not seen in training; known labels: {self.labels}")
+        split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
+                             self.recipe.data, shuffle=False)
+        return evaluate_split(self.task, split, Path(out_dir) if out_dir else None, name, meta)
+
+    @torch.no_grad()
+    def attention(self, text: str) -> tuple[list[str], list[torch.Tensor]]:
+        """Tokens of the first segment and per-layer attention weights `(H, T, T)`."""
+        batch = self._batch([text])
+        ids = batch.ids[:1]
+        _, weights = self.model.features(ids, None if batch.bigrams is None else batch.bigrams[:1], need_weights=True)
+        tokens = [self.tokenizer.id_to_token(int(i)) for i in ids[0]]
+        return tokens, [w[0] for w in weights]

@@ -1,0 +1,69 @@
+"""Classification metrics from a confusion matrix (accuracy, per-class and macro F1)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def confusion_matrix(y_true, y_pred, n_classes: int) -> np.ndarray:
+    """`(K, K)` counts, rows = true class, columns = predicted class."""
+    cm = np.zeros((n_classes, n_classes), dtype=np.int64)
+    np.add.at(cm, (np.asarray(y_true), np.asarray(y_pred)), 1)
+    return cm
+
+
+def report(cm: np.ndarray, labels: list[str]) -> dict:
+    """Accuracy, macro-F1 and per-class precision/recall/F1/support from a confusion matrix.
+    A class never predicted has precision 0 (and so F1 0), as scikit-learn's default."""
+    tp = np.diag(cm).astype(float)
+    predicted, support = cm.sum(0), cm.sum(1)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
+    denom = precision + recall
+    f1 = np.divide(2 * precision * recall, denom, out=np.zeros_like(tp), where=denom > 0)
+    present = support > 0
+    return {
+        "accuracy": float(tp.sum() / max(cm.sum(), 1)),
+        "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
+        "per_class": {
+            label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for label, p, r, f, s in zip(labels, precision, recall, f1, support)
+        },
+    }
+
+
+def format_report(rep: dict) -> str:
+    width = max(8, *(len(k) for k in rep["per_class"]))
+    lines = [f"{'class':<{width}}  precision  recall     f1  support"]
+    for label, r in rep["per_class"].items():
+        lines.append(f"{label:<{width}}  {r['precision']:9.3f}  {r['recall']:6.3f}  {r['f1']:5.3f}  {r['support']:7d}")
+    lines.append(f"accuracy {rep['accuracy']:.4f}   macro-F1 {rep['macro_f1']:.4f}")
+    return "\n".join(lines)
+
+
+def plot_confusion(cm: np.ndarray, labels: list[str], path: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = len(labels)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 0.8 + 0.6 * k))
+    norm = cm / np.maximum(cm.sum(1, keepdims=True), 1)
+    ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(k), labels, rotation=45, ha="right")
+    ax.set_yticks(range(k), labels)
+    for i in range(k):
+        for j in range(k):
+            if cm[i, j]:
+                ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=8,
+                        color="white" if norm[i, j] > 0.5 else "black")
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title or "confusion matrix (row-normalised colour, counts)")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
