@@ -23,7 +23,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Writes benchmarks/results/*.json|md and README.md (about 15 min on 2 quiet cores).
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.run_all
 
 clean:

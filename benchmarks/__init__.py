@@ -1,0 +1,1 @@
+"""Benchmarks of scratchformer against torch.nn, transformers and textbook code (`make bench`)."""

@@ -1,0 +1,171 @@
+"""What every benchmark shares: interleaved timing, summaries, machine facts, JSON + Markdown.
+
+Machines here are shared and drift by ±30% between processes, so every benchmark measures
+all contenders in one process, interleaved (rep 1: a, b, c; rep 2: b, c, a; ...), and
+reports medians with min–max. Ratios are taken *per repetition* (the contenders of one
+repetition ran under the same load) and then summarised the same way.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SCHEMA_VERSION = 1
+
+
+# ----------------------------------------------------------------------------- timing
+
+def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call of each function, `reps` times each, interleaved with a rotating
+    start so that no contender always runs first (or right after the same neighbour)."""
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(reps):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for n in order:
+            t0 = time.perf_counter()
+            fns[n]()
+            times[n].append(time.perf_counter() - t0)
+    return times
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def rate_summary(work: float, seconds: list[float]) -> dict[str, float]:
+    """`work` units per second for each repetition, summarised."""
+    return summary([work / s for s in seconds])
+
+
+def paired_ratio(num: list[float], den: list[float]) -> dict[str, float]:
+    """Ratio `num[i] / den[i]` per repetition (times: pass the peer's time as num and ours
+    as den to get 'ours is x times faster'), summarised."""
+    return summary([a / b for a, b in zip(num, den)])
+
+
+# ----------------------------------------------------------------------------- machine
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return m.group(1).strip() if m else "unknown"
+
+
+def cpu_flags() -> list[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    m = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
+    flags = m.group(1).split() if m else []
+    return sorted(f for f in flags if f.startswith(("avx512", "amx")) or f in ("avx2", "fma", "avx_vnni"))
+
+
+def machine_info() -> dict:
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "loadavg_at_start": load,
+    }
+
+
+# ----------------------------------------------------------------------------- output
+
+def _sig(x: float, digits: int) -> str:
+    """`digits` significant digits in fixed-point notation (no exponent)."""
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    return f"{x:.{decimals}f}"
+
+
+def fmt_num(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    ax = abs(x)
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if ax >= scale:
+            return _sig(x / scale, digits) + suffix
+    return _sig(x, digits)
+
+
+def fmt_stat(s: dict | None, digits: int = 3, suffix: str = "") -> str:
+    """`median (min–max)`."""
+    if not s:
+        return "–"
+    return f"{fmt_num(s['median'], digits)}{suffix} ({fmt_num(s['min'], digits)}–{fmt_num(s['max'], digits)})"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def target(name: str, value: float | None, goal: float, higher_is_better: bool = True,
+           unit: str = "x", note: str = "") -> dict:
+    met = None if value is None else (value >= goal if higher_is_better else value <= goal)
+    return {"name": name, "value": value, "goal": goal, "unit": unit, "met": met, "note": note}
+
+
+def targets_md(targets: list[dict]) -> str:
+    rows = []
+    for t in targets:
+        val = "–" if t["value"] is None else f"{t['value']:.3g}{t['unit']}"
+        met = {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        rows.append([t["name"], val, f"{t['goal']:g}{t['unit']}", met, t.get("note", "")])
+    return md_table(["target", "measured (median)", "goal", "met", "note"], rows)
+
+
+def write_result(name: str, result: dict, markdown: str, out_dir: Path | None = None) -> Path:
+    """`<out_dir>/<name>.json` and `<name>.md`; returns the JSON path."""
+    out_dir = RESULTS_DIR if out_dir is None else Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {"schema": SCHEMA_VERSION, "benchmark": name, **result}
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    (out_dir / f"{name}.md").write_text(markdown.rstrip() + "\n", encoding="utf-8")
+    return path
+
+
+def _json_default(o):
+    if isinstance(o, torch.Tensor):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def header_md(title: str, machine: dict, extra: str = "") -> str:
+    m = machine
+    return (f"# {title}\n\n"
+            f"{m['date']} · {m['cpu_model']} · {m['threads']} threads · capability {m['cpu_capability']}"
+            f" · torch {m['torch']}\n\n{extra}").rstrip() + "\n"
