@@ -28,11 +28,13 @@ class JsonConfig:
 
     @classmethod
     def from_dict(cls: type[T], d: dict[str, Any]) -> T:
+        if not isinstance(d, dict):
+            raise UserError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(d) - known)
         if unknown:
             raise UserError(
-                f"{cls.__name__} has no option(s) {', '.join(unknown)}; "
+                f"{cls.__name__} has no option(s) {', '.join(unknown)} (unknown key); "
                 f"known options: {', '.join(sorted(known))}"
             )
         hints = typing.get_type_hints(cls)
@@ -63,7 +65,7 @@ class JsonConfig:
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise UserError(f"config file {path} does not exist") from None
+            raise UserError(f"config file {path} not found") from None
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
         return cls.from_dict(d)

@@ -6,14 +6,11 @@ config is built (``TrainConfig(lr=-1)`` fails right there, not twenty minutes in
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from scratchformer.errors import UserError
+from scratchformer.nn.config import JsonConfig
 
 SCHEDULES = ("cosine", "noam", "linear", "constant")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -21,7 +18,7 @@ METRIC_MODES = ("min", "max")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Optimisation, schedule, precision, evaluation, checkpointing and logging settings.
 
     Stopping: ``max_steps`` (optimizer steps), ``epochs`` and ``max_minutes`` (wall-clock budget,
@@ -156,35 +153,3 @@ class TrainConfig:
             raise bad("metric", "must be the name of a value returned by task.evaluate")
         if self.metric_mode not in METRIC_MODES:
             raise bad("metric_mode", "must be 'min' or 'max'")
-
-    # ------------------------------------------------------------------ JSON round trip
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        if not isinstance(d, dict):
-            raise UserError(f"invalid train config: expected a JSON object, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise UserError(
-                f"invalid train config: unknown key(s) {', '.join(unknown)}; "
-                f"known keys are {', '.join(sorted(known))}"
-            )
-        return cls(**d)
-
-    def save_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load_json(cls, path: str | Path) -> TrainConfig:
-        try:
-            d = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise UserError(f"train config {path} not found") from None
-        except json.JSONDecodeError as e:
-            raise UserError(f"train config {path} is not valid JSON: {e}") from None
-        return cls.from_dict(d)
