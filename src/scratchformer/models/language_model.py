@@ -1,0 +1,104 @@
+"""Decoder-only language model (GPT): token embedding -> causal `Encoder` -> tied output head.
+
+The stack is our `Encoder` run with `is_causal=True` (Pre-LN blocks, a final norm), so a
+`KVCache` per layer turns it into an incremental decoder: the prompt is pre-filled once, then
+each new token costs one position's worth of work instead of a forward over the whole text.
+
+Two choices that differ from the encoder models, and why:
+  - No sqrt(d_model) scaling of the token embedding. The scaling exists to balance the
+    embeddings against fixed sinusoids; GPT-2 does not scale, and with tied weights the same
+    table is also the output projection, where a sqrt(d) factor would only rescale the logits.
+  - GPT-2's initialisation: every weight N(0, 0.02), and the projections that write into the
+    residual stream (attention `out_proj`, FFN `linear_out`) N(0, 0.02 / sqrt(2 * n_layers)),
+    so the residual stream's variance does not grow with depth at the start of training.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+from ..nn import Encoder, JsonConfig, KVCache, TransformerConfig
+from .embedding import Embeddings
+
+
+def _gpt_encoder() -> TransformerConfig:
+    # nanoGPT's CPU shakespeare size; RoPE by default (no hard length limit, no position table)
+    return TransformerConfig(d_model=128, n_heads=4, d_ff=512, n_layers=4, dropout=0.0,
+                             activation="gelu", norm_first=True, position="rope", max_len=256)
+
+
+@dataclass
+class LMConfig(JsonConfig):
+    """A GPT: `encoder.position` picks rope (default) / learned / sinusoidal / alibi / none;
+    for `learned`, `encoder.max_len` is the hard limit on the context the model can see."""
+
+    vocab_size: int = 0
+    encoder: TransformerConfig = field(default_factory=_gpt_encoder)
+    tie_embeddings: bool = True  # output head = token embedding matrix (transposed)
+    embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (see module doc)
+    init_std: float = 0.02  # GPT-2 initialisation; 0 keeps torch's default initialisation
+
+    def __post_init__(self) -> None:
+        if not self.encoder.norm_first:
+            raise UserError("the language model is Pre-LN; set model.encoder.norm_first=true")
+        if self.init_std < 0:
+            raise UserError("model.init_std must be >= 0 (0 keeps torch's default initialisation)")
+
+
+class DecoderLM(nn.Module):
+    """ids `(B, T)` -> next-token logits `(B, T, vocab)`.
+
+    With `caches` (one `KVCache` per layer, see `new_caches`), `ids` are the positions that
+    follow the cached ones: positions `caches[0].length ...`. The logits equal those of a full
+    forward over the whole sequence (tested).
+    """
+
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        if cfg.vocab_size <= 0:
+            raise UserError("model.vocab_size is not set (it comes from the tokenizer)")
+        self.cfg = cfg
+        ec = cfg.encoder
+        self.embed = Embeddings(cfg.vocab_size, ec, scale=cfg.embed_scale)
+        self.encoder = Encoder(ec)
+        self.head = nn.Linear(ec.d_model, cfg.vocab_size, bias=False)
+        if cfg.init_std > 0:
+            self._init_gpt2(cfg.init_std)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.tokens.weight  # one Parameter, two uses
+
+    def _init_gpt2(self, std: float) -> None:
+        residual_std = std / math.sqrt(2 * max(self.cfg.encoder.n_layers, 1))
+        for name, m in self.named_modules():
+            if isinstance(m, nn.Linear):
+                is_residual = name.endswith("self_attn.out_proj") or name.endswith("ffn.linear_out")
+                nn.init.normal_(m.weight, 0.0, residual_std if is_residual else std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, std)
+                if m.padding_idx is not None:
+                    with torch.no_grad():
+                        m.weight[m.padding_idx].zero_()
+
+    @property
+    def max_positions(self) -> int | None:
+        """Hard limit on positions (learned table), or None (rope / sinusoidal / alibi / none)."""
+        return self.cfg.encoder.max_len if self.cfg.encoder.position == "learned" else None
+
+    def new_caches(self) -> list[KVCache]:
+        return [KVCache() for _ in range(self.cfg.encoder.n_layers)]
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.encoder.set_gradient_checkpointing(enabled)
+
+    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+        """ids `(B, T)` -> logits `(B, T, V)`."""
+        offset = caches[0].length if caches else 0
+        x = self.embed(ids, offset=offset)  # (B, T, C), absolute positions from `offset`
+        h = self.encoder(x, is_causal=True, caches=caches)  # (B, T, C), final norm applied
+        return self.head(h)  # (B, T, V)
