@@ -1,0 +1,136 @@
+"""`train translate`, `translate`, `evaluate` (translation runs), `align`."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .common import add_recipe_args, load_recipe, read_inputs
+
+
+def _decode_args(p) -> None:
+    """Decoding flags; unset ones keep the run's recipe values."""
+    add = _adder(p)
+    add("--beam", type=int, help="beam size (1 = greedy; default: the run's decode.beam)")
+    add("--greedy", action="store_true", help="same as --beam 1")
+    add("--length-penalty", type=float, help="beam ranking: score / length**PENALTY")
+    add("--max-len-ratio", type=float, help="output limit: RATIO * source tokens + offset")
+    add("--no-cache", action="store_true", help="recompute the whole prefix at every step (slow; for checking)")
+
+
+def _adder(p):
+    """add_argument that skips flags another command module already put on a shared parser."""
+    def add(flag, **kw):
+        if flag not in p._option_string_actions:  # noqa: SLF001 - argparse has no public query
+            p.add_argument(flag, **kw)
+    return add
+
+
+def register(cli) -> None:
+    p = cli.train_task("translate", help="train an encoder-decoder translator")
+    p.add_argument("--data", help="registered data set (hsk-zh-en, fr-en, de-en), a src<TAB>tgt file, "
+                                  "or two aligned files as 'train.src,train.tgt'")
+    p.add_argument("--valid", help="validation pairs, same forms as --data (default: a seeded split)")
+    p.add_argument("--test", help="test pairs, same forms as --data (default: a seeded split)")
+    add_recipe_args(p)
+    p.set_defaults(func=train)
+
+    p = cli.verb("translate", help="translate sentences with a trained run")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("texts", nargs="*", help="sentences (or --file, or stdin)")
+    p.add_argument("--file", help="one sentence per line")
+    p.add_argument("--json", action="store_true", help="JSON lines with score and length-limit flag")
+    p.add_argument("--weights", help="weights file in the run (default: the one final.json chose)")
+    _decode_args(p)
+    p.set_defaults(func=translate)
+
+    p = cli.verb("align", help="save the cross-attention heatmap (every layer and head) of a translation")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("text")
+    p.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/align.png)")
+    _decode_args(p)
+    p.set_defaults(func=align)
+
+    ev = cli.verbs.choices["evaluate"]
+    _decode_args(ev)
+    cli.evaluators["translate"] = evaluate
+
+
+def _overrides(args) -> dict:
+    beam = 1 if getattr(args, "greedy", False) else getattr(args, "beam", None)
+    out = {"beam": beam, "length_penalty": getattr(args, "length_penalty", None),
+           "max_len_ratio": getattr(args, "max_len_ratio", None)}
+    if getattr(args, "no_cache", False):
+        out["use_cache"] = False
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def train(args) -> int:
+    from ..tasks.translate import TranslateRecipe, train_translator
+
+    base = None
+    if args.resume and (args.out / "config.json").exists():
+        base = TranslateRecipe.load_json(args.out / "config.json")
+    recipe = load_recipe(TranslateRecipe, args.config, args.set, base)
+    dc = recipe.data
+    if args.data:
+        dc.dataset = args.data
+    dc.valid_file = args.valid or dc.valid_file
+    dc.test_file = args.test or dc.test_file
+    result = train_translator(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
+    test = result.get("test", {})
+    print(json.dumps({"run_dir": str(args.out), "weights": result["final"]["weights"],
+                      "test": {k: test.get(k) for k in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+                      "best_valid_bleu": result["train"].get("best_metric")}, ensure_ascii=False))
+    return 0
+
+
+def translate(args) -> int:
+    from ..tasks.translate import Translator
+
+    tr = Translator.load(args.run_dir, args.weights)
+    texts = read_inputs(args.texts, args.file)
+    hyps = tr.hypotheses(texts, **_overrides(args))
+    for text, h in zip(texts, hyps):
+        out = tr.tgt_tok.decode(h.tokens)
+        if args.json:
+            print(json.dumps({"source": text, "translation": out, "log_prob": h.score,
+                              "finished": h.finished}, ensure_ascii=False))
+        else:
+            print(out)
+    return 0
+
+
+def evaluate(args) -> int:
+    from ..tasks.translate import Translator, _parallel, load_translation
+
+    tr = Translator.load(args.run_dir)
+    if args.data:
+        pairs, name = _parallel(args.data), Path(args.data.split(",")[0]).stem
+    else:
+        pairs, name = getattr(load_translation(tr.recipe.data), args.split), args.split
+    rep = tr.evaluate(pairs, args.run_dir, name, **_overrides(args))
+    if args.json:
+        print(json.dumps(rep, ensure_ascii=False))
+    else:
+        d = rep["decode"]
+        print(f"{name}: {rep['n']} sentences, beam {d['beam']}, length penalty {d['length_penalty']}, "
+              f"{rep['sentences_per_s']:.1f} sentences/s")
+        print(f"BLEU {rep['bleu']:.2f}  {rep['bleu_signature']}")
+        print(f"chrF {rep['chrf']:.2f}  {rep['chrf_signature']}")
+        print(f"translations: {args.run_dir / f'{name}_hyps.txt'}")
+    return 0
+
+
+def align(args) -> int:
+    from ..tasks.plots import plot_attention
+    from ..tasks.translate import Translator
+
+    tr = Translator.load(args.run_dir)
+    src, out, weights, translation = tr.align(args.text, **_overrides(args))
+    path = args.out or args.run_dir / "align.png"
+    plot_attention(src, weights, path, query_tokens=out,
+                   title=f"cross-attention (rows: output, columns: source): {args.text} -> {translation}")
+    print(translation)
+    print(path)
+    return 0

@@ -1,0 +1,85 @@
+"""Encoder-decoder for translation: source/target embeddings -> our `Transformer` -> vocabulary.
+
+    src ids (B, S) --src_embed--> (B, S, C) --encoder--> memory (B, S, C)
+    tgt ids (B, T) --tgt_embed--> (B, T, C) --decoder(memory)--> (B, T, C) --out_proj--> (B, T, V)
+
+Options (all in `Seq2SeqConfig`):
+- `share_embeddings`: one table for source and target (needs a joint vocabulary);
+- `tie_output`: the output projection reuses the target embedding matrix (Press & Wolf 2017,
+  as in the paper). With both on, the three matrices are one ("three-way tying").
+
+Decoding goes through `encode` once and then `decode` step by step; with a `DecoderCache`
+each step feeds only the newest token, its self-attention keys/values are appended to the
+cache, and the cross-attention keys/values of the memory are computed on the first step only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+from ..nn import DecoderCache, JsonConfig, Transformer, TransformerConfig
+from .embedding import Embeddings
+
+
+@dataclass
+class Seq2SeqConfig(JsonConfig):
+    src_vocab_size: int = 0
+    tgt_vocab_size: int = 0
+    transformer: TransformerConfig = field(default_factory=lambda: TransformerConfig(
+        d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.3))
+    share_embeddings: bool = False  # one table for both sides (joint vocabulary only)
+    tie_output: bool = True  # output projection = target embedding matrix
+
+    def __post_init__(self) -> None:
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise UserError(
+                f"share_embeddings needs one joint vocabulary, but the source has {self.src_vocab_size} "
+                f"tokens and the target {self.tgt_vocab_size}; set data.joint_vocab=true or "
+                "model.share_embeddings=false")
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, cfg: Seq2SeqConfig):
+        super().__init__()
+        self.cfg = cfg
+        tc = cfg.transformer
+        self.src_embed = Embeddings(cfg.src_vocab_size, tc)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, tc)
+        self.transformer = Transformer(tc)
+        self.out_proj = nn.Linear(tc.d_model, cfg.tgt_vocab_size, bias=False)
+        if cfg.tie_output:
+            self.out_proj.weight = self.tgt_embed.tokens.weight  # (V, C) both
+        else:
+            nn.init.normal_(self.out_proj.weight, std=tc.d_model ** -0.5)
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.transformer.set_gradient_checkpointing(enabled)
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src `(B, S)` ids -> memory `(B, S, C)` and its padding mask `(B, S)` (True = real)."""
+        src_mask = src != 0  # <pad> = 0
+        return self.transformer.encoder(self.src_embed(src), src_mask), src_mask
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+               cache: DecoderCache | None = None, need_weights: bool = False):
+        """tgt `(B, T)` ids (the new positions only when `cache` is given) -> logits `(B, T, V)`
+        (and `[(self_w, cross_w) per layer]` with `need_weights`)."""
+        offset = cache.length if cache is not None else 0
+        x = self.tgt_embed(tgt, offset=offset)  # (B, T, C), positions offset by the cache
+        tgt_mask = None if cache is not None else tgt != 0  # decoding steps have no padding
+        out = self.transformer.decoder(x, memory, self_mask=tgt_mask, memory_mask=src_mask,
+                                       cache=cache, need_weights=need_weights)
+        h, weights = out if need_weights else (out, None)
+        logits = self.out_proj(h)  # (B, T, V)
+        return (logits, weights) if need_weights else logits
+
+    def new_cache(self) -> DecoderCache:
+        return self.transformer.decoder.new_cache()
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)

@@ -1,0 +1,254 @@
+"""Translation: decoding (cache parity, beam vs greedy, <eos> and length limits), the loss,
+sacrebleu metrics, checkpoint averaging, and the CLI end to end on a tiny synthetic task."""
+import json
+import random
+
+import pytest
+import sacrebleu
+import torch
+import torch.nn.functional as F
+
+from scratchformer.cli import main
+from scratchformer.data.tokenizers import EOS_ID, PAD_ID
+from scratchformer.errors import UserError
+from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig
+from scratchformer.nn import TransformerConfig
+from scratchformer.tasks.decoding import DecodeConfig, beam_search, greedy_decode, length_limits
+from scratchformer.tasks.translate import (
+    ParallelSplit, TranslateDataConfig, TranslateRecipe, TranslationTask, Translator,
+    average_checkpoints, corpus_scores)
+from scratchformer.train.checkpoint import load_weights, save_weights
+
+# ---------------------------------------------------------------------------- a tiny toy task
+# "Translate" lower-case letter words into upper case, same order: learnable in seconds.
+WORDS = "ab cd ef gh ij kl mn op qr st".split()
+
+
+def _pairs(n, seed):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        src = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
+        out.append((" ".join(src), " ".join(w.upper() for w in src)))
+    return out
+
+
+def _write(path, pairs):
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+
+
+TINY = ["--set", "model.transformer.d_model=64", "--set", "model.transformer.n_heads=4",
+        "--set", "model.transformer.d_ff=128", "--set", "model.transformer.n_layers=2",
+        "--set", "model.transformer.dropout=0.0", "--set", "data.src_tokenizer=word",
+        "--set", "data.tgt_tokenizer=word", "--set", "data.max_tokens=300",
+        "--set", "train.epochs=12", "--set", "train.lr=3e-3", "--set", "train.warmup_steps=30",
+        "--set", "train.progress=false", "--set", "average_last=3", "--set", "decode.beam=3"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mt")
+    _write(d / "train.tsv", _pairs(600, 0))
+    _write(d / "valid.tsv", _pairs(40, 1))
+    _write(d / "test.tsv", _pairs(40, 2))
+    out = d / "run"
+    rc = main(["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
+               "--test", str(d / "test.tsv"), "--out", str(out)] + TINY)
+    assert rc == 0
+    return d, out
+
+
+def _random_model(seed=0, vocab=23, **kw):
+    torch.manual_seed(seed)
+    tc = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0, **kw)
+    return Seq2Seq(Seq2SeqConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, transformer=tc)).eval()
+
+
+def _sources(seed=0, vocab=23):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(5, vocab, (5, 9), generator=g)
+    for row, n in enumerate([9, 4, 7, 1, 6]):  # right padding, lengths differ
+        src[row, n:] = PAD_ID
+    return src
+
+
+# ---------------------------------------------------------------------------- decoding
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_cached_greedy_equals_uncached_token_for_token(norm_first):
+    model, src = _random_model(norm_first=norm_first), _sources()
+    cfg = DecodeConfig(beam=1, max_len_offset=12)
+    cached = greedy_decode(model, src, cfg)
+    full = greedy_decode(model, src, cfg.replace(use_cache=False))
+    assert [h.tokens for h in cached] == [h.tokens for h in full]
+    assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(cached, full))
+
+
+def test_cached_beam_equals_uncached():
+    model, src = _random_model(1), _sources(1)
+    cfg = DecodeConfig(beam=4, max_len_offset=8)
+    a, b = beam_search(model, src, cfg), beam_search(model, src, cfg.replace(use_cache=False))
+    assert [h.tokens for h in a] == [h.tokens for h in b]
+
+
+def test_beam_one_equals_greedy_and_wide_beam_scores_at_least_greedy(run):
+    _, out = run
+    trained = Translator.load(out).model
+    for model, src in [(_random_model(2), _sources(2)), (_random_model(3), _sources(3)),
+                       (trained, _toy_sources(Translator.load(out)))]:
+        greedy = greedy_decode(model, src, DecodeConfig(beam=1))
+        beam1 = beam_search(model, src, DecodeConfig(beam=1))
+        assert [h.tokens for h in beam1] == [h.tokens for h in greedy]
+        assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(beam1, greedy))
+        wide = beam_search(model, src, DecodeConfig(beam=6, length_penalty=0.0, early_stop=False))
+        for w, g in zip(wide, greedy):
+            assert w.score >= g.score - 1e-6
+
+
+def _toy_sources(tr):
+    texts = [s for s, _ in _pairs(8, 5)]
+    ids = [tr.src_tok.encode(t, add_eos=True) for t in texts]
+    width = max(map(len, ids))
+    return torch.tensor([x + [PAD_ID] * (width - len(x)) for x in ids])
+
+
+class ScriptedModel:
+    """Emits 6, 7, 8, ... then <eos> after `src[b, 0] - 5` tokens (no cache: use_cache=False)."""
+
+    V = 40
+
+    def encode(self, src):
+        return src[:, :1].float()[..., None], src != PAD_ID
+
+    def decode(self, tgt, memory, src_mask, cache=None):
+        B, T = tgt.shape
+        want = memory[:, 0, 0].long() - 5  # tokens before <eos>
+        logits = torch.zeros(B, T, self.V)
+        nxt = torch.where(T > want, torch.full_like(want, EOS_ID), 5 + T)
+        logits[torch.arange(B), -1, nxt] = 10.0
+        return logits
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_eos_and_max_length_handling(beam):
+    src = torch.tensor([[5, 9, 9], [7, 9, 0], [12, 9, 9]])  # want 0, 2 and 7 tokens
+    cfg = DecodeConfig(beam=beam, use_cache=False, max_len_ratio=1.0, max_len_offset=2)  # limits 5, 4, 5
+    assert length_limits(src, cfg).tolist() == [5, 4, 5]
+    hyps = (greedy_decode if beam == 1 else beam_search)(ScriptedModel(), src, cfg)
+    assert hyps[0].tokens == [] and hyps[0].finished  # <eos> first: an empty output
+    assert hyps[1].tokens == [6, 7] and hyps[1].finished
+    assert hyps[2].tokens == [6, 7, 8, 9, 10] and not hyps[2].finished  # cut at the limit
+    assert EOS_ID not in hyps[2].tokens
+
+
+def test_empty_and_overlong_inputs_give_user_errors(run, capsys):
+    _, out = run
+    tr = Translator.load(out)
+    with pytest.raises(UserError, match="sentence 2 is empty"):
+        tr.translate(["ab cd", "   "])
+    with pytest.raises(UserError, match="max_input_len"):
+        tr.translate(["ab " * 300])
+    assert main(["translate", str(out), "ab " * 300]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert main(["translate", str(out.parent / "nope"), "ab"]) == 2
+    assert "not a" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- loss, batches, metrics
+def test_loss_is_label_smoothed_sum_over_real_target_tokens():
+    model = _random_model(4)
+    recipe = TranslateRecipe()
+    recipe.data.label_smoothing = 0.2
+    task = TranslationTask(model, recipe, None, None)
+    pairs = [("a", "b")] * 3
+
+    class Tok:  # ids straight from the text length, enough for a batch
+        def encode_batch(self, texts, add_bos=False, add_eos=False):
+            return [[2] * add_bos + [7 + len(t) % 5] * (3 + i) + [3] * add_eos for i, t in enumerate(texts)]
+
+    split = ParallelSplit(pairs, Tok(), Tok(), recipe.data, shuffle=False)
+    (b,) = split.batches(0)
+    loss, extra = task.loss_sum(b)
+    real = b.tgt_out != PAD_ID
+    assert task.count(b) == int(real.sum()) == 4 + 5 + 6
+    logits = model(b.src, b.tgt_in)
+    logp = F.log_softmax(logits, -1)[real]  # (N, V)
+    gold = b.tgt_out[real]
+    manual = -(0.8 * logp.gather(1, gold[:, None]).squeeze(1) + 0.2 * logp.mean(-1)).sum()
+    assert torch.allclose(loss, manual, atol=1e-4)
+
+
+def test_batches_respect_the_token_budget():
+    pairs = _pairs(300, 3)
+    dc = TranslateDataConfig(max_tokens=120)
+
+    class Tok:
+        def encode_batch(self, texts, add_bos=False, add_eos=False):
+            return [[2] * add_bos + [9] * len(t.split()) + [3] * add_eos for t in texts]
+
+    split = ParallelSplit(pairs, Tok(), Tok(), dc, shuffle=True, seed=0)
+    seen = []
+    for b in split.batches(1):
+        assert b.src.shape[0] * max(b.src.shape[1], b.tgt_in.shape[1]) <= 120
+        seen += b.idx.tolist()
+    assert sorted(seen) == list(range(300))
+
+
+def test_sacrebleu_corpus_scores_and_signatures():
+    hyps, refs = ["the cat sat on the mat", "a dog"], ["the cat sat on a mat", "a dog barked"]
+    s = corpus_scores(hyps, refs)
+    assert s["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert s["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+    assert "tok:13a" in s["bleu_signature"] and "version:" in s["chrf_signature"]
+    assert "tok:zh" in corpus_scores(["我爱你"], ["我爱你们"])["bleu_signature"]
+
+
+def test_checkpoint_averaging_is_the_mean(tmp_path):
+    a, b = _random_model(5), _random_model(6)
+    save_weights(a, tmp_path / "a.safetensors")
+    save_weights(b, tmp_path / "b.safetensors")
+    m = average_checkpoints(_random_model(7), [tmp_path / "a.safetensors", tmp_path / "b.safetensors"])
+    for (k, x), y, z in zip(m.state_dict().items(), a.state_dict().values(), b.state_dict().values()):
+        assert torch.allclose(x, (y + z) / 2, atol=1e-6), k
+    assert m.out_proj.weight is m.tgt_embed.tokens.weight  # the tie survives
+
+
+def test_shared_embeddings_need_a_joint_vocabulary():
+    with pytest.raises(UserError, match="joint"):
+        Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=12, share_embeddings=True)
+    m = Seq2Seq(Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, share_embeddings=True,
+                              transformer=TransformerConfig(d_model=16, n_heads=2, d_ff=32, n_layers=1)))
+    assert m.src_embed is m.tgt_embed and m.out_proj.weight is m.src_embed.tokens.weight
+
+
+# ---------------------------------------------------------------------------- end to end
+def test_train_writes_a_complete_run_and_learns_the_toy_task(run):
+    _, out = run
+    for name in ("config.json", "src_tokenizer.json", "tgt_tokenizer.json", "model.safetensors",
+                 "averaged.safetensors", "final.json", "metrics.jsonl", "test_metrics.json", "test_hyps.txt"):
+        assert (out / name).exists(), name
+    assert len(list((out / "snapshots").glob("step-*.safetensors"))) == 3
+    test = json.loads((out / "test_metrics.json").read_text())
+    assert test["bleu"] > 60 and "tok:13a" in test["bleu_signature"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("bleu" in r for r in rows if r["split"] == "valid")
+    final = json.loads((out / "final.json").read_text())
+    assert final["weights"] in ("model.safetensors", "averaged.safetensors")
+
+
+def test_python_api_and_cli(run, capsys):
+    d, out = run
+    tr = Translator.load(out)
+    assert tr.translate(["ab cd ef"], beam=3) == ["AB CD EF"]
+    assert tr.translate("gh ij")[0] == "GH IJ"
+    assert main(["translate", str(out), "--json", "--beam", "2", "kl mn"]) == 0
+    line = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert line["translation"] == "KL MN" and line["finished"]
+    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--json", "--greedy"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["n"] == 40 and rep["decode"]["beam"] == 1 and rep["bleu"] > 60
+    png = d / "align.png"
+    assert main(["align", str(out), "ab cd", "--out", str(png)]) == 0
+    assert png.stat().st_size > 1000
+    src, outs, weights, text = tr.align("ab cd")
+    assert text == "AB CD" and weights[0].shape == (4, len(outs), len(src))
