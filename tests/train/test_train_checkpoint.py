@@ -121,7 +121,7 @@ def test_save_weights_failing_midway_keeps_the_old_checkpoint(tmp_path, monkeypa
     def broken_fsync(fd):
         raise OSError("I/O error")
 
-    monkeypatch.setattr(checkpoint.os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     b = Tied()
     _randomize(b, 2)
     with pytest.raises(OSError):

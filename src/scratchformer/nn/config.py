@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -51,13 +50,9 @@ class JsonConfig:
 
     def save_json(self, path: str | os.PathLike) -> None:
         """Write atomically: a crash never leaves half a config behind."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
+        from ..fileio import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
 
     @classmethod
     def load_json(cls: type[T], path: str | os.PathLike) -> T:
