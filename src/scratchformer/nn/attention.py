@@ -159,6 +159,29 @@ class KVCache:
             self._v = self._v.index_select(0, index)
 
 
+class PackedTokens:
+    """The real tokens of a padded batch, gathered into one row `(1, N, C)`.
+
+    Everything in an encoder block except attention works token by token, so with a
+    key-padding mask it can skip the padding slots (what torch's nested-tensor fast path
+    does). Attention scatters its q/k/v back to `(B, T, .)` (zeros at padding, which the
+    mask hides) and gathers its output again.
+    """
+
+    def __init__(self, key_padding: torch.Tensor):
+        self.batch, self.length = key_padding.shape  # (B, T), True = real token
+        self.index = key_padding.reshape(-1).nonzero().squeeze(1)  # (N,) flat slots of real tokens
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """`(B, T, C)` -> `(1, N, C)`."""
+        return x.reshape(self.batch * self.length, -1).index_select(0, self.index).unsqueeze(0)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """`(1, N, C)` -> `(B, T, C)` with zeros at padding."""
+        out = x.new_zeros(self.batch * self.length, x.shape[-1])
+        return out.index_copy_(0, self.index, x[0]).view(self.batch, self.length, -1)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention for self- and cross-attention.
 
@@ -205,6 +228,7 @@ class MultiHeadAttention(nn.Module):
         alibi=None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        packed: PackedTokens | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """
         Args:
@@ -217,12 +241,19 @@ class MultiHeadAttention(nn.Module):
             alibi: an `ALiBi` module whose bias is added to the scores.
             cache: a `KVCache`; self-attention appends to it, cross-attention fills it once.
             need_weights: return per-head probabilities `(B, H, Tq, Tk)`.
+            packed: self-attention only: `x` holds just the real tokens `(1, N, C)` of a
+                padded `(B, T)` batch; the output is packed the same way.
         Returns:
             `(B, Tq, C)` and the weights or None.
         """
         B, Tq, _ = x.shape
+        if packed is not None and context is not None:
+            raise ValueError("packed tokens are for self-attention only")
         if context is None:
             qkv = self.qkv_proj(x)  # (B, Tq, (H + 2 Hkv) hd)
+            if packed is not None:
+                qkv = packed.unpack(qkv)  # (B, T, (H + 2 Hkv) hd), zeros at padding
+                B, Tq = qkv.shape[:2]
             q, k, v = qkv.split(self.split_sizes, dim=-1)
             q = self._heads(q, self.n_heads)  # (B, H, Tq, hd)
             k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
@@ -256,4 +287,6 @@ class MultiHeadAttention(nn.Module):
             need_weights=need_weights, impl=self.impl,
         )
         out = out.transpose(1, 2).reshape(B, Tq, -1)  # (B, Tq, H hd)
+        if packed is not None:
+            out = packed.pack(out)  # (1, N, H hd)
         return self.out_proj(out), weights

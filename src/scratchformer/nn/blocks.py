@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, PackedTokens
 from .config import TransformerConfig
 from .ffn import FeedForward
 from .masks import local_window_mask
@@ -35,12 +35,13 @@ class EncoderBlock(nn.Module):
         self.dropout2 = nn.Dropout(cfg.dropout)
 
     def forward(self, x, key_padding_mask=None, attn_mask=None, is_causal=False, rope=None,
-                alibi=None, cache=None, need_weights=False):
-        """x: `(B, T, C)` -> `((B, T, C), weights (B, H, T, T) or None)`."""
+                alibi=None, cache=None, need_weights=False, packed=None):
+        """x: `(B, T, C)` -> `((B, T, C), weights (B, H, T, T) or None)`; with `packed`
+        (a `PackedTokens`), x and the output are the real tokens only, `(1, N, C)`."""
         def attend(h):
             out, w = self.self_attn(h, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
                                     is_causal=is_causal, rope=rope, alibi=alibi, cache=cache,
-                                    need_weights=need_weights)
+                                    need_weights=need_weights, packed=packed)
             return self.dropout1(out), w
 
         if self.norm_first:
@@ -137,6 +138,14 @@ class Encoder(_Stack):
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         self.layers = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
+        self.pack_padding = False
+
+    def set_padding_packing(self, enabled: bool = True) -> None:
+        """With a `(B, T)` padding mask, run norms, FFN and projections on the real tokens
+        only (attention still sees `(B, T)`): faster by about the padding fraction. The
+        output's padded rows are then zeros (as in torch's nested-tensor fast path) instead
+        of the values the layers would compute there; real rows are unchanged."""
+        self.pack_padding = enabled
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
                 caches: list[KVCache] | None = None, need_weights: bool = False):
@@ -147,14 +156,20 @@ class Encoder(_Stack):
         window = self._window_mask(x.shape[1], past + x.shape[1], is_causal, x.device)
         if window is not None:
             attn_mask = window if attn_mask is None else attn_mask & window
+        packed = None
+        if self.pack_padding and key_padding is not None and not caches:
+            packed = PackedTokens(key_padding)
+            x = packed.pack(x)  # (1, N, C)
         all_weights = []
         for i, layer in enumerate(self.layers):
             cache = caches[i] if caches else None
             x, w = self._run(layer, x, key_padding, attn_mask, is_causal, self.rope, self.alibi,
-                             cache, need_weights)
+                             cache, need_weights, packed)
             all_weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
+        if packed is not None:
+            x = packed.unpack(x)  # (B, T, C)
         return (x, all_weights) if need_weights else x
 
 
