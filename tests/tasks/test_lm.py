@@ -218,3 +218,17 @@ def test_cli_errors_are_one_line(run, tmp_path, capsys):
     assert main(["train", "lm", "--data", "thucnews", "--out", str(tmp_path / "r")] + TINY) == 2
     assert "not a text corpus" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "nothing"), "--prompt", "a"]) == 2
+
+
+def test_bpe_run_reports_bits_per_character(tmp_path, capsys):
+    _write_text(tmp_path / "plays.txt", n_lines=300, seed=1)
+    out = tmp_path / "bpe"
+    args = ["train", "lm", "--data", str(tmp_path / "plays.txt"), "--out", str(out),
+            "--set", "data.tokenizer=bpe", "--set", "data.vocab_size=300"] + TINY + ["--set", "train.max_steps=10"]
+    assert main(args) == 0
+    full = json.loads((out / "valid_metrics.json").read_text())
+    assert full["bpc"] < full["loss"] / np.log(2)  # a BPE token spans more than one character
+    lm = LanguageModel.load(out)
+    assert lm.tokenizer.kind == "bpe"
+    text = lm.generate("ROMEO:", 8, seed=0)
+    assert len(lm.tokenizer.encode(text)) >= 1

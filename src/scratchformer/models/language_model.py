@@ -100,5 +100,7 @@ class DecoderLM(nn.Module):
         """ids `(B, T)` -> logits `(B, T, V)`."""
         offset = caches[0].length if caches else 0
         x = self.embed(ids, offset=offset)  # (B, T, C), absolute positions from `offset`
-        h = self.encoder(x, is_causal=True, caches=caches)  # (B, T, C), final norm applied
+        # One new position may attend to every key there is (the lower-right causal mask of a
+        # single query is all True), so skip building a mask for the common decoding step.
+        h = self.encoder(x, is_causal=ids.shape[1] > 1, caches=caches)  # (B, T, C), final norm applied
         return self.head(h)  # (B, T, V)

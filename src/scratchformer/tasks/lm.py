@@ -509,21 +509,3 @@ class LanguageModel:
         res["unk_rate"] = float(np.mean(ids == UNK_ID))
         return res
 
-
-def generation_speed(model: DecoderLM, context: int, new_tokens: int, use_cache: bool,
-                     vocab_size: int | None = None, seed: int = 0) -> float:
-    """Tokens/s of greedy generation of `new_tokens` after a random prompt of `context` tokens
-    (the window is set so that nothing is cropped). Used by benchmarks/lm_generation.py."""
-    import time
-
-    from ..data.tokenizers import CharTokenizer
-
-    v = vocab_size or model.cfg.vocab_size
-    g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(NUM_SPECIALS, v, (context,), generator=g).tolist()
-    tok = CharTokenizer(["<pad>", "<unk>", "<bos>", "<eos>", "<cls>"] + [chr(0x100 + i) for i in range(v - NUM_SPECIALS)])
-    recipe = LMRecipe(data=LMDataConfig(context=context + new_tokens), model=model.cfg)
-    lm = LanguageModel(model, tok, recipe)
-    t0 = time.perf_counter()
-    lm.generate_ids(prompt, new_tokens, temperature=0, use_cache=use_cache, window=context + new_tokens)
-    return new_tokens / (time.perf_counter() - t0)
