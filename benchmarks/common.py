@@ -26,13 +26,24 @@ SCHEMA_VERSION = 1
 
 # ----------------------------------------------------------------------------- timing
 
-def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1) -> dict[str, list[float]]:
+def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1,
+                budget_s: float | None = None, min_reps: int = 3) -> dict[str, list[float]]:
     """Seconds per call of each function, `reps` times each, interleaved with a rotating
-    start so that no contender always runs first (or right after the same neighbour)."""
+    start so that no contender always runs first (or right after the same neighbour).
+
+    With `budget_s`, the last warm-up round's duration predicts a round's cost and `reps`
+    is lowered (never below `min_reps`) so that the repetitions fit the budget: a loaded
+    machine then gives fewer repetitions instead of a `make bench` that runs for an hour.
+    """
     names = list(fns)
+    round_s = 0.0
     for _ in range(warmup):
+        t0 = time.perf_counter()
         for n in names:
             fns[n]()
+        round_s = time.perf_counter() - t0
+    if budget_s is not None and round_s > 0:
+        reps = max(min(reps, min_reps), min(reps, int(budget_s / round_s)))
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(reps):
         order = names[r % len(names):] + names[: r % len(names)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -27,14 +27,20 @@ from scratchformer.interop import from_torch
 from . import common
 from .textbook import TextbookEncoder
 
+# torch's nested-tensor fast path warns on every construction; the benchmark knows.
+warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
+warnings.filterwarnings("ignore", message=".*enable_nested_tensor is True.*")
+
 SIZES = {
     "d256": dict(d_model=256, n_heads=8, d_ff=1024, n_layers=4),
     "d512": dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6),
 }
 TOY_SIZES = {"toy": dict(d_model=32, n_heads=4, d_ff=64, n_layers=2)}
-IMPLS = ("ours", "torch", "bert", "textbook")
+IMPLS = ("ours", "ours_packed", "torch", "bert", "textbook")
+OURS = ("ours", "ours_packed")  # the references every speed-up is computed against
 IMPL_LABEL = {
-    "ours": "scratchformer Encoder",
+    "ours": "scratchformer Encoder (default)",
+    "ours_packed": "scratchformer Encoder, set_padding_packing()",
     "torch": "nn.TransformerEncoder",
     "bert": "transformers BertModel (sdpa)",
     "textbook": "textbook (tutorial code)",
@@ -94,6 +100,9 @@ def build(size: dict, dropout: float, attn_dropout: float, impls=IMPLS, seed: in
     layer.self_attn.dropout = attn_dropout
     theirs = nn.TransformerEncoder(layer, size["n_layers"], enable_nested_tensor=True)
     models = {"torch": theirs, "ours": from_torch(theirs)}
+    if "ours_packed" in impls:
+        models["ours_packed"] = from_torch(theirs)
+        models["ours_packed"].set_padding_packing(True)
     if "textbook" in impls:
         models["textbook"] = TextbookEncoder.from_torch(theirs)
     if "bert" in impls and bert_available() is None:
@@ -103,7 +112,7 @@ def build(size: dict, dropout: float, attn_dropout: float, impls=IMPLS, seed: in
 
 def forward_fn(name: str, model: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> Callable[[], torch.Tensor]:
     """A no-argument call of `model` on (x, mask); every contender returns (B, T, C)."""
-    if name in ("ours", "ours_compile", "textbook"):
+    if name in ("ours", "ours_packed", "ours_compile", "textbook"):
         return lambda: model(x, mask)
     if name == "torch":
         pad = ~mask  # torch polarity: True = ignore
@@ -142,27 +151,30 @@ MATMUL_N = 2048
 MATMUL_FLOPS = 2 * MATMUL_N ** 3
 
 
-def matmul_fn(dtype=torch.float32):
+def matmul_fn(dtype=torch.float32, n: int = MATMUL_N):
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(MATMUL_N, MATMUL_N, generator=g).to(dtype)
-    b = torch.randn(MATMUL_N, MATMUL_N, generator=g).to(dtype)
+    a = torch.randn(n, n, generator=g).to(dtype)
+    b = torch.randn(n, n, generator=g).to(dtype)
     return lambda: torch.mm(a, b)
 
 
 # ----------------------------------------------------------------------------- measuring
 
-def measure(fns: dict[str, Callable], reps: int, real_tokens: int, warmup: int = 1) -> dict:
-    times = common.interleaved(fns, reps, warmup)
-    out = {"seconds": times, "tokens_per_s": {}, "speedup_of_ours_over": {}}
+def measure(fns: dict[str, Callable], reps: int, real_tokens: int, warmup: int = 1,
+            budget_s: float | None = None, matmul_n: int = MATMUL_N) -> dict:
+    times = common.interleaved(fns, reps, warmup, budget_s=budget_s)
+    out = {"seconds": times, "reps": len(next(iter(times.values()))), "tokens_per_s": {}, "speedup": {}}
     for name, ts in times.items():
         if name != "matmul":
             out["tokens_per_s"][name] = common.rate_summary(real_tokens, ts)
-    if "ours" in times:
-        for name, ts in times.items():
-            if name not in ("ours", "matmul"):
-                out["speedup_of_ours_over"][name] = common.paired_ratio(ts, times["ours"])
+    for ref in OURS:
+        if ref in times:
+            out["speedup"][ref] = {name: common.paired_ratio(ts, times[ref]) for name, ts in times.items()
+                                   if name not in (ref, "matmul")}
     if "matmul" in times:
-        out["matmul_gflops"] = common.rate_summary(MATMUL_FLOPS / 1e9, times["matmul"])
+        out["matmul_n"] = matmul_n
+        out["matmul_flops"] = 2 * matmul_n ** 3
+        out["matmul_gflops"] = common.rate_summary(out["matmul_flops"] / 1e9, times["matmul"])
     return out
 
 
@@ -182,7 +194,7 @@ def correctness(models: dict, x, mask) -> dict:
             ref = ref_model(x_grad, src_key_padding_mask=~mask).detach()
         fast = ref_model(x, src_key_padding_mask=~mask)
         out["torch_fastpath_vs_regular"] = max_abs_diff_real(fast, ref, mask)
-        for name in ("ours", "textbook"):
+        for name in ("ours", "ours_packed", "textbook"):
             if name in models:
                 out[f"{name}_vs_torch_regular"] = max_abs_diff_real(forward_fn(name, models[name], x, mask)(), ref, mask)
     return out
@@ -194,7 +206,8 @@ def _set_mode(models: dict, train: bool) -> None:
 
 
 def run_inference(size_name: str, size: dict, batch: int, seq: int, reps: int, seed: int = 0,
-                  impls=IMPLS, with_matmul: bool = True, compile_ours: bool = False) -> dict:
+                  impls=IMPLS, with_matmul: bool = True, compile_ours: bool = False,
+                  budget_s: float | None = None, matmul_n: int = MATMUL_N) -> dict:
     x, mask, lengths = make_batch(batch, seq, size["d_model"], seed)
     models = build(size, 0.1, 0.0, impls, seed)
     _set_mode(models, False)
@@ -208,9 +221,9 @@ def run_inference(size_name: str, size: dict, batch: int, seq: int, reps: int, s
             fns["ours_compile"] = forward_fn("ours_compile", cm, x, mask)
             result["compile"] = "ok"
     if with_matmul:
-        fns["matmul"] = matmul_fn()
+        fns["matmul"] = matmul_fn(n=matmul_n)
     wrapped = {n: (lambda f=f: _infer(f)) if n != "matmul" else f for n, f in fns.items()}
-    result.update(measure(wrapped, reps, int(mask.sum())))
+    result.update(measure(wrapped, reps, int(mask.sum()), budget_s=budget_s, matmul_n=matmul_n))
     result["model_flops"] = encoder_flops(size, lengths)
     result["padded_flops"] = encoder_flops(size, lengths, padded_len=seq)
     return result
@@ -239,12 +252,12 @@ def train_step_fn(name: str, model: nn.Module, x, mask) -> Callable[[], float]:
 
 
 def run_training(size: dict, batch: int, seq: int, reps: int, dropout: float, attn_dropout: float,
-                 impls=IMPLS, seed: int = 0) -> dict:
+                 impls=IMPLS, seed: int = 0, budget_s: float | None = None) -> dict:
     x, mask, lengths = make_batch(batch, seq, size["d_model"], seed)
     models = build(size, dropout, attn_dropout, impls, seed)
     _set_mode(models, True)
     fns = {name: train_step_fn(name, m, x, mask) for name, m in models.items()}
-    result = measure(fns, reps, int(mask.sum()))
+    result = measure(fns, reps, int(mask.sum()), budget_s=budget_s)
     result["model_flops"] = encoder_flops(size, lengths, backward=True)
     return result
 
@@ -252,23 +265,26 @@ def run_training(size: dict, batch: int, seq: int, reps: int, dropout: float, at
 # ----------------------------------------------------------------------------- plan
 
 def plan(quick: bool) -> dict:
+    """Repetitions (at most) and seconds per block; a loaded machine gets fewer repetitions
+    (never below 3 in the full run) instead of a longer run. About 5 minutes when quiet."""
     if quick:
-        return dict(sizes=TOY_SIZES, batch=4, seq=16, infer_reps={"toy": 2}, train_reps={"toy": 2},
-                    train_cases=[("dropout 0.1, attn-dropout 0", 0.1, 0.0, IMPLS),
-                                 ("dropout 0", 0.0, 0.0, ("ours", "torch"))],
-                    preln=True, compile=False)
+        return dict(sizes=TOY_SIZES, batch=4, seq=16, infer=[("toy", 2, None)], preln=("toy", 2, None),
+                    train_cases=[("dropout 0.1, attn-dropout 0", 0.1, 0.0, IMPLS, [("toy", 2, None)]),
+                                 ("dropout 0", 0.0, 0.0, ("ours", "ours_packed", "torch"), [("toy", 2, None)])],
+                    compile=False, matmul=True, matmul_n=256)
+    ours_torch = ("ours", "ours_packed", "torch")
     return dict(
         sizes=SIZES, batch=32, seq=128,
-        infer_reps={"d256": 9, "d512": 5}, train_reps={"d256": 5, "d512": 3},
+        infer=[("d256", 9, 25), ("d512", 7, 60)], preln=("d256", 7, 10),
         train_cases=[
             # the like-for-like case of the target: residual/FFN dropout 0.1 for everyone,
             # attention-probability dropout 0 (our default; keeps SDPA's flash kernel)
-            ("dropout 0.1, attn-dropout 0", 0.1, 0.0, IMPLS),
-            ("dropout 0", 0.0, 0.0, ("ours", "torch")),
+            ("dropout 0.1, attn-dropout 0", 0.1, 0.0, IMPLS, [("d256", 5, 35), ("d512", 3, 60)]),
+            ("dropout 0", 0.0, 0.0, ours_torch, [("d256", 5, 20), ("d512", 3, 40)]),
             # nn.TransformerEncoderLayer's default: attention dropout = dropout
-            ("dropout 0.1, attn-dropout 0.1 (torch default)", 0.1, 0.1, ("ours", "torch")),
+            ("dropout 0.1, attn-dropout 0.1 (torch's default)", 0.1, 0.1, ours_torch, [("d256", 5, 20)]),
         ],
-        preln=True, compile=False,
+        compile=False, matmul=True, matmul_n=MATMUL_N,
     )
 
 
@@ -276,114 +292,130 @@ def run(quick: bool = False, out_dir=None, compile_ours: bool | None = None, log
     p = plan(quick)
     if compile_ours is not None:
         p["compile"] = compile_ours
-    machine = common.machine_info()
     _, mask, lengths = make_batch(p["batch"], p["seq"], 8)
     res = {
         "title": "Encoder throughput: inference and training step",
-        "machine": machine,
+        "machine": common.machine_info(),
         "settings": {
             "batch": p["batch"], "seq_len": p["seq"], "layout": "Post-LN, ReLU, batch-first",
             "lengths": lengths.tolist(), "padding_fraction": 1 - float(mask.float().mean()),
             "real_tokens": int(mask.sum()), "sizes": p["sizes"],
             "bert": bert_available() or "transformers BertModel, attn_implementation='sdpa', random init",
-            "inference_reps": p["infer_reps"], "train_reps": p["train_reps"],
             "tokens_per_s": "real (non-padding) tokens per second",
-            "speedup_of_ours_over": "per repetition: peer's time / our time (>1: ours faster)",
+            "speedup": "speedup[ref][peer], per repetition: peer's time / ref's time (>1: ref faster)",
         },
         "inference": {}, "inference_preln": {}, "training": {},
     }
-    for sname, size in p["sizes"].items():
+    for sname, reps, budget in p["infer"]:
         log(f"[encoder] inference {sname}")
-        res["inference"][sname] = run_inference(sname, size, p["batch"], p["seq"], p["infer_reps"][sname],
+        res["inference"][sname] = run_inference(sname, p["sizes"][sname], p["batch"], p["seq"], reps,
+                                                with_matmul=p["matmul"], budget_s=budget, matmul_n=p["matmul_n"],
                                                 compile_ours=p["compile"] and sname == "d256")
     if p["preln"]:
-        sname = next(iter(p["sizes"]))
+        sname, reps, budget = p["preln"]
         log(f"[encoder] inference Pre-LN {sname}")
         size = p["sizes"][sname]
         x, m, _ = make_batch(p["batch"], p["seq"], size["d_model"])
-        models = build(size, 0.1, 0.0, ("ours", "torch"), norm_first=True)
+        models = build(size, 0.1, 0.0, ("ours", "ours_packed", "torch"), norm_first=True)
         _set_mode(models, False)
         fns = {n: (lambda f=forward_fn(n, mod, x, m): _infer(f)) for n, mod in models.items()}
-        res["inference_preln"][sname] = measure(fns, p["infer_reps"][sname], int(m.sum()))
-    for label, dp, adp, impls in p["train_cases"]:
+        res["inference_preln"][sname] = measure(fns, reps, int(m.sum()), budget_s=budget)
+    for label, dp, adp, impls, runs in p["train_cases"]:
         res["training"][label] = {}
-        for sname, size in p["sizes"].items():
+        for sname, reps, budget in runs:
             log(f"[encoder] training {sname} {label}")
-            res["training"][label][sname] = run_training(size, p["batch"], p["seq"], p["train_reps"][sname],
-                                                         dp, adp, impls)
+            res["training"][label][sname] = run_training(p["sizes"][sname], p["batch"], p["seq"], reps,
+                                                         dp, adp, impls, budget_s=budget)
     res["targets"] = targets(res)
     common.write_result("encoder", res, to_markdown(res), out_dir)
     return res
 
 
-def _speedup(block: dict, peer: str) -> float | None:
-    s = block.get("speedup_of_ours_over", {}).get(peer)
+def speedup(block: dict, ref: str, peer: str) -> float | None:
+    s = block.get("speedup", {}).get(ref, {}).get(peer)
     return None if s is None else s["median"]
+
+
+PEER_GOALS = (("torch", "nn.TransformerEncoder (fast path)", 1.0), ("bert", "BertModel", 1.2),
+              ("textbook", "textbook", 2.0))
 
 
 def targets(res: dict) -> list[dict]:
     t = []
     for sname, r in res["inference"].items():
-        t.append(common.target(f"inference {sname}: ours / nn.TransformerEncoder fast path", _speedup(r, "torch"), 1.0))
-        t.append(common.target(f"inference {sname}: ours / BertModel", _speedup(r, "bert"), 1.2))
-        t.append(common.target(f"inference {sname}: ours / textbook", _speedup(r, "textbook"), 2.0))
-    first = next(iter(res["training"].values()), {})
+        for peer, label, goal in PEER_GOALS:
+            for ref in OURS:
+                t.append(common.target(f"inference {sname}: {ref} / {label}", speedup(r, ref, peer), goal))
     label = next(iter(res["training"]), "")
-    for sname, r in first.items():
-        t.append(common.target(f"training {sname} ({label}): ours / nn.TransformerEncoder", _speedup(r, "torch"), 1.1))
+    for sname, r in res["training"].get(label, {}).items():
+        for ref in OURS:
+            t.append(common.target(f"training {sname} ({label}): {ref} / nn.TransformerEncoder",
+                                   speedup(r, ref, "torch"), 1.1))
     return t
 
 
-def _block_rows(block: dict, order=("ours", "ours_compile", "torch", "bert", "textbook")) -> list[list[str]]:
+ROW_ORDER = ("ours", "ours_packed", "ours_compile", "torch", "bert", "textbook")
+
+
+def _block_rows(block: dict) -> list[list[str]]:
     rows = []
-    for name in order:
+    for name in ROW_ORDER:
         if name not in block["tokens_per_s"]:
             continue
-        sp = block["speedup_of_ours_over"].get(name)
-        rows.append([IMPL_LABEL.get(name, name), common.fmt_stat(block["tokens_per_s"][name]),
-                     "1 (reference)" if name == "ours" else common.fmt_stat(sp, 3, "×")])
+        row = [IMPL_LABEL.get(name, name), common.fmt_stat(block["tokens_per_s"][name])]
+        for ref in OURS:
+            sp = block["speedup"].get(ref, {}).get(name)
+            row.append("1" if name == ref else common.fmt_stat(sp, 3, "×"))
+        rows.append(row)
     return rows
+
+
+TABLE_HEADER = ["implementation", "tokens/s", "ours (default) is × faster", "ours (packed) is × faster"]
 
 
 def to_markdown(res: dict) -> str:
     s = res["settings"]
-    parts = [common.header_md(res["title"], res["machine"],
-                              f"Batch {s['batch']} × {s['seq_len']}, {s['layout']}; padding {s['padding_fraction']:.0%} "
-                              f"of slots ({s['real_tokens']} real tokens). Tokens/s = real tokens per second, "
-                              "median (min–max) over interleaved repetitions; speed-up = peer time / our time "
-                              "per repetition. BertModel: " + s["bert"] + ".")]
+    parts = [common.header_md(
+        res["title"], res["machine"],
+        f"Batch {s['batch']} × {s['seq_len']}, {s['layout']}; {s['padding_fraction']:.0%} of the slots are "
+        f"padding ({s['real_tokens']} real tokens). Tokens/s = real tokens per second, median (min–max) over "
+        "interleaved repetitions; '× faster' = peer's time / ours, per repetition. "
+        "'packed' = `Encoder.set_padding_packing()`: norms, FFN and projections run on real tokens only "
+        "(opt-in: padded output rows become zeros, as in torch's nested-tensor fast path). "
+        f"BertModel: {s['bert']}.")]
     parts.append("## Targets\n\n" + common.targets_md(res["targets"]))
     for sname, r in res["inference"].items():
         size = s["sizes"][sname]
         parts.append(f"## Inference {sname} (d_model {size['d_model']}, {size['n_heads']} heads, d_ff {size['d_ff']}, "
                      f"{size['n_layers']} layers), eval + inference_mode\n\n"
-                     + common.md_table(["implementation", "tokens/s", "ours is × faster"], _block_rows(r)))
+                     + common.md_table(TABLE_HEADER, _block_rows(r)))
         extra = []
         if "matmul_gflops" in r:
-            extra.append(f"2048² fp32 matmul in the same loop: {common.fmt_stat(r['matmul_gflops'])} GFLOP/s.")
+            extra.append(f"{r['matmul_n']}² fp32 matmul in the same loop: {common.fmt_stat(r['matmul_gflops'])} GFLOP/s.")
         if "compile" in r:
             extra.append(f"torch.compile: {r['compile']}.")
         c = r.get("correctness", {})
         if c:
             extra.append("Max |diff| at real tokens vs nn.TransformerEncoder's regular path: "
-                         + ", ".join(f"{k.replace('_vs_torch_regular', '')} {v:.1e}" for k, v in c.items()) + ".")
+                         + ", ".join(f"{k.replace('_vs_torch_regular', '').replace('_vs_regular', '')} {v:.1e}"
+                                     for k, v in c.items()) + " (textbook: x.std LayerNorm).")
         if extra:
             parts[-1] += "\n\n" + " ".join(extra)
     for sname, r in res.get("inference_preln", {}).items():
         parts.append(f"## Inference {sname}, Pre-LN (torch's fast path runs without nested tensors)\n\n"
-                     + common.md_table(["implementation", "tokens/s", "ours is × faster"], _block_rows(r)))
+                     + common.md_table(TABLE_HEADER, _block_rows(r)))
     for label, by_size in res["training"].items():
         for sname, r in by_size.items():
             parts.append(f"## Training step {sname}, {label} (forward + backward + AdamW)\n\n"
-                         + common.md_table(["implementation", "tokens/s", "ours is × faster"], _block_rows(r)))
+                         + common.md_table(TABLE_HEADER, _block_rows(r)))
     return "\n\n".join(parts)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="toy sizes, seconds (the smoke test)")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(ours) at d256")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     a = ap.parse_args(argv)
     run(a.quick, a.out, compile_ours=a.compile or None)
 

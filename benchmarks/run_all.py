@@ -1,0 +1,90 @@
+"""Run every benchmark and write benchmarks/results/ (`make bench`).
+
+    python -m benchmarks.run_all            # full run, about 15 minutes on 2 quiet cores
+    python -m benchmarks.run_all --quick    # toy sizes, seconds (what the smoke test runs)
+    python -m benchmarks.run_all --only encoder,attention
+
+Each benchmark writes `<name>.json` and `<name>.md`; this script adds `README.md` with the
+date, the machine and every benchmark's targets and key ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from . import attention, bf16, common, data_pipeline, encoder, generation, mfu
+
+ORDER = ("encoder", "mfu", "attention", "bf16", "generation", "data_pipeline")
+MODULES = {"encoder": encoder, "attention": attention, "bf16": bf16, "generation": generation,
+           "data_pipeline": data_pipeline, "mfu": mfu}
+
+
+def run_all(quick: bool = False, out_dir=None, only=None, log=print) -> dict:
+    out = common.RESULTS_DIR if out_dir is None else Path(out_dir)
+    names = [n for n in ORDER if only is None or n in only]
+    results, seconds = {}, {}
+    start = common.machine_info()
+    for name in names:
+        t0 = time.perf_counter()
+        if name == "mfu" and "encoder" in results:
+            results[name] = mfu.from_encoder(results["encoder"], out)  # the same loop's matmul
+        else:
+            results[name] = MODULES[name].run(quick=quick, out_dir=out, log=log)
+        seconds[name] = time.perf_counter() - t0
+        log(f"[run_all] {name} done in {seconds[name]:.0f}s")
+    write_readme(results, seconds, start, out, quick)
+    return results
+
+
+def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: bool) -> None:
+    try:
+        load_end = os.getloadavg()
+    except OSError:
+        load_end = None
+    m = machine
+    lines = [
+        "# Benchmark results" + (" (--quick: toy sizes, numbers meaningless)" if quick else ""), "",
+        f"- date: {m['date']}",
+        f"- CPU: {m['cpu_model']} ({m['cpu_count']} logical CPUs; flags: {', '.join(m['cpu_flags']) or '–'})",
+        f"- torch {m['torch']}, `torch.backends.cpu.get_cpu_capability()` = {m['cpu_capability']}, "
+        f"{m['threads']} threads, Python {m['python']}",
+        f"- load average at start {_load(m['loadavg_at_start'])}, at end {_load(load_end)} "
+        "(other jobs share these cores: compare ratios measured in one process, not absolute numbers)",
+        f"- wall time: {sum(seconds.values()):.0f}s (" + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items()) + ")",
+        "- command: `make bench` (`python -m benchmarks.run_all`); every contender of a table runs in the same "
+        "process, interleaved; medians with min–max over repetitions, ratios per repetition.",
+        "",
+        "## Targets", "",
+    ]
+    all_targets = [(name, t) for name, r in results.items() for t in r.get("targets", [])]
+    rows = []
+    for name, t in all_targets:
+        val = "–" if t["value"] is None else f"{t['value']:.3g}{t['unit']}"
+        rows.append([f"[{name}]({name}.md)", t["name"], val, f"{t['goal']:g}{t['unit']}",
+                     {True: "yes", False: "**no**", None: "n/a"}[t["met"]]])
+    lines.append(common.md_table(["benchmark", "target", "measured (median)", "goal", "met"], rows))
+    lines += ["", "## Tables", ""]
+    lines += [f"- [{n}]({n}.md): {results[n].get('title', n)}" for n in results]
+    (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _load(la) -> str:
+    return "–" if not la else "/".join(f"{x:.1f}" for x in la)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="toy sizes, seconds")
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(ORDER)}")
+    a = ap.parse_args(argv)
+    only = None if a.only is None else set(a.only.split(","))
+    if only and not only <= set(ORDER):
+        ap.error(f"unknown benchmark(s): {', '.join(sorted(only - set(ORDER)))}")
+    run_all(a.quick, a.out, only)
+
+
+if __name__ == "__main__":
+    main()

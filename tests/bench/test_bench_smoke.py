@@ -1,0 +1,114 @@
+"""Smoke test of `benchmarks/`: every benchmark runs at toy sizes in seconds and writes JSON
+of the expected shape plus Markdown. No timing is asserted (the numbers are meaningless at
+these sizes); what is checked is that `make bench` cannot break unnoticed."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level package beside src/
+
+from benchmarks import common, encoder, run_all  # noqa: E402
+
+MACHINE_KEYS = {"date", "cpu_model", "cpu_capability", "threads", "torch"}
+TARGET_KEYS = {"name", "value", "goal", "unit", "met"}
+SUMMARY_KEYS = {"median", "min", "max", "n"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # shared CI/dev cores: one thread avoids oversubscription stalls
+    try:
+        res = run_all.run_all(quick=True, out_dir=out, log=lambda *a: None)
+    finally:
+        torch.set_num_threads(threads)
+    return out, res
+
+
+def _load(out, name):
+    data = json.loads((out / f"{name}.json").read_text())
+    assert data["schema"] == common.SCHEMA_VERSION and data["benchmark"] == name
+    assert MACHINE_KEYS <= set(data["machine"])
+    for t in data["targets"]:
+        assert TARGET_KEYS <= set(t)
+    assert (out / f"{name}.md").read_text().startswith("# ")
+    return data
+
+
+def _is_summary(s):
+    return SUMMARY_KEYS <= set(s) and s["min"] <= s["median"] <= s["max"]
+
+
+def test_every_benchmark_writes_json_and_markdown(results):
+    out, res = results
+    assert set(res) == set(run_all.ORDER)
+    readme = (out / "README.md").read_text()
+    assert "CPU:" in readme and "get_cpu_capability" in readme and "threads" in readme
+    for name in run_all.ORDER:
+        _load(out, name)
+
+
+def test_encoder_schema(results):
+    d = _load(results[0], "encoder")
+    inf = d["inference"]["toy"]
+    assert {"ours", "ours_packed", "torch", "textbook"} <= set(inf["tokens_per_s"])
+    assert all(_is_summary(s) for s in inf["tokens_per_s"].values())
+    assert _is_summary(inf["speedup"]["ours"]["torch"]) and "matmul_gflops" in inf
+    # same weights: ours equals nn.TransformerEncoder's regular path at real tokens
+    assert inf["correctness"]["ours_vs_torch_regular"] < 1e-5
+    assert inf["correctness"]["ours_packed_vs_torch_regular"] < 1e-5
+    for label, by_size in d["training"].items():
+        assert _is_summary(by_size["toy"]["speedup"]["ours"]["torch"]), label
+
+
+def test_other_schemas(results):
+    out = results[0]
+    a = _load(out, "attention")
+    for T, r in a["time"].items():
+        assert {"math", "fused", "local"} <= set(r["ms"]), T
+        assert set(a["memory"][T]["peak_bytes"]) == {"math", "fused", "local"}
+    b = _load(out, "bf16")
+    assert _is_summary(b["inference"]["toy"]["speedup_over_fp32"]["bf16_autocast"])
+    assert _is_summary(b["training"]["toy"]["speedup_over_fp32"]["bf16_autocast"])
+    g = _load(out, "generation")
+    assert all(r["same_tokens"] for r in g["by_context"].values())  # cache == full forward
+    p = _load(out, "data_pipeline")
+    assert 0 <= p["padding"]["padding_fraction_bucketed"] <= p["padding"]["padding_fraction_random"] < 1
+    m = _load(out, "mfu")
+    assert 0 < m["by_size"]["toy"]["impls"]["ours"]["fraction_of_peak"]["median"]
+
+
+def test_padding_packing_equals_padded_forward():
+    """The optimisation the encoder benchmark measures: `set_padding_packing()` changes real
+    rows by float rounding only (forward and gradients) and zeroes the padded rows."""
+    from scratchformer.nn import Encoder, TransformerConfig, padding_mask
+
+    torch.manual_seed(0)
+    for norm_first in (False, True):
+        cfg = TransformerConfig(d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0.0,
+                                norm_first=norm_first, position="rope")
+        enc = Encoder(cfg)
+        x = torch.randn(3, 6, 16, requires_grad=True)
+        m = padding_mask(torch.tensor([6, 2, 0]), 6)
+        outs = []
+        for packed in (False, True):
+            enc.set_padding_packing(packed)
+            y = enc(x, m)
+            grads = torch.autograd.grad((y * m[..., None]).square().sum(), [x, *enc.parameters()])
+            outs.append((y, grads))
+        (a, ga), (b, gb) = outs
+        assert (a[m] - b[m]).abs().max() < 1e-5
+        assert (b[~m] == 0).all()
+        assert max(float((u - v).abs().max()) for u, v in zip(ga, gb)) < 1e-5
+
+
+def test_encoder_flops_count():
+    size = dict(d_model=4, n_heads=1, d_ff=8, n_layers=1)
+    # 2 tokens, one sequence of length 2: 2*2*(4*16 + 2*32) + 4*2*2*4
+    assert encoder.encoder_flops(size, torch.tensor([2])) == 2 * 2 * (64 + 64) + 4 * 4 * 4
