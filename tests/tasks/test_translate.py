@@ -16,7 +16,7 @@ from scratchformer.nn import TransformerConfig
 from scratchformer.tasks.decoding import DecodeConfig, beam_search, greedy_decode, length_limits
 from scratchformer.tasks.translate import (
     ParallelSplit, TranslateDataConfig, TranslateRecipe, TranslationTask, Translator,
-    average_checkpoints, corpus_scores)
+    average_checkpoints, corpus_scores, load_translation)
 from scratchformer.train.checkpoint import load_weights, save_weights
 
 # ---------------------------------------------------------------------------- a tiny toy task
@@ -213,6 +213,18 @@ def test_checkpoint_averaging_is_the_mean(tmp_path):
     assert m.out_proj.weight is m.tgt_embed.tokens.weight  # the tie survives
 
 
+def test_user_files_tsv_or_two_aligned_files(tmp_path):
+    pairs = _pairs(50, 4)
+    _write(tmp_path / "all.tsv", pairs)
+    (tmp_path / "a.src").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "a.tgt").write_text("".join(t + "\n" for _, t in pairs))
+    one = load_translation(TranslateDataConfig(dataset=str(tmp_path / "all.tsv")))
+    two = load_translation(TranslateDataConfig(dataset=f"{tmp_path / 'a.src'},{tmp_path / 'a.tgt'}"))
+    assert one.train == two.train and (len(one.train), len(one.valid), len(one.test)) == (40, 5, 5)
+    with pytest.raises(UserError, match="does not exist"):
+        load_translation(TranslateDataConfig(dataset=str(tmp_path / "missing.tsv")))
+
+
 def test_shared_embeddings_need_a_joint_vocabulary():
     with pytest.raises(UserError, match="joint"):
         Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=12, share_embeddings=True)
@@ -247,6 +259,8 @@ def test_python_api_and_cli(run, capsys):
     assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--json", "--greedy"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["n"] == 40 and rep["decode"]["beam"] == 1 and rep["bleu"] > 60
+    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--json", "--precision", "bf16"]) == 0
+    assert json.loads(capsys.readouterr().out)["decode"]["precision"] == "bf16"
     png = d / "align.png"
     assert main(["align", str(out), "ab cd", "--out", str(png)]) == 0
     assert png.stat().st_size > 1000

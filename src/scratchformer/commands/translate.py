@@ -16,6 +16,7 @@ def _decode_args(p) -> None:
     add("--length-penalty", type=float, help="beam ranking: score / length**PENALTY")
     add("--max-len-ratio", type=float, help="output limit: RATIO * source tokens + offset")
     add("--no-cache", action="store_true", help="recompute the whole prefix at every step (slow; for checking)")
+    add("--precision", choices=["fp32", "bf16"], help="bf16: decode under bfloat16 autocast (faster on AMX CPUs)")
 
 
 def _adder(p):
@@ -59,7 +60,7 @@ def register(cli) -> None:
 def _overrides(args) -> dict:
     beam = 1 if getattr(args, "greedy", False) else getattr(args, "beam", None)
     out = {"beam": beam, "length_penalty": getattr(args, "length_penalty", None),
-           "max_len_ratio": getattr(args, "max_len_ratio", None)}
+           "max_len_ratio": getattr(args, "max_len_ratio", None), "precision": getattr(args, "precision", None)}
     if getattr(args, "no_cache", False):
         out["use_cache"] = False
     return {k: v for k, v in out.items() if v is not None}

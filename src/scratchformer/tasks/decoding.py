@@ -44,6 +44,7 @@ class DecodeConfig(JsonConfig):
     early_stop: bool = True
     use_cache: bool = True
     batch_tokens: int = 4000  # source tokens (times beam) decoded together
+    precision: str = "fp32"  # "bf16": run the model under bfloat16 autocast (log-probs stay fp32)
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -52,6 +53,8 @@ class DecodeConfig(JsonConfig):
             raise UserError("max_len_ratio and max_len_offset must be >= 0 and max_output_len >= 1")
         if self.max_input_len < 1 or self.batch_tokens < 1:
             raise UserError("max_input_len and batch_tokens must be >= 1")
+        if self.precision not in ("fp32", "bf16"):
+            raise UserError(f"decode precision must be 'fp32' or 'bf16', got {self.precision!r}")
 
 
 @dataclass

@@ -416,7 +416,9 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], PAD_ID)
-            for i, h in zip(chunk, decode(self.model, src, cfg)):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                hyps = decode(self.model, src, cfg)
+            for i, h in zip(chunk, hyps):
                 out[i] = h
             start = end
         return out  # type: ignore[return-value]
