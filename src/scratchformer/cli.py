@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "scratchformer.commands.datasets",
     "scratchformer.commands.classify",
     "scratchformer.commands.embed",
+    "scratchformer.commands.pretrain",
     "scratchformer.commands.translate",
     "scratchformer.commands.lm",
 ]

@@ -15,6 +15,8 @@ def register(cli) -> None:
     p.add_argument("--test", help="test file (default: a seeded split of --data)")
     p.add_argument("--text-col", help="text column name or 0-based position")
     p.add_argument("--label-col", help="label column name or 0-based position")
+    p.add_argument("--init", help="start from a pretrained encoder: a `pretrain mlm` run directory, "
+                                  "'minilm' (all-MiniLM-L6-v2) or a Hugging Face BERT folder")
     add_recipe_args(p)
     p.set_defaults(func=train)
 
@@ -53,6 +55,8 @@ def train(args) -> int:
     dc.test_file = args.test or dc.test_file
     dc.text_col = _col(args.text_col) if args.text_col else dc.text_col
     dc.label_col = _col(args.label_col) if args.label_col else dc.label_col
+    if args.init and not args.resume:
+        recipe.model.init = args.init
     result = train_classifier(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
     print(json.dumps({"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
                       "best_valid": result["train"].get("best_metric")}, ensure_ascii=False))

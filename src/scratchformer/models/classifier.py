@@ -1,4 +1,10 @@
-"""Encoder classifier: embeddings -> our Encoder -> pooling -> linear head.
+"""Encoder classifier: embeddings -> encoder -> pooling -> linear head.
+
+Two backbones, one head:
+  - ours (default): `Embeddings` (+ optional hashed bigram embeddings) -> our `Encoder`,
+    trained from scratch or started from a `scratchformer pretrain mlm` run;
+  - BERT (`cfg.bert` set): a `BertEncoder` started from a Hugging Face checkpoint such as
+    all-MiniLM-L6-v2 (`--init minilm`).
 
 Long documents are split into segments upstream; each segment is encoded on its own and
 the segment vectors of a document are pooled into one (`doc_index` says which segment
@@ -13,9 +19,12 @@ from torch import nn
 
 from ..errors import UserError
 from ..nn import Encoder, JsonConfig, TransformerConfig
+from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings
 
 POOLINGS = ("mean", "cls", "max")
+NUM_SPECIALS = 5  # <pad> <unk> <bos> <eos> <cls>: the fixed ids of our tokenizers
+UNK_ID = 1
 
 
 @dataclass
@@ -25,14 +34,31 @@ class ClassifierConfig(JsonConfig):
     encoder: TransformerConfig = field(default_factory=TransformerConfig)
     pooling: str = "mean"  # over real tokens; "cls" reads position 0 (the tokenizer adds <cls>)
     segment_pooling: str = "mean"  # how segment vectors of one long document are combined
-    bigram_buckets: int = 0  # hashed character-bigram embeddings (0 = off)
+    bigram_buckets: int = 0  # hashed bigram embeddings (0 = off)
     head_dropout: float = 0.1
+    token_dropout: float = 0.0  # training only: this share of input tokens becomes <unk>
+    init: str | None = None  # start from: 'minilm', a HF BERT folder, or a `pretrain mlm` run
+    encoder_lr_scale: float = 1.0  # lr of the pretrained part = train.lr * this (with init)
+    bert: BertConfig | None = None  # set (from the checkpoint) when the backbone is BERT
 
     def __post_init__(self) -> None:
+        if isinstance(self.bert, dict):  # from JSON: get_type_hints sees `BertConfig | None`
+            self.bert = BertConfig.from_dict(self.bert)
         if self.pooling not in POOLINGS or self.segment_pooling not in ("mean", "max"):
             raise UserError(f"pooling must be one of {POOLINGS}, segment_pooling mean or max")
         if self.n_classes < 2:
             raise UserError(f"a classifier needs at least 2 classes, got {self.n_classes}")
+        if not 0.0 <= self.token_dropout < 1.0:
+            raise UserError(f"token_dropout must be in [0, 1), got {self.token_dropout}")
+        if not self.encoder_lr_scale > 0:
+            raise UserError(f"encoder_lr_scale must be > 0, got {self.encoder_lr_scale}")
+        if self.bert is not None and (self.bigram_buckets or self.token_dropout):
+            raise UserError("a BERT backbone uses its own vocabulary: set model.bigram_buckets=0 "
+                            "and model.token_dropout=0")
+
+    @property
+    def d_model(self) -> int:
+        return self.bert.hidden_size if self.bert is not None else self.encoder.d_model
 
 
 def masked_pool(h: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
@@ -49,17 +75,44 @@ class EncoderClassifier(nn.Module):
     def __init__(self, cfg: ClassifierConfig):
         super().__init__()
         self.cfg = cfg
-        self.embed = Embeddings(cfg.vocab_size, cfg.encoder, cfg.bigram_buckets)
-        self.encoder = Encoder(cfg.encoder)
-        self.head = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(cfg.encoder.d_model, cfg.n_classes))
+        if cfg.bert is not None:
+            self.bert = BertEncoder(cfg.bert)  # cfg.bert.add_pooler is off: we pool ourselves
+        else:
+            self.embed = Embeddings(cfg.vocab_size, cfg.encoder, cfg.bigram_buckets)
+            self.encoder = Encoder(cfg.encoder)
+        self.head = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(cfg.d_model, cfg.n_classes))
+
+    def backbone(self) -> list[nn.Module]:
+        """The modules a pretrained checkpoint fills (everything but the head)."""
+        return [self.bert] if self.cfg.bert is not None else [self.embed, self.encoder]
+
+    def set_encoder_lr_scale(self, scale: float) -> None:
+        """Train the backbone at `scale` times the head's learning rate (the Trainer reads
+        each parameter's `lr_scale`)."""
+        for module in self.backbone():
+            for p in module.parameters():
+                p.lr_scale = scale
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
-        self.encoder.set_gradient_checkpointing(enabled)
+        (self.bert if self.cfg.bert is not None else self.encoder).set_gradient_checkpointing(enabled)
+
+    def _drop_tokens(self, ids, bigrams):
+        """Word dropout: real tokens become <unk> (and lose their bigram) with p = token_dropout."""
+        drop = (torch.rand(ids.shape, device=ids.device) < self.cfg.token_dropout) & (ids >= NUM_SPECIALS)
+        ids = ids.masked_fill(drop, UNK_ID)
+        if bigrams is not None:
+            bigrams = bigrams.masked_fill(drop, 0)
+        return ids, bigrams
 
     def features(self, ids, bigrams=None, need_weights=False):
         """ids `(S, T)` -> pooled `(S, C)` (and per-layer attention weights on request)."""
-        mask = ids != 0  # (S, T), <pad> = 0
-        out = self.encoder(self.embed(ids, bigrams), mask, need_weights=need_weights)
+        mask = ids != 0  # (S, T), <pad> = 0 (also BERT's [PAD])
+        if self.training and self.cfg.token_dropout > 0:
+            ids, bigrams = self._drop_tokens(ids, bigrams)
+        if self.cfg.bert is not None:
+            out = self.bert(ids, attention_mask=mask, need_weights=need_weights)
+        else:
+            out = self.encoder(self.embed(ids, bigrams), mask, need_weights=need_weights)
         h, weights = out if need_weights else (out, None)
         pooled = masked_pool(h, mask, self.cfg.pooling)
         return (pooled, weights) if need_weights else pooled

@@ -17,12 +17,14 @@ import torch.nn.functional as F
 from ..data.batching import LengthBucketSampler, pad_sequences, segment, truncate
 from ..data.tokenizers import CLS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer
 from ..errors import UserError
+from ..interop.hf_bert import BertTokenizer
 from ..models.classifier import ClassifierConfig, EncoderClassifier
 from ..nn import JsonConfig
 from ..train import TrainConfig, Trainer
 from ..train.checkpoint import load_weights
 from . import metrics as M
 from .data_source import load_classification
+from .mlm import encode_with_bigrams
 
 
 @dataclass
@@ -75,23 +77,31 @@ class ClassifyBatch:
 
 
 class DocumentEncoder:
-    """Text -> segments of token ids (and aligned bigram ids), following the data config."""
+    """Text -> segments of token ids (and aligned bigram ids), following the data config.
 
-    def __init__(self, tokenizer: Tokenizer, dc: ClassifyDataConfig, cls_token: bool, bigrams: bool):
-        self.tok, self.dc, self.cls_token, self.bigrams = tokenizer, dc, cls_token, bigrams
+    Our tokenizers: `[<cls>] tokens` (the `<cls>` only for cls pooling). A BERT tokenizer:
+    `[CLS] tokens [SEP]` with its own ids, as the checkpoint was trained (so `max_len - 2`
+    tokens of text per segment)."""
+
+    def __init__(self, tokenizer, dc: ClassifyDataConfig, cls_token: bool, bigram_buckets: int):
+        self.tok, self.dc, self.bigram_buckets = tokenizer, dc, bigram_buckets
+        self.bigrams = bigram_buckets > 0
+        self.bert = isinstance(tokenizer, BertTokenizer)
+        self.prefix = [(tokenizer.cls_id, 0)] if self.bert else [(CLS_ID, 0)] if cls_token else []
+        self.suffix = [(tokenizer.sep_id, 0)] if self.bert else []
 
     def __call__(self, text: str) -> list[list[tuple[int, int]]]:
-        ids = self.tok.encode(text)
-        bis = self.tok.encode_bigrams(text) if self.bigrams else [0] * len(ids)
-        pairs = list(zip(ids, bis))
-        room = self.dc.max_len - int(self.cls_token)
+        if self.bert:
+            ids, bis = self.tok.encode(text, add_special_tokens=False), None
+        else:
+            ids, bis = encode_with_bigrams(self.tok, text, self.bigram_buckets)
+        pairs = list(zip(ids, bis or [0] * len(ids)))
+        room = self.dc.max_len - len(self.prefix) - len(self.suffix)
         if self.dc.long_mode == "truncate":
             segs = [truncate(pairs, room, keep=self.dc.truncate_keep)]
         else:
             segs = segment(pairs, room, max_segments=self.dc.max_segments) or [[]]
-        if self.cls_token:
-            segs = [[(CLS_ID, 0)] + s for s in segs]
-        return segs
+        return [self.prefix + s + self.suffix for s in segs]
 
 
 def collate(docs: Sequence[list[list[tuple[int, int]]]], labels: Sequence[int], bigrams: bool) -> ClassifyBatch:
@@ -144,7 +154,7 @@ class ClassificationTask:
     def save(self, run_dir: Path) -> None:
         run_dir = Path(run_dir)
         self.recipe.save_json(run_dir / "config.json")
-        self.tokenizer.save(run_dir / "tokenizer.json")
+        save_tokenizer(self.tokenizer, run_dir)
         (run_dir / "labels.json").write_text(json.dumps(self.labels, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
@@ -169,10 +179,26 @@ class EncodedSplit:
                 for idx in self.sampler.epoch_batches(epoch)]
 
 
+def save_tokenizer(tok, run_dir: Path) -> None:
+    """`tokenizer.json` in the run directory: ours (with a "type"), or a BERT checkpoint's
+    tokenizer files (tokenizer.json in the HF format, vocab.txt, tokenizer_config.json)."""
+    if isinstance(tok, BertTokenizer):
+        tok.save(run_dir)
+    else:
+        tok.save(Path(run_dir) / "tokenizer.json")
+
+
+def load_tokenizer(run_dir: Path, model_cfg: ClassifierConfig):
+    """The tokenizer a run was trained with; a BERT backbone means a BERT tokenizer."""
+    if model_cfg.bert is not None:
+        return BertTokenizer.from_dir(run_dir, max_positions=model_cfg.bert.max_position_embeddings)
+    return Tokenizer.load(Path(run_dir) / "tokenizer.json")
+
+
 def build_tokenizer_for(dc: ClassifyDataConfig, texts: list[str], bigram_buckets: int) -> Tokenizer:
+    """A fresh tokenizer; with bigram_buckets, the char tokenizer hashes character bigrams
+    (any other kind gets hashed token-id bigrams from the DocumentEncoder)."""
     kind = auto_kind(texts) if dc.tokenizer == "auto" else dc.tokenizer
-    if bigram_buckets and kind != "char":
-        raise UserError("bigram_buckets needs the char tokenizer; set data.tokenizer=char or model.bigram_buckets=0")
     if kind == "char":
         return build_tokenizer("char", texts, min_freq=dc.min_freq, lowercase=dc.lowercase, bigram_buckets=bigram_buckets)
     if kind == "word":
@@ -180,21 +206,97 @@ def build_tokenizer_for(dc: ClassifyDataConfig, texts: list[str], bigram_buckets
     return build_tokenizer(kind, texts, vocab_size=dc.vocab_size)
 
 
-def _encoder_for(recipe: ClassifyRecipe, tok: Tokenizer) -> DocumentEncoder:
-    return DocumentEncoder(tok, recipe.data, recipe.model.pooling == "cls", recipe.model.bigram_buckets > 0)
+def _encoder_for(recipe: ClassifyRecipe, tok) -> DocumentEncoder:
+    return DocumentEncoder(tok, recipe.data, recipe.model.pooling == "cls", recipe.model.bigram_buckets)
+
+
+# --------------------------------------------------------------------------- --init
+
+
+@dataclass
+class InitSource:
+    """A pretrained backbone for `train classify --init`: its tokenizer, the weights under the
+    classifier's parameter names, and the architecture the classifier must take to hold them.
+
+    One path for both layouts: a `pretrain mlm` run of ours (`embed.*`, `encoder.*`) and a
+    Hugging Face BERT checkpoint ('minilm' or a folder; `bert.*`)."""
+
+    name: str
+    kind: str  # "mlm" | "bert"
+    tokenizer: Any
+    state: dict[str, torch.Tensor]
+    vocab_size: int
+    bigram_buckets: int
+    encoder: Any  # TransformerConfig (mlm) or BertConfig (bert)
+
+    def configure(self, m: ClassifierConfig) -> None:
+        """Give `m` the checkpoint's architecture; dropout stays the recipe's own
+        (`model.encoder.dropout`, `model.encoder.attn_dropout`)."""
+        m.init, m.vocab_size = self.name, self.vocab_size
+        if self.kind == "bert":
+            m.bert = self.encoder.replace(add_pooler=False, hidden_dropout_prob=m.encoder.dropout,
+                                          attention_probs_dropout_prob=m.encoder.attn_dropout)
+            m.encoder = m.bert.to_transformer_config()  # for the record: the stack BERT runs
+            m.bigram_buckets = 0
+        else:
+            m.encoder = self.encoder.replace(dropout=m.encoder.dropout, attn_dropout=m.encoder.attn_dropout)
+            m.bigram_buckets, m.bert = self.bigram_buckets, None
+
+    def load_into(self, model: EncoderClassifier) -> None:
+        missing, unexpected = model.load_state_dict(self.state, strict=False)
+        missing = [k for k in missing if not k.startswith("head.")]
+        if missing or unexpected:
+            raise UserError(f"--init {self.name}: weights do not fit the classifier "
+                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def load_init(name: str) -> InitSource:
+    """`name`: a `scratchformer pretrain mlm` run directory, or a BERT checkpoint
+    ('minilm', or a folder in the Hugging Face layout)."""
+    run = Path(name)
+    if (run / "config.json").is_file() and (run / "tokenizer.json").is_file() and \
+            json.loads((run / "config.json").read_text(encoding="utf-8")).get("task") == "mlm":
+        from .mlm import MLMRecipe
+
+        if not (run / "model.safetensors").is_file():
+            raise UserError(f"--init {name}: the pretraining run has no model.safetensors yet")
+        from safetensors.torch import load_file
+
+        mlm = MLMRecipe.load_json(run / "config.json")
+        state = {k: v for k, v in load_file(str(run / "model.safetensors")).items()
+                 if k.startswith(("embed.", "encoder."))}
+        return InitSource(str(name), "mlm", Tokenizer.load(run / "tokenizer.json"), state,
+                          mlm.model.vocab_size, mlm.model.bigram_buckets, mlm.model.encoder)
+    if (run / "config.json").is_file() and json.loads((run / "config.json").read_text(encoding="utf-8")).get("task"):
+        raise UserError(f"--init {name}: that run is not a `pretrain mlm` run (nor a BERT checkpoint)")
+    from ..interop.hf_bert import load_hf_bert
+
+    bert, tok = load_hf_bert(name)
+    state = {f"bert.{k}": v for k, v in bert.state_dict().items() if not k.startswith("pooler.")}
+    return InitSource(str(name), "bert", tok, state, bert.config.vocab_size, 0, bert.config)
 
 
 def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool = False,
                      log=print) -> dict[str, Any]:
     """Load data, build tokenizer and model, train, then test the best checkpoint."""
     out_dir = Path(out_dir)
-    dc = recipe.data
+    dc, mc = recipe.data, recipe.model
     data = load_classification(dc)
-    if resume:
-        tok = Tokenizer.load(out_dir / "tokenizer.json")
+    source = None
+    if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
+        tok = load_tokenizer(out_dir, mc)
+    elif mc.init:
+        source = load_init(mc.init)
+        source.configure(mc)
+        tok = source.tokenizer
+        log(f"init: {source.kind} backbone from {mc.init} (its tokenizer; data.tokenizer is not used)")
     else:
-        tok = build_tokenizer_for(dc, [t for t, _ in data.train], recipe.model.bigram_buckets)
-    recipe.model.vocab_size, recipe.model.n_classes = tok.vocab_size, len(data.labels)
+        tok = build_tokenizer_for(dc, [t for t, _ in data.train], mc.bigram_buckets)
+        mc.vocab_size = tok.vocab_size
+    mc.n_classes = len(data.labels)
+    if mc.bert is not None and dc.max_len > mc.bert.max_position_embeddings:
+        raise UserError(f"data.max_len {dc.max_len} exceeds the checkpoint's "
+                        f"{mc.bert.max_position_embeddings} positions; lower it")
     label_ids = {lab: i for i, lab in enumerate(data.labels)}
     encode = _encoder_for(recipe, tok)
     seed = recipe.train.seed
@@ -206,7 +308,11 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         f"<unk> rate on valid {tok.unk_rate([t for t, _ in data.valid[:2000]]):.2%}, "
         f"padding {train.padding_fraction:.1%} of batch tokens (length-bucketed)")
     torch.manual_seed(seed)
-    model = EncoderClassifier(recipe.model)
+    model = EncoderClassifier(mc)
+    if source is not None:
+        source.load_into(model)
+    if mc.init and mc.encoder_lr_scale != 1.0:
+        model.set_encoder_lr_scale(mc.encoder_lr_scale)
     log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     task = ClassificationTask(model, recipe, tok, data.labels)
     valid_batches = valid.batches(0) if valid else None
@@ -257,7 +363,7 @@ class Classifier:
     'sports'
     """
 
-    def __init__(self, model: EncoderClassifier, tokenizer: Tokenizer, labels: list[str], recipe: ClassifyRecipe):
+    def __init__(self, model: EncoderClassifier, tokenizer, labels: list[str], recipe: ClassifyRecipe):
         self.model, self.tokenizer, self.labels, self.recipe = model.eval(), tokenizer, labels, recipe
         self.task = ClassificationTask(model, recipe, tokenizer, labels)
         self._encode = _encoder_for(recipe, tokenizer)
@@ -274,7 +380,7 @@ class Classifier:
         model = EncoderClassifier(recipe.model)
         load_weights(model, run_dir / "model.safetensors")
         labels = json.loads((run_dir / "labels.json").read_text(encoding="utf-8"))
-        return cls(model, Tokenizer.load(run_dir / "tokenizer.json"), labels, recipe)
+        return cls(model, load_tokenizer(run_dir, recipe.model), labels, recipe)
 
     def _batch(self, texts: Sequence[str]) -> ClassifyBatch:
         docs = []

@@ -131,9 +131,10 @@ class Trainer:
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         if not self._params:
             raise UserError("the model has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(
-            param_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps
-        )
+        groups = param_groups(self.model, cfg.weight_decay)
+        for g in groups:  # per-parameter learning rates: `p.lr_scale` (see param_groups)
+            g["lr"] = cfg.lr * g["lr_scale"]
+        self.optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         self.total_steps = self._total_steps()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -323,7 +324,8 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             raise self._diverged(step_no, f"the gradient norm is {float(norm)}")
 
-        self._last_lr = self.optimizer.param_groups[0]["lr"]
+        group = self.optimizer.param_groups[0]  # logged: the base lr (lr_scale 1 groups come first)
+        self._last_lr = group["lr"] / group.get("lr_scale", 1.0)
         if self.scaler.is_enabled():
             self.scaler.step(self.optimizer)  # skips the update if fp16 gradients overflowed
             self.scaler.update()
@@ -521,16 +523,22 @@ class Trainer:
 
 # ---------------------------------------------------------------------------- helpers
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: decay on parameters with >= 2 dims (matrices), none on biases and norms."""
-    decay, no_decay = [], []
+    """AdamW groups: decay on parameters with >= 2 dims (matrices), none on biases and norms.
+
+    A parameter may carry an ``lr_scale`` attribute (e.g. 0.1 for a pretrained encoder under a
+    fresh head); it then trains at ``lr * lr_scale`` under the same schedule. Each group says
+    its ``lr_scale``; the groups at scale 1 come first (decay, then no decay).
+    """
+    groups: dict[tuple[float, bool], list] = {}
     for p in model.parameters():
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return [g for g in groups if g["params"]]
+            key = (float(getattr(p, "lr_scale", 1.0)), p.ndim >= 2)
+            if not key[0] > 0:
+                raise UserError(f"lr_scale must be > 0, got {key[0]} (freeze with requires_grad=False)")
+            groups.setdefault(key, []).append(p)
+    order = sorted(groups, key=lambda k: (k[0] != 1.0, -k[0], not k[1]))
+    return [{"params": groups[k], "weight_decay": weight_decay if k[1] else 0.0, "lr_scale": k[0]}
+            for k in order]
 
 
 def _resolve_device(cfg: TrainConfig) -> torch.device:
