@@ -200,6 +200,9 @@ def test_cli_generate_and_evaluate(run, capsys):
     assert rep["split"] == "valid" and abs(rep["loss"] - saved["loss"]) < 1e-4
     assert main(["evaluate", str(out), "--data", str(d / "plays.txt")]) == 0
     assert "perplexity" in capsys.readouterr().out
+    assert main(["evaluate", str(out), "--split", "train", "--json"]) == 0
+    rep_train = json.loads(capsys.readouterr().out)
+    assert rep_train["split"] == "train" and rep_train["tokens"] <= rep["tokens"] + 16
 
 
 def test_cli_errors_are_one_line(run, tmp_path, capsys):
@@ -232,3 +235,11 @@ def test_bpe_run_reports_bits_per_character(tmp_path, capsys):
     assert lm.tokenizer.kind == "bpe"
     text = lm.generate("ROMEO:", 8, seed=0)
     assert len(lm.tokenizer.encode(text)) >= 1
+
+
+def test_resume_of_a_finished_run_keeps_its_weights(run, capsys):
+    _, out = run
+    before = (out / "model.safetensors").read_bytes()
+    assert main(["train", "lm", "--out", str(out), "--resume"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["best_step"] == 40
+    assert (out / "model.safetensors").read_bytes() == before

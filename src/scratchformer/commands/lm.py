@@ -86,13 +86,16 @@ def evaluate(args) -> int:
     from ..tasks.lm import LanguageModel, load_lm_text
 
     lm = LanguageModel.load(args.run_dir)
+    limit = None
     if args.data:
         text, name = read_text_file(args.data), args.data
     else:
         data = load_lm_text(lm.recipe.data)
         # an lm run has a train and a valid part only: `--split test` (the default) means valid
         text, name = (data.train, "train") if args.split == "train" else (data.valid, "valid")
-    res = lm.evaluate_text(text)
+        if name == "train":  # as many evenly spaced windows as the validation text has
+            limit = max(1, len(data.valid) // lm.context)
+    res = lm.evaluate_text(text, max_windows=limit)
     res["split"] = name
     if args.json:
         print(json.dumps(res))

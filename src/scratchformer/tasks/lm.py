@@ -497,14 +497,16 @@ class LanguageModel:
         return "".join(pieces)
 
     @torch.no_grad()
-    def evaluate_text(self, text: str, batch_size: int | None = None) -> dict[str, float]:
-        """loss / perplexity / bpc of the model on `text` (all non-overlapping windows)."""
+    def evaluate_text(self, text: str, batch_size: int | None = None,
+                      max_windows: int | None = None) -> dict[str, float]:
+        """loss / perplexity / bpc of the model on `text`: all non-overlapping windows of
+        `context` tokens, or `max_windows` of them evenly spaced."""
         ids = encode_text(self.tokenizer, text)
         ctx = self.context
         if len(ids) <= ctx + 1:
             raise UserError(f"the text has {len(ids)} tokens; evaluation needs more than one window of {ctx}")
         task = LMTask(self.model, self.recipe, self.tokenizer, chars_per_token(self.tokenizer, text, ids))
-        batches = fixed_windows(ids, ctx, batch_size or self.recipe.data.eval_batch_size)
+        batches = fixed_windows(ids, ctx, batch_size or self.recipe.data.eval_batch_size, max_windows)
         res = _evaluate_windows(task, batches)
         res["unk_rate"] = float(np.mean(ids == UNK_ID))
         return res
