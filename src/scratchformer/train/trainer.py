@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from scratchformer.train.checkpoint import (
     weights_to_bytes,
 )
 from scratchformer.train.config import TrainConfig
+from scratchformer.train.distributed import Distributed
 from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
 from scratchformer.train.schedules import make_lr_lambda
@@ -119,8 +121,10 @@ class Trainer:
         self.valid_batches = valid_batches
         self.run_dir = Path(run_dir)
         self.device = _resolve_device(cfg)
+        self.dist = Distributed(self.device)
         self.model: torch.nn.Module = task.model
         self.model.to(self.device)
+        self.dist.broadcast_parameters(self.model)
         if cfg.grad_checkpointing:
             if not callable(getattr(self.model, "set_gradient_checkpointing", None)):
                 raise UserError(
@@ -199,11 +203,12 @@ class Trainer:
         else:
             self.state = TrainState()
             self._saved_step = None
-            for name in (METRICS, LAST, STATE, WEIGHTS, CURVES):
-                (self.run_dir / name).unlink(missing_ok=True)
-            seed_everything(cfg.seed)
-            cfg.save_json(self.run_dir / CONFIG)
-            self.task.save(self.run_dir)
+            if self.dist.is_main:
+                for name in (METRICS, LAST, STATE, WEIGHTS, CURVES):
+                    (self.run_dir / name).unlink(missing_ok=True)
+                cfg.save_json(self.run_dir / CONFIG)
+                self.task.save(self.run_dir)
+            seed_everything(cfg.seed + self.dist.rank)  # other dropout masks on each process
         st = self.state
         self._t0, self._elapsed0 = time.monotonic(), st.elapsed
         self._win_t0, self._win_tokens = time.monotonic(), 0
@@ -216,7 +221,7 @@ class Trainer:
             desc="train",
             unit="step",
             dynamic_ncols=True,
-            disable=None if cfg.progress else True,
+            disable=None if cfg.progress and self.dist.is_main else True,
         )
         try:
             reason = self._loop(bar, rng)
@@ -228,6 +233,7 @@ class Trainer:
         finally:
             bar.close()
         self._plot()
+        self.dist.barrier()
         return self.summary()
 
     def _loop(self, bar, rng: dict | None) -> str:
@@ -244,11 +250,14 @@ class Trainer:
             if rng is not None:  # restored after skipping, as if the skip never happened
                 set_rng_state(rng, self.device)
                 rng = None
+            world = self.dist.world
             while True:
-                micro = list(islice(batches, cfg.accumulation))
-                if not micro:
+                # with several processes each takes every world-th micro-batch of the group;
+                # a remainder too small to give each one a batch ends the epoch
+                micro = list(islice(batches, cfg.accumulation * world))
+                if len(micro) < world:
                     break
-                self._train_step(micro)
+                self._train_step(micro[self.dist.rank :: world])
                 st.step += 1
                 st.batch_in_epoch += len(micro)
                 bar.update(1)
@@ -292,7 +301,7 @@ class Trainer:
         """One optimizer step over the micro-batches ``micro`` (see the module docstring)."""
         cfg, st, task = self.cfg, self.state, self.task
         step_no = st.step + 1
-        total = sum(int(task.count(b)) for b in micro)
+        total = int(self.dist.sum([float(sum(int(task.count(b)) for b in micro))], self.device)[0])
         if total <= 0:
             raise UserError(f"step {step_no}: task.count() is {total} for the whole step; batches must hold items")
         loss_total = torch.zeros((), device=self.device, dtype=torch.float64)
@@ -309,6 +318,13 @@ class Trainer:
             for k, v in (extra or {}).items():
                 extras[k] = extras.get(k, 0.0) + float(v)
             tokens += int(task.batch_tokens(b))
+        if self.dist.enabled:
+            self.dist.sum_gradients(self._params)
+            keys = sorted(extras)
+            sums = self.dist.sum([loss_total.item(), float(tokens)] + [extras[k] for k in keys], self.device)
+            loss_total.fill_(sums[0])
+            tokens = int(sums[1])
+            extras = dict(zip(keys, sums[2:]))
         loss_value = loss_total.item()
         if not math.isfinite(loss_value):
             self.optimizer.zero_grad(set_to_none=True)
@@ -377,7 +393,8 @@ class Trainer:
         )
         if improved:
             st.best_metric, st.best_step, st.bad_evals = value, st.step, 0
-            atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes())
+            if self.dist.is_main:
+                atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes())
         else:
             st.bad_evals += 1
         row = {"step": st.step, "epoch": st.epoch, "split": "valid"}
@@ -425,10 +442,14 @@ class Trainer:
         return post
 
     def _append(self, row: dict) -> None:
+        if not self.dist.is_main:
+            return
         with open(self.run_dir / METRICS, "a") as f:
             f.write(json.dumps(row) + "\n")
 
     def _plot(self) -> None:
+        if not self.dist.is_main:
+            return
         try:
             plot_curves(self.run_dir / METRICS, self.run_dir / CURVES)
         except Exception as e:  # noqa: BLE001 - a plot must never kill a training run
@@ -461,6 +482,9 @@ class Trainer:
         """Write ``last.safetensors`` + ``trainer_state.pt`` (and the latest model if no valid set)."""
         st = self.state
         st.elapsed = self._elapsed()
+        self._saved_step = st.step
+        if not self.dist.is_main:
+            return
         data = self._weights_bytes({"step": str(st.step)})
         atomic_write_bytes(self.run_dir / LAST, data)
         if self.valid_batches is None:
@@ -477,7 +501,6 @@ class Trainer:
             },
             self.run_dir / STATE,
         )
-        self._saved_step = st.step
 
     def _load_checkpoint(self) -> dict:
         """Restore weights, optimizer, schedule, scaler and counters; return the RNG states."""
@@ -509,7 +532,7 @@ class Trainer:
     def _truncate_metrics(self, step: int) -> None:
         """Drop log lines written after the checkpoint, which the resumed run will redo."""
         path = self.run_dir / METRICS
-        if not path.exists():
+        if not path.exists() or not self.dist.is_main:
             return
         keep = []
         for line in path.read_text().splitlines():
@@ -543,6 +566,8 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 def _resolve_device(cfg: TrainConfig) -> torch.device:
     device = torch.device(cfg.device)
+    if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per torchrun process
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device '{cfg.device}' was asked for but CUDA is not available; use device 'cpu'")
     if cfg.precision == "fp16" and device.type != "cuda":
