@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from scratchformer.cli import main
 from scratchformer.data.tokenizers import EOS_ID, PAD_ID
 from scratchformer.errors import UserError
-from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig
+from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, token_dropout
 from scratchformer.nn import TransformerConfig
 from scratchformer.tasks.decoding import DecodeConfig, beam_search, greedy_decode, length_limits
 from scratchformer.tasks.translate import (
@@ -223,6 +223,19 @@ def test_user_files_tsv_or_two_aligned_files(tmp_path):
     assert one.train == two.train and (len(one.train), len(one.valid), len(one.test)) == (40, 5, 5)
     with pytest.raises(UserError, match="does not exist"):
         load_translation(TranslateDataConfig(dataset=str(tmp_path / "missing.tsv")))
+
+
+def test_token_dropout_only_hits_ordinary_tokens_in_training():
+    ids = torch.tensor([[2, 7, 8, 9, 3, 0, 0]] * 50)
+    dropped = token_dropout(ids, 0.5)
+    specials = ids < 5
+    assert torch.equal(dropped[specials], ids[specials])
+    hit = dropped[~specials] == 1  # <unk>
+    assert 0.3 < hit.float().mean() < 0.7
+    model = _random_model(8)
+    model.cfg.src_token_dropout = 0.5
+    src, tgt = _sources(8), torch.tensor([[2, 9, 10]] * 5)
+    assert torch.equal(model(src, tgt), model(src, tgt))  # eval mode: no dropout of any kind
 
 
 def test_shared_embeddings_need_a_joint_vocabulary():

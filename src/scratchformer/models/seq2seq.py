@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..data.tokenizers import NUM_SPECIALS, UNK_ID
 from ..errors import UserError
 from ..nn import DecoderCache, JsonConfig, Transformer, TransformerConfig
 from .embedding import Embeddings
@@ -32,8 +33,15 @@ class Seq2SeqConfig(JsonConfig):
         d_model=256, n_heads=4, d_ff=1024, n_layers=3, dropout=0.3))
     share_embeddings: bool = False  # one table for both sides (joint vocabulary only)
     tie_output: bool = True  # output projection = target embedding matrix
+    # training only: this share of real source / decoder-input tokens becomes <unk>
+    # ("word dropout", Sennrich & Zhang 2019: a strong regulariser for small data)
+    src_token_dropout: float = 0.0
+    tgt_token_dropout: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("src_token_dropout", "tgt_token_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UserError(
                 f"share_embeddings needs one joint vocabulary, but the source has {self.src_vocab_size} "
@@ -81,5 +89,16 @@ class Seq2Seq(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""
+        if self.training:
+            src = token_dropout(src, self.cfg.src_token_dropout)
+            tgt_in = token_dropout(tgt_in, self.cfg.tgt_token_dropout)
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
+
+
+def token_dropout(ids: torch.Tensor, p: float) -> torch.Tensor:
+    """Replace each ordinary token (not <pad>/<bos>/<eos>/...) by <unk> with probability p."""
+    if p <= 0:
+        return ids
+    hit = (torch.rand(ids.shape, device=ids.device) < p) & (ids >= NUM_SPECIALS)
+    return ids.masked_fill(hit, UNK_ID)
