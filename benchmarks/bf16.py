@@ -119,6 +119,10 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
 LABEL = {"fp32": "float32", "bf16_autocast": "bf16 autocast", "bf16_weights": "bf16 weights (model.to(bf16))"}
 
 
+def _err(e) -> str:
+    return "–" if e is None else f"{e:.1e}"
+
+
 def to_markdown(res: dict) -> str:
     parts = [common.header_md(res["title"], res["machine"],
                               f"Batch {res['settings']['batch']} × {res['settings']['seq_len']} with padding, "
@@ -129,7 +133,7 @@ def to_markdown(res: dict) -> str:
         for sname, r in res[kind].items():
             rows = [[LABEL[n], common.fmt_stat(s),
                      "1" if n == "fp32" else common.fmt_stat(r["speedup_over_fp32"][n], 3, "×"),
-                     "–" if n == "fp32" else f"{r.get('relative_max_error', {}).get(n, float('nan')):.1e}"]
+                     _err(r.get("relative_max_error", {}).get(n))]
                     for n, s in r["tokens_per_s"].items()]
             text = f"## {kind.capitalize()} {sname}\n\n" + common.md_table(
                 ["precision", "tokens/s", "× vs fp32", "relative max error"], rows)

@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+import torch
+
 from . import attention, bf16, common, data_pipeline, encoder, generation, mfu
 
 ORDER = ("encoder", "mfu", "attention", "bf16", "generation", "data_pipeline")
@@ -56,8 +58,14 @@ def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: 
         "- command: `make bench` (`python -m benchmarks.run_all`); every contender of a table runs in the same "
         "process, interleaved; medians with min–max over repetitions, ratios per repetition.",
         "",
-        "## Targets", "",
     ]
+    busy = [la for la in (m["loadavg_at_start"], load_end) if la and la[0] > (m["cpu_count"] or 1)]
+    if busy:
+        lines += ["", f"**Warning:** the load average exceeded the {m['cpu_count']} CPUs during this run: other "
+                  "jobs were competing for the cores. Multi-threaded kernels then stall at every parallel "
+                  "region, which hurts implementations made of many small operations most; ratios are "
+                  "distorted and min–max ranges wide. Re-run on a quiet machine (or with `--threads 1`)."]
+    lines += ["", "## Targets", ""]
     all_targets = [(name, t) for name, r in results.items() for t in r.get("targets", [])]
     rows = []
     for name, t in all_targets:
@@ -79,7 +87,10 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="toy sizes, seconds")
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(ORDER)}")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     only = None if a.only is None else set(a.only.split(","))
     if only and not only <= set(ORDER):
         ap.error(f"unknown benchmark(s): {', '.join(sorted(only - set(ORDER)))}")
