@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -36,11 +37,13 @@ def run_all(quick: bool = False, out_dir=None, only=None, log=print) -> dict:
             results[name] = MODULES[name].run(quick=quick, out_dir=out, log=log)
         seconds[name] = time.perf_counter() - t0
         log(f"[run_all] {name} done in {seconds[name]:.0f}s")
-    write_readme(results, seconds, start, out, quick)
+    write_readme(results, seconds, start, out, quick, " ".join(["python -m benchmarks.run_all", *sys.argv[1:]])
+                 if __name__ == "__main__" else "python -m benchmarks.run_all")
     return results
 
 
-def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: bool) -> None:
+def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: bool,
+                 command: str = "python -m benchmarks.run_all") -> None:
     try:
         load_end = os.getloadavg()
     except OSError:
@@ -55,16 +58,20 @@ def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: 
         f"- load average at start {_load(m['loadavg_at_start'])}, at end {_load(load_end)} "
         "(other jobs share these cores: compare ratios measured in one process, not absolute numbers)",
         f"- wall time: {sum(seconds.values()):.0f}s (" + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items()) + ")",
-        "- command: `make bench` (`python -m benchmarks.run_all`); every contender of a table runs in the same "
-        "process, interleaved; medians with min–max over repetitions, ratios per repetition.",
+        f"- command: `{command}` (`make bench` runs it without options); every contender of a table runs in the "
+        "same process, interleaved; medians with min–max over repetitions, ratios per repetition.",
         "",
     ]
     busy = [la for la in (m["loadavg_at_start"], load_end) if la and la[0] > (m["cpu_count"] or 1)]
-    if busy:
+    if busy and m["threads"] > 1:
         lines += ["", f"**Warning:** the load average exceeded the {m['cpu_count']} CPUs during this run: other "
                   "jobs were competing for the cores. Multi-threaded kernels then stall at every parallel "
                   "region, which hurts implementations made of many small operations most; ratios are "
                   "distorted and min–max ranges wide. Re-run on a quiet machine (or with `--threads 1`)."]
+    elif busy:
+        lines += ["", f"**Note:** the load average exceeded the {m['cpu_count']} CPUs during this run (other jobs "
+                  "shared the cores), so it ran with `--threads 1`: no thread stalls at parallel regions, ratios "
+                  "stable (see the min–max ranges), absolute numbers below a quiet machine's."]
     lines += ["", "## Targets", ""]
     all_targets = [(name, t) for name, r in results.items() for t in r.get("targets", [])]
     rows = []
