@@ -80,6 +80,9 @@ class EncoderClassifier(nn.Module):
         else:
             self.embed = Embeddings(cfg.vocab_size, cfg.encoder, cfg.bigram_buckets)
             self.encoder = Encoder(cfg.encoder)
+        # pooling is masked, so padded rows are never read: skip computing them (~1.5x faster,
+        # see benchmarks/results); real rows are unchanged
+        (self.bert.encoder if cfg.bert is not None else self.encoder).set_padding_packing(True)
         self.head = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(cfg.d_model, cfg.n_classes))
 
     def backbone(self) -> list[nn.Module]:
