@@ -77,3 +77,28 @@ def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
     assert "not a" in capsys.readouterr().err
     with pytest.raises(UserError, match="no option 'd_modle'"):
         load_recipe(ClassifyRecipe, None, ["model.encoder.d_modle=3"])
+
+
+def test_ensemble_run_trains_members_and_averages(tmp_path, capsys):
+    _write_tsv(tmp_path / "train.tsv", 160, 0)
+    _write_tsv(tmp_path / "test.tsv", 40, 1)
+    out = tmp_path / "ens"
+    args = ["train", "classify", "--data", str(tmp_path / "train.tsv"), "--test", str(tmp_path / "test.tsv"),
+            "--out", str(out), "--set", "data.tokenizer=word", "--set", "ensemble=2"] + TINY + ["--set", "train.epochs=3"]
+    assert main(args) == 0
+    members = json.loads((out / "members.json").read_text())
+    assert [m["seed"] for m in members] == [0, 1] and (out / "member1" / "model.safetensors").exists()
+    clf = Classifier.load(out)
+    texts = ["good great fine movie", "bad awful poor movie"]
+    mean = (clf.members[0].predict_proba(texts) + clf.members[1].predict_proba(texts)) / 2
+    assert abs(clf.predict_proba(texts) - mean).max() < 1e-6
+    assert [r["label"] for r in clf.predict(texts)] == ["pos", "neg"]
+    rep = json.loads((out / "test_metrics.json").read_text())
+    assert rep["members"] == 2 and rep["n"] == 40
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--data", str(tmp_path / "test.tsv"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == rep["accuracy"]
+    # resume keeps finished members
+    stamp = (out / "member0" / "model.safetensors").stat().st_mtime_ns
+    assert main(args + ["--resume"]) == 0
+    assert (out / "member0" / "model.safetensors").stat().st_mtime_ns == stamp

@@ -62,6 +62,11 @@ class ClassifyRecipe(JsonConfig):
     data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
     model: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, metric="accuracy", metric_mode="max"))
+    ensemble: int = 1  # >1: train members with seeds seed, seed+1, ...; predict with their mean probabilities
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ensemble, int) or self.ensemble < 1:
+            raise UserError(f"ensemble must be a whole number >= 1, got {self.ensemble!r}")
 
 
 @dataclass
@@ -280,6 +285,8 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
                      log=print) -> dict[str, Any]:
     """Load data, build tokenizer and model, train, then test the best checkpoint."""
     out_dir = Path(out_dir)
+    if recipe.ensemble > 1:
+        return train_ensemble(recipe, out_dir, resume, log)
     dc, mc = recipe.data, recipe.model
     data = load_classification(dc)
     source = None
@@ -326,6 +333,62 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     return result
 
 
+def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, log=print) -> dict[str, Any]:
+    """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then report the
+    ensemble (mean of the members' probabilities) on valid and test. With `resume`, finished
+    members are kept and an interrupted one continues where it stopped."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done_file = out_dir / "members.json"
+    done = json.loads(done_file.read_text()) if resume and done_file.exists() else []
+    for i in range(len(done), recipe.ensemble):
+        member = ClassifyRecipe.from_dict(recipe.to_dict())
+        member.ensemble, member.train.seed = 1, recipe.train.seed + i
+        mdir = out_dir / f"member{i}"
+        log(f"ensemble member {i + 1}/{recipe.ensemble} (seed {member.train.seed}) -> {mdir}")
+        res = train_classifier(member, mdir, resume=resume and (mdir / "trainer_state.pt").exists(), log=log)
+        done.append({"dir": mdir.name, "seed": member.train.seed, "best_valid": res["train"].get("best_metric"),
+                     "test_accuracy": res.get("test", {}).get("accuracy"),
+                     "test_macro_f1": res.get("test", {}).get("macro_f1")})
+        done_file.write_text(json.dumps(done, indent=1) + "\n")
+    recipe.save_json(out_dir / "config.json")
+    ens = Classifier.load(out_dir)
+    (out_dir / "labels.json").write_text(json.dumps(ens.labels, ensure_ascii=False, indent=1), encoding="utf-8")
+    data = load_classification(recipe.data)
+    result: dict[str, Any] = {"train": {"members": done}}
+    if data.valid:
+        rep = ens.evaluate(data.valid, out_dir, "valid", data.meta)
+        result["train"]["best_metric"] = rep.get(recipe.train.metric, rep["accuracy"])
+        log(f"ensemble valid: accuracy {rep['accuracy']:.4f}, macro-F1 {rep['macro_f1']:.4f}")
+    if data.test:
+        result["test"] = ens.evaluate(data.test, out_dir, "test", data.meta)
+        members = ", ".join(f"{m['test_accuracy']:.4f}" for m in done if m["test_accuracy"] is not None)
+        log(f"ensemble test: accuracy {result['test']['accuracy']:.4f}, "
+            f"macro-F1 {result['test']['macro_f1']:.4f} (members: {members})")
+    return result
+
+
+def report_from_probs(probs: np.ndarray, gold: np.ndarray, labels: list[str], out_dir: Path | None,
+                      name: str, meta: dict | None = None, extra: dict | None = None) -> dict[str, Any]:
+    """The `evaluate_split` report from probabilities `(N, K)` in the order of the split."""
+    preds = probs.argmax(-1)
+    cm = M.confusion_matrix(gold, preds, len(labels))
+    rep = M.report(cm, labels)
+    rep["loss"] = float(-np.log(np.clip(probs[np.arange(len(gold)), gold], 1e-12, None)).mean()) if len(gold) else 0.0
+    rep["n"] = int(len(gold))
+    overlap = (meta or {}).get(f"{name}_in_train")
+    if overlap:
+        keep = np.ones(len(gold), bool)
+        keep[np.asarray(overlap)] = False
+        rep["accuracy_without_train_overlap"] = float((preds[keep] == gold[keep]).mean())
+    rep.update(extra or {})
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        (out_dir / f"{name}_metrics.json").write_text(json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
+        M.plot_confusion(cm, labels, out_dir / f"confusion_{name}.png",
+                         f"{name}: accuracy {rep['accuracy']:.3f}, macro-F1 {rep['macro_f1']:.3f}")
+    return rep
+
+
 def evaluate_split(task: ClassificationTask, split: EncodedSplit, out_dir: Path | None, name: str,
                    meta: dict | None = None) -> dict[str, Any]:
     """Full report on one split; writes `<name>_metrics.json` and `confusion_<name>.png`."""
@@ -370,7 +433,12 @@ class Classifier:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Classifier":
+        """A finished run directory; an ensemble run gives an `EnsembleClassifier`."""
         run_dir = Path(run_dir)
+        if (run_dir / "members.json").exists() and (run_dir / "config.json").exists():
+            recipe = ClassifyRecipe.load_json(run_dir / "config.json")
+            members = [cls.load(run_dir / f"member{i}") for i in range(recipe.ensemble)]
+            return EnsembleClassifier(members, recipe)
         for name in ("config.json", "tokenizer.json", "labels.json", "model.safetensors"):
             if not (run_dir / name).exists():
                 raise UserError(f"{run_dir} is not a finished classification run: {name} is missing")
@@ -409,12 +477,21 @@ class Classifier:
 
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
-        unknown = sorted({lab for _, lab in pairs} - set(self.labels))
-        if unknown:
-            raise UserError(f"labels {unknown[:5]} were not seen in training; known labels: {self.labels}")
+        _check_labels(pairs, self.labels)
         split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
                              self.recipe.data, shuffle=False)
         return evaluate_split(self.task, split, Path(out_dir) if out_dir else None, name, meta)
+
+    @torch.no_grad()
+    def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """`(N, n_classes)` probabilities for labelled pairs, in their order (empty texts allowed,
+        as in evaluation)."""
+        split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
+                             self.recipe.data, shuffle=False)
+        out = np.zeros((len(pairs), len(self.labels)))
+        for idx, b in zip(split.sampler.epoch_batches(0), split.batches(0)):
+            out[np.asarray(idx)] = torch.softmax(self.task.logits(b).float(), -1).numpy()
+        return out
 
     @torch.no_grad()
     def attention(self, text: str) -> tuple[list[str], list[torch.Tensor]]:
@@ -424,3 +501,36 @@ class Classifier:
         _, weights = self.model.features(ids, None if batch.bigrams is None else batch.bigrams[:1], need_weights=True)
         tokens = [self.tokenizer.id_to_token(int(i)) for i in ids[0]]
         return tokens, [w[0] for w in weights]
+
+
+def _check_labels(pairs, labels) -> None:
+    unknown = sorted({lab for _, lab in pairs} - set(labels))
+    if unknown:
+        raise UserError(f"labels {unknown[:5]} were not seen in training; known labels: {labels}")
+
+
+class EnsembleClassifier:
+    """Several classifiers (the members of an `ensemble` run): the mean of their probabilities.
+    The same interface as `Classifier` (predict, predict_proba, evaluate, attention of member 1)."""
+
+    def __init__(self, members: list[Classifier], recipe: ClassifyRecipe):
+        self.members, self.recipe = members, recipe
+        self.labels, self.tokenizer, self.model = members[0].labels, members[0].tokenizer, members[0].model
+        if any(m.labels != self.labels for m in members):
+            raise UserError("ensemble members were trained with different label sets")
+
+    def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return np.mean([m.predict_proba(texts, batch_size) for m in self.members], axis=0)
+
+    predict = Classifier.predict
+
+    def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
+                 name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
+        _check_labels(pairs, self.labels)
+        probs = np.mean([m.split_proba(pairs) for m in self.members], axis=0)
+        gold = np.asarray([self.labels.index(lab) for _, lab in pairs], dtype=np.int64)
+        return report_from_probs(probs, gold, self.labels, Path(out_dir) if out_dir else None, name, meta,
+                                 {"members": len(self.members)})
+
+    def attention(self, text: str):
+        return self.members[0].attention(text)
