@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from scratchformer.cli import main
 from scratchformer.data.tokenizers import EOS_ID, PAD_ID
 from scratchformer.errors import UserError
-from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, token_dropout
+from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, hashed_bigrams, token_dropout
 from scratchformer.nn import TransformerConfig
 from scratchformer.tasks.decoding import DecodeConfig, beam_search, greedy_decode, length_limits
 from scratchformer.tasks.translate import (
@@ -58,10 +58,11 @@ def run(tmp_path_factory):
     return d, out
 
 
-def _random_model(seed=0, vocab=23, **kw):
+def _random_model(seed=0, vocab=23, src_bigram_buckets=0, **kw):
     torch.manual_seed(seed)
     tc = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0, **kw)
-    return Seq2Seq(Seq2SeqConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, transformer=tc)).eval()
+    return Seq2Seq(Seq2SeqConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, transformer=tc,
+                                 src_bigram_buckets=src_bigram_buckets)).eval()
 
 
 def _sources(seed=0, vocab=23):
@@ -236,6 +237,21 @@ def test_token_dropout_only_hits_ordinary_tokens_in_training():
     model.cfg.src_token_dropout = 0.5
     src, tgt = _sources(8), torch.tensor([[2, 9, 10]] * 5)
     assert torch.equal(model(src, tgt), model(src, tgt))  # eval mode: no dropout of any kind
+
+
+def test_source_bigrams_are_deterministic_and_skip_specials():
+    ids = torch.tensor([[7, 8, 9, 3, 0], [8, 9, 1, 9, 3]])
+    b = hashed_bigrams(ids, 64)
+    assert torch.equal(b, hashed_bigrams(ids, 64)) and b.min() >= 0 and b.max() < 64
+    assert (b[ids < 5] == 0).all() and (b[ids >= 5] > 0).all()
+    assert b[0, 2] == b[1, 1]  # the same (8, 9) pair, the same bucket
+    model = _random_model(9, src_bigram_buckets=0)
+    cfg = Seq2SeqConfig(src_vocab_size=23, tgt_vocab_size=23, src_bigram_buckets=64,
+                        transformer=model.cfg.transformer)
+    with_bigrams = Seq2Seq(cfg).eval()
+    src = _sources(9)
+    assert [h.tokens for h in greedy_decode(with_bigrams, src)] == \
+        [h.tokens for h in greedy_decode(with_bigrams, src, DecodeConfig(beam=1, use_cache=False))]
 
 
 def test_shared_embeddings_need_a_joint_vocabulary():

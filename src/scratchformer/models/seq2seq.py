@@ -37,11 +37,16 @@ class Seq2SeqConfig(JsonConfig):
     # ("word dropout", Sennrich & Zhang 2019: a strong regulariser for small data)
     src_token_dropout: float = 0.0
     tgt_token_dropout: float = 0.0
+    # hashed source bigram embeddings (0 = off): each source position also gets the embedding
+    # of hash(previous id, id), so a character-level encoder sees two-character words directly
+    src_bigram_buckets: int = 0
 
     def __post_init__(self) -> None:
         for name in ("src_token_dropout", "tgt_token_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.src_bigram_buckets == 1 or self.src_bigram_buckets < 0:
+            raise UserError("model.src_bigram_buckets must be 0 (off) or >= 2 (bucket 0 is for specials)")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UserError(
                 f"share_embeddings needs one joint vocabulary, but the source has {self.src_vocab_size} "
@@ -54,7 +59,7 @@ class Seq2Seq(nn.Module):
         super().__init__()
         self.cfg = cfg
         tc = cfg.transformer
-        self.src_embed = Embeddings(cfg.src_vocab_size, tc)
+        self.src_embed = Embeddings(cfg.src_vocab_size, tc, bigram_buckets=cfg.src_bigram_buckets)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, tc)
         self.transformer = Transformer(tc)
         self.out_proj = nn.Linear(tc.d_model, cfg.tgt_vocab_size, bias=False)
@@ -69,7 +74,8 @@ class Seq2Seq(nn.Module):
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src `(B, S)` ids -> memory `(B, S, C)` and its padding mask `(B, S)` (True = real)."""
         src_mask = src != 0  # <pad> = 0
-        return self.transformer.encoder(self.src_embed(src), src_mask), src_mask
+        bigrams = hashed_bigrams(src, self.cfg.src_bigram_buckets) if self.cfg.src_bigram_buckets else None
+        return self.transformer.encoder(self.src_embed(src, bigrams), src_mask), src_mask
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
                cache: DecoderCache | None = None, need_weights: bool = False):
@@ -94,6 +100,14 @@ class Seq2Seq(nn.Module):
             tgt_in = token_dropout(tgt_in, self.cfg.tgt_token_dropout)
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
+
+
+def hashed_bigrams(ids: torch.Tensor, buckets: int) -> torch.Tensor:
+    """`(B, S)` ids -> `(B, S)` bucket of (previous id, id) in [1, buckets); 0 at specials
+    (padding, <eos>, <unk>), so they add nothing. Deterministic integer hashing."""
+    prev = torch.nn.functional.pad(ids[:, :-1], (1, 0), value=0)  # (B, S), 0 before the first
+    h = (prev * 1_000_003 + ids) % (buckets - 1) + 1
+    return h.masked_fill(ids < NUM_SPECIALS, 0)
 
 
 def token_dropout(ids: torch.Tensor, p: float) -> torch.Tensor:
