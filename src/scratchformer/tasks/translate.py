@@ -15,6 +15,7 @@ last.safetensors, metrics.jsonl, curves.png):
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..data.batching import LengthBucketSampler, pad_sequences
 from ..data.datasets import TranslationData
 from ..data.readers import read_parallel, seeded_split
 from ..data.registry import DATASETS, load_dataset
-from ..data.tokenizers import PAD_ID, Tokenizer, auto_kind, build_tokenizer, cjk_fraction
+from ..data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer, cjk_fraction
 from ..errors import UserError
 from ..models.seq2seq import Seq2Seq, Seq2SeqConfig
 from ..nn import JsonConfig
@@ -230,7 +231,7 @@ class TranslationTask:
                     for r, h in zip(rows, greedy_decode(self.model, b.src.index_select(0, sel), greedy_cfg)):
                         hyps[int(b.idx[r])] = self.tgt_tok.decode(h.tokens)
         loss = nll / max(count, 1)
-        out = {"loss": loss, "ppl": float(torch.tensor(loss).exp())}
+        out = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
         if hyps:
             order = sorted(hyps)
             scores = corpus_scores([hyps[i] for i in order], [self.valid_refs[i] for i in order])
@@ -399,7 +400,7 @@ class Translator:
                 raise UserError(f"sentence {i} is empty: there is nothing to translate")
         ids = self.src_tok.encode_batch([t.strip() for t in texts])
         check_sources([len(x) for x in ids], cfg)
-        return [x + [self.src_tok.token_to_id("<eos>")] for x in ids]
+        return [x + [EOS_ID] for x in ids]
 
     @torch.no_grad()
     def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:
@@ -456,8 +457,8 @@ class Translator:
         src_ids = self.encode([text], cfg)[0]
         hyp = self.hypotheses([text], **overrides)[0]
         src = torch.tensor([src_ids])
-        tgt_out = hyp.tokens + [self.tgt_tok.token_to_id("<eos>")]
-        tgt_in = torch.tensor([[self.tgt_tok.token_to_id("<bos>")] + tgt_out[:-1]])
+        tgt_out = hyp.tokens + [EOS_ID]
+        tgt_in = torch.tensor([[BOS_ID] + tgt_out[:-1]])
         memory, mask = self.model.encode(src)
         _, weights = self.model.decode(tgt_in, memory, mask, need_weights=True)
         show = lambda tok, i: tok.decode([i], skip_special=False).strip() or tok.id_to_token(i)  # noqa: E731
