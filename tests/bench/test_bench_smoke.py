@@ -57,12 +57,12 @@ def test_every_benchmark_writes_json_and_markdown(results):
 def test_encoder_schema(results):
     d = _load(results[0], "encoder")
     inf = d["inference"]["toy"]
-    assert {"ours", "ours_packed", "torch", "textbook"} <= set(inf["tokens_per_s"])
+    assert {"ours", "ours_plain", "torch", "textbook"} <= set(inf["tokens_per_s"])
     assert all(_is_summary(s) for s in inf["tokens_per_s"].values())
     assert _is_summary(inf["speedup"]["ours"]["torch"]) and "matmul_gflops" in inf
     # same weights: ours equals nn.TransformerEncoder's regular path at real tokens
     assert inf["correctness"]["ours_vs_torch_regular"] < 1e-5
-    assert inf["correctness"]["ours_packed_vs_torch_regular"] < 1e-5
+    assert inf["correctness"]["ours_plain_vs_torch_regular"] < 1e-5
     for label, by_size in d["training"].items():
         assert _is_summary(by_size["toy"]["speedup"]["ours"]["torch"]), label
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, LayerNorm, TransformerConfig
+from ..nn import Encoder, JsonConfig, LayerNorm, Linear, TransformerConfig
 
 # HF `hidden_act` -> our FeedForward activation. "gelu" in BERT is the exact erf GELU.
 _HF_ACTIVATIONS = {
@@ -150,7 +150,7 @@ class BertPooler(nn.Module):
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dense = Linear(cfg.hidden_size, cfg.hidden_size)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden[:, 0]))
@@ -172,6 +172,10 @@ class BertEncoder(nn.Module):
         self.config = cfg
         self.embeddings = BertEmbeddings(cfg)
         self.encoder = Encoder(cfg.to_transformer_config())
+        # transformers computes every position, padded ones too: so do we by default, so that
+        # outputs compare one to one. Callers that mask padding (pooling, the classifier)
+        # turn packing back on for speed.
+        self.encoder.set_padding_packing(False)
         # BERT has no dropout between the FFN activation and its output projection (its only
         # FFN dropout is on the output, which our block applies before the residual add).
         for block in self.encoder.layers:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, TransformerConfig
+from ..nn import Encoder, JsonConfig, Linear, TransformerConfig
 from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings
 
@@ -80,10 +80,11 @@ class EncoderClassifier(nn.Module):
         else:
             self.embed = Embeddings(cfg.vocab_size, cfg.encoder, cfg.bigram_buckets)
             self.encoder = Encoder(cfg.encoder)
-        # pooling is masked, so padded rows are never read: skip computing them (~1.5x faster,
-        # see benchmarks/results); real rows are unchanged
-        (self.bert.encoder if cfg.bert is not None else self.encoder).set_padding_packing(True)
-        self.head = nn.Sequential(nn.Dropout(cfg.head_dropout), nn.Linear(cfg.d_model, cfg.n_classes))
+        if cfg.bert is not None:
+            # pooling is masked, so padded rows are never read: skip computing them (~1.5x
+            # faster, see benchmarks/results); real rows are unchanged
+            self.bert.encoder.set_padding_packing(True)
+        self.head = nn.Sequential(nn.Dropout(cfg.head_dropout), Linear(cfg.d_model, cfg.n_classes))
 
     def backbone(self) -> list[nn.Module]:
         """The modules a pretrained checkpoint fills (everything but the head)."""

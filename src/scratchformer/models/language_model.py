@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, KVCache, TransformerConfig
+from ..nn import Encoder, JsonConfig, KVCache, Linear, TransformerConfig
 from .embedding import Embeddings
 
 
@@ -65,7 +65,7 @@ class DecoderLM(nn.Module):
         ec = cfg.encoder
         self.embed = Embeddings(cfg.vocab_size, ec, scale=cfg.embed_scale)
         self.encoder = Encoder(ec)
-        self.head = nn.Linear(ec.d_model, cfg.vocab_size, bias=False)
+        self.head = Linear(ec.d_model, cfg.vocab_size, bias=False)
         if cfg.init_std > 0:
             self._init_gpt2(cfg.init_std)
         if cfg.tie_embeddings:

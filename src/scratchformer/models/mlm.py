@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, LayerNorm, TransformerConfig
+from ..nn import Encoder, JsonConfig, LayerNorm, Linear, TransformerConfig
 from .embedding import Embeddings
 
 IGNORE = -100  # label of positions that are not predicted (F.cross_entropy's ignore_index)
@@ -92,7 +92,7 @@ class MLMHead(nn.Module):
     def __init__(self, cfg: MLMConfig, embedding: nn.Embedding):
         super().__init__()
         C = cfg.encoder.d_model
-        self.dense = nn.Linear(C, C)
+        self.dense = Linear(C, C)
         self.norm = LayerNorm(C, eps=cfg.encoder.norm_eps)
         self.embedding = [embedding]  # tied weight, kept out of this module's parameters
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..data.tokenizers import NUM_SPECIALS, UNK_ID
 from ..errors import UserError
-from ..nn import DecoderCache, JsonConfig, Transformer, TransformerConfig
+from ..nn import DecoderCache, JsonConfig, Linear, Transformer, TransformerConfig
 from .embedding import Embeddings
 
 
@@ -62,7 +62,7 @@ class Seq2Seq(nn.Module):
         self.src_embed = Embeddings(cfg.src_vocab_size, tc, bigram_buckets=cfg.src_bigram_buckets)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, tc)
         self.transformer = Transformer(tc)
-        self.out_proj = nn.Linear(tc.d_model, cfg.tgt_vocab_size, bias=False)
+        self.out_proj = Linear(tc.d_model, cfg.tgt_vocab_size, bias=False)
         if cfg.tie_output:
             self.out_proj.weight = self.tgt_embed.tokens.weight  # (V, C) both
         else:

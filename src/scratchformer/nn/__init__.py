@@ -6,6 +6,7 @@ from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer
 from .config import JsonConfig, TransformerConfig
 from .ffn import FeedForward
+from .fast_linear import Linear, linear, onednn_blocker, use_onednn
 from .masks import causal_mask, local_window_mask, merge_masks, padding_mask, padding_mask_from_ids
 from .norm import LayerNorm, RMSNorm
 from .position import (
@@ -18,8 +19,8 @@ from .position import (
 
 __all__ = [
     "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
-    "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "MultiHeadAttention",
+    "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MultiHeadAttention",
     "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
-    "TransformerConfig", "causal_mask", "local_window_mask", "merge_masks", "padding_mask",
-    "padding_mask_from_ids", "scaled_dot_product_attention", "sinusoidal_table",
+    "TransformerConfig", "causal_mask", "linear", "local_window_mask", "onednn_blocker", "merge_masks", "padding_mask",
+    "padding_mask_from_ids", "scaled_dot_product_attention", "sinusoidal_table", "use_onednn",
 ]

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .fast_linear import Linear, linear
 from .masks import causal_mask, merge_masks
 
 IMPLS = ("auto", "math", "fused")
@@ -200,8 +201,8 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.split_sizes = [q_dim, kv_dim, kv_dim]
-        self.qkv_proj = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
-        self.out_proj = nn.Linear(q_dim, d_model, bias=bias)
+        self.qkv_proj = Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
+        self.out_proj = Linear(q_dim, d_model, bias=bias)
         self.impl = "auto"
         self.last_path_reason: str | None = None  # why the fused kernel was not used
 
@@ -210,7 +211,7 @@ class MultiHeadAttention(nn.Module):
         w, b = self.qkv_proj.weight[q_dim:], None
         if self.qkv_proj.bias is not None:
             b = self.qkv_proj.bias[q_dim:]
-        k, v = F.linear(context, w, b).split(self.split_sizes[1:], dim=-1)
+        k, v = linear(context, w, b).split(self.split_sizes[1:], dim=-1)
         return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -265,7 +266,7 @@ class MultiHeadAttention(nn.Module):
         else:
             q_dim = self.split_sizes[0]
             b = None if self.qkv_proj.bias is None else self.qkv_proj.bias[:q_dim]
-            q = self._heads(F.linear(x, self.qkv_proj.weight[:q_dim], b), self.n_heads)
+            q = self._heads(linear(x, self.qkv_proj.weight[:q_dim], b), self.n_heads)
             if cache is not None and cache.filled:
                 k, v = cache.get()  # memory projected once per source
             else:

@@ -138,13 +138,15 @@ class Encoder(_Stack):
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
         self.layers = nn.ModuleList(EncoderBlock(cfg) for _ in range(cfg.n_layers))
-        self.pack_padding = False
+        self.pack_padding = True
 
     def set_padding_packing(self, enabled: bool = True) -> None:
-        """With a `(B, T)` padding mask, run norms, FFN and projections on the real tokens
-        only (attention still sees `(B, T)`): faster by about the padding fraction. The
+        """Padding packing (on by default): with a `(B, T)` padding mask that has padding,
+        norms, FFN and projections run on the real tokens only (attention still sees
+        `(B, T)`), faster by about the padding fraction, in training and inference. The
         output's padded rows are then zeros (as in torch's nested-tensor fast path) instead
-        of the values the layers would compute there; real rows are unchanged."""
+        of the values the layers would compute there; real rows are the same. Turn it off
+        to get those padded-row values (e.g. to compare every position with another model)."""
         self.pack_padding = enabled
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
@@ -157,7 +159,7 @@ class Encoder(_Stack):
         if window is not None:
             attn_mask = window if attn_mask is None else attn_mask & window
         packed = None
-        if self.pack_padding and key_padding is not None and not caches:
+        if self.pack_padding and key_padding is not None and not caches and not bool(key_padding.all()):
             packed = PackedTokens(key_padding)
             x = packed.pack(x)  # (1, N, C)
         all_weights = []

@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .fast_linear import Linear
+
 
 class FeedForward(nn.Module):
     """`linear_in -> activation -> dropout -> linear_out`, the layout of torch's
@@ -17,8 +19,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.activation = activation
         n_in = 2 * d_ff if activation == "swiglu" else d_ff
-        self.linear_in = nn.Linear(d_model, n_in, bias=bias)
-        self.linear_out = nn.Linear(d_ff, d_model, bias=bias)
+        self.linear_in = Linear(d_model, n_in, bias=bias)
+        self.linear_out = Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

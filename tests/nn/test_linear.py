@@ -1,0 +1,77 @@
+"""The oneDNN float32 path of `scratchformer.nn.linear` gives F.linear's numbers and gradients."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import scratchformer.nn.fast_linear as linear_mod
+from scratchformer.nn import Encoder, TransformerConfig, linear, onednn_blocker, use_onednn
+
+needs_kernel = pytest.mark.skipif(linear_mod._KERNEL is None, reason="no oneDNN linear in this torch build")
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    previous = linear_mod._enabled
+    yield
+    linear_mod._enabled = previous
+
+
+@needs_kernel
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("layout", ["2d", "3d", "strided"])
+def test_forward_and_grads_match_f_linear(bias, layout):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 10, 24, generator=g)
+    if layout == "2d":
+        x = x.reshape(60, 24)
+    elif layout == "strided":
+        x = x.transpose(0, 1)  # (10, 6, 24), not contiguous
+    w = torch.randn(40, 24, generator=g)
+    b = torch.randn(40, generator=g) if bias else None
+    leaves = [t.clone().requires_grad_() for t in (x, w) + ((b,) if bias else ())]
+    ref_leaves = [t.clone().requires_grad_() for t in (x, w) + ((b,) if bias else ())]
+    out = linear(*leaves) if bias else linear(*leaves, None)
+    assert onednn_blocker(x, w) is None
+    ref = F.linear(*ref_leaves) if bias else F.linear(*ref_leaves, None)
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() < 1e-5
+    grad = torch.randn(ref.shape, generator=g)
+    out.backward(grad)
+    ref.backward(grad)
+    for ours, theirs in zip(leaves, ref_leaves):
+        assert (ours.grad - theirs.grad).abs().max() < 1e-4 * max(1.0, theirs.grad.abs().max().item())
+
+
+@needs_kernel
+def test_no_grad_needed_for_frozen_weight():
+    x = torch.randn(5, 8, requires_grad=True)
+    w = torch.randn(3, 8)  # frozen
+    linear(x, w).sum().backward()
+    assert (x.grad - w.sum(0).expand(5, 8)).abs().max() < 1e-5
+
+
+def test_blocker_reasons():
+    x, w = torch.randn(2, 4), torch.randn(3, 4)
+    assert "float32" in onednn_blocker(x.double(), w.double()) or linear_mod._KERNEL is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert onednn_blocker(x, w) is not None
+    if linear_mod._KERNEL is not None:
+        use_onednn(False)
+        assert "use_onednn(False)" in onednn_blocker(x, w)
+        assert torch.equal(linear(x, w), F.linear(x, w))
+
+
+@needs_kernel
+def test_encoder_same_with_and_without_onednn():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0)
+    enc = Encoder(cfg)
+    x = torch.randn(3, 7, 32, requires_grad=True)
+    mask = torch.arange(7)[None] < torch.tensor([7, 4, 2])[:, None]
+    fast = enc(x, mask)
+    fast_grad, = torch.autograd.grad(fast[mask].sum(), x)
+    use_onednn(False)
+    slow = enc(x, mask)
+    slow_grad, = torch.autograd.grad(slow[mask].sum(), x)
+    assert (fast - slow)[mask].abs().max() < 1e-5
+    assert (fast_grad - slow_grad).abs().max() < 1e-4
