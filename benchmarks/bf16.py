@@ -10,7 +10,6 @@ offers (oneDNN uses AVX512-BF16 or AMX where the CPU has them).
 """
 from __future__ import annotations
 
-import argparse
 import copy
 
 import torch
@@ -147,11 +146,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args(argv)
-    run(a.quick, a.out)
+    common.cli(run, __doc__, argv)
 
 
 if __name__ == "__main__":

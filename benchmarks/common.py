@@ -180,3 +180,15 @@ def header_md(title: str, machine: dict, extra: str = "") -> str:
     return (f"# {title}\n\n"
             f"{m['date']} · {m['cpu_model']} · {m['threads']} threads · capability {m['cpu_capability']}"
             f" · torch {m['torch']}\n\n{extra}").rstrip() + "\n"
+
+
+def cli(run, doc: str, argv=None) -> None:
+    """The command line every benchmark module shares: `--quick` (toy sizes, the smoke test)
+    and `--out` (results folder), then `run(quick, out)`."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="toy sizes, seconds (the smoke test)")
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    a = ap.parse_args(argv)
+    run(a.quick, a.out)

@@ -11,8 +11,6 @@ and `bucketing_report` gives the padding fractions (random, bucketed, fully sort
 """
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from scratchformer.data.batching import LengthBucketSampler, bucketing_report, pad_sequences
@@ -118,11 +116,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args(argv)
-    run(a.quick, a.out)
+    common.cli(run, __doc__, argv)
 
 
 if __name__ == "__main__":

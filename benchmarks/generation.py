@@ -11,8 +11,6 @@ whole generation (prefill included).
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 from torch import nn
 
@@ -127,11 +125,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args(argv)
-    run(a.quick, a.out)
+    common.cli(run, __doc__, argv)
 
 
 if __name__ == "__main__":

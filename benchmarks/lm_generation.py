@@ -14,8 +14,6 @@ Both contenders run in one process, interleaved (see `common.interleaved`).
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from scratchformer.models.language_model import DecoderLM, LMConfig
@@ -103,11 +101,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    run(args.quick, args.out)
+    common.cli(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ same load. FLOPs are counted analytically (matmuls only: projections, FFN, QKᵀ
 """
 from __future__ import annotations
 
-import argparse
-
 from . import common
 from . import encoder as enc
 
@@ -88,11 +86,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args(argv)
-    run(a.quick, a.out)
+    common.cli(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_recipe_args, load_recipe, read_inputs
+from .common import add_recipe_args, recipe_for_run, read_inputs
 
 
 def register(cli) -> None:
@@ -44,15 +44,8 @@ def _col(v):
 def train(args) -> int:
     from ..tasks.classify import ClassifyRecipe, train_classifier
 
-    base = None
-    if args.resume and (args.out / "config.json").exists():
-        base = ClassifyRecipe.load_json(args.out / "config.json")
-    recipe = load_recipe(ClassifyRecipe, args.config, args.set, base)
+    recipe = recipe_for_run(ClassifyRecipe, args)
     dc = recipe.data
-    if args.data:
-        dc.dataset = args.data
-    dc.valid_file = args.valid or dc.valid_file
-    dc.test_file = args.test or dc.test_file
     dc.text_col = _col(args.text_col) if args.text_col else dc.text_col
     dc.label_col = _col(args.label_col) if args.label_col else dc.label_col
     if args.init and not args.resume:

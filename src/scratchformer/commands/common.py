@@ -45,6 +45,23 @@ def load_recipe(cls, config: str | None, sets: list[str], base=None):
     return cls.from_dict(d)
 
 
+def recipe_for_run(cls, args):
+    """The recipe of a `train` verb: on --resume the saved config of the run directory is the
+    base; then --config and --set (`load_recipe`); then --data/--valid/--test where the verb
+    has them."""
+    base = None
+    if args.resume and (args.out / "config.json").exists():
+        base = cls.load_json(args.out / "config.json")
+    recipe = load_recipe(cls, args.config, args.set, base)
+    data = recipe.data
+    if getattr(args, "data", None) and hasattr(data, "dataset"):
+        data.dataset = args.data
+    for name in ("valid", "test"):
+        if getattr(args, name, None):
+            setattr(data, f"{name}_file", getattr(args, name))
+    return recipe
+
+
 def merge(base: dict, override: dict, where: str) -> None:
     for k, v in override.items():
         if k not in base:

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import add_recipe_args, load_recipe
+from .common import add_recipe_args, recipe_for_run
 
 
 def register(cli) -> None:
@@ -37,13 +37,7 @@ def register(cli) -> None:
 def train(args) -> int:
     from ..tasks.lm import LMRecipe, train_lm
 
-    base = None
-    if args.resume and (args.out / "config.json").exists():
-        base = LMRecipe.load_json(args.out / "config.json")
-    recipe = load_recipe(LMRecipe, args.config, args.set, base)
-    if args.data:
-        recipe.data.dataset = args.data
-    recipe.data.valid_file = args.valid or recipe.data.valid_file
+    recipe = recipe_for_run(LMRecipe, args)
     result = train_lm(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
     valid = result["valid"]
     print(json.dumps({"run_dir": str(args.out), "valid_loss": valid["loss"], "valid_perplexity": valid["perplexity"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_recipe_args, load_recipe
+from .common import add_recipe_args, recipe_for_run
 
 
 def register(cli) -> None:
@@ -21,10 +21,7 @@ def register(cli) -> None:
 def pretrain(args) -> int:
     from ..tasks.mlm import MLMRecipe, pretrain_mlm
 
-    base = None
-    if args.resume and (args.out / "config.json").exists():
-        base = MLMRecipe.load_json(args.out / "config.json")
-    recipe = load_recipe(MLMRecipe, args.config, args.set, base)
+    recipe = recipe_for_run(MLMRecipe, args)
     if args.data:
         recipe.data.datasets = [d.strip() for item in args.data for d in item.split(",") if d.strip()]
     summary = pretrain_mlm(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))

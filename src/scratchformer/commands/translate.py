@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_recipe_args, load_recipe, read_inputs
+from .common import add_recipe_args, recipe_for_run, read_inputs
 
 
 def _decode_args(p) -> None:
@@ -69,15 +69,7 @@ def _overrides(args) -> dict:
 def train(args) -> int:
     from ..tasks.translate import TranslateRecipe, train_translator
 
-    base = None
-    if args.resume and (args.out / "config.json").exists():
-        base = TranslateRecipe.load_json(args.out / "config.json")
-    recipe = load_recipe(TranslateRecipe, args.config, args.set, base)
-    dc = recipe.data
-    if args.data:
-        dc.dataset = args.data
-    dc.valid_file = args.valid or dc.valid_file
-    dc.test_file = args.test or dc.test_file
+    recipe = recipe_for_run(TranslateRecipe, args)
     result = train_translator(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
     test = result.get("test", {})
     print(json.dumps({"run_dir": str(args.out), "weights": result["final"]["weights"],

@@ -23,7 +23,7 @@ from ..nn import JsonConfig
 from ..train import TrainConfig, Trainer
 from ..train.checkpoint import load_weights
 from . import metrics as M
-from .data_source import load_classification
+from .data_source import load_classification, load_run_recipe
 from .mlm import encode_with_bigrams
 
 
@@ -439,12 +439,8 @@ class Classifier:
             recipe = ClassifyRecipe.load_json(run_dir / "config.json")
             members = [cls.load(run_dir / f"member{i}") for i in range(recipe.ensemble)]
             return EnsembleClassifier(members, recipe)
-        for name in ("config.json", "tokenizer.json", "labels.json", "model.safetensors"):
-            if not (run_dir / name).exists():
-                raise UserError(f"{run_dir} is not a finished classification run: {name} is missing")
-        recipe = ClassifyRecipe.load_json(run_dir / "config.json")
-        if recipe.task != "classify":
-            raise UserError(f"{run_dir} holds a {recipe.task!r} run, not a classifier")
+        recipe = load_run_recipe(run_dir, ClassifyRecipe, "classify",
+                                 ("tokenizer.json", "labels.json", "model.safetensors"), "classification")
         model = EncoderClassifier(recipe.model)
         load_weights(model, run_dir / "model.safetensors")
         labels = json.loads((run_dir / "labels.json").read_text(encoding="utf-8"))

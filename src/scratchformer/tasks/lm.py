@@ -52,7 +52,7 @@ from ..models.language_model import DecoderLM, LMConfig
 from ..nn import JsonConfig
 from ..train import TrainConfig, Trainer
 from ..train.checkpoint import load_weights
-from .data_source import looks_like_path
+from .data_source import load_run_recipe, looks_like_path
 
 TOKENIZERS = ("char", "bpe")
 LN2 = math.log(2.0)
@@ -374,12 +374,7 @@ class LanguageModel:
     @classmethod
     def load(cls, run_dir: str | Path) -> "LanguageModel":
         run_dir = Path(run_dir)
-        for name in ("config.json", "tokenizer.json", "model.safetensors"):
-            if not (run_dir / name).exists():
-                raise UserError(f"{run_dir} is not a finished language-model run: {name} is missing")
-        recipe = LMRecipe.load_json(run_dir / "config.json")
-        if recipe.task != "lm":
-            raise UserError(f"{run_dir} holds a {recipe.task!r} run, not a language model")
+        recipe = load_run_recipe(run_dir, LMRecipe, "lm", ("tokenizer.json", "model.safetensors"), "language-model")
         model = DecoderLM(recipe.model)
         load_weights(model, run_dir / "model.safetensors")
         return cls(model, Tokenizer.load(run_dir / "tokenizer.json"), recipe)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..data.batching import LengthBucketSampler, pad_sequences
 from ..data.datasets import TranslationData
-from ..data.readers import read_parallel, seeded_split
+from ..data.readers import read_parallel
 from ..data.registry import DATASETS, load_dataset
 from ..data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer, cjk_fraction
 from ..errors import UserError
@@ -34,7 +34,7 @@ from ..models.seq2seq import Seq2Seq, Seq2SeqConfig
 from ..nn import JsonConfig
 from ..train import TrainConfig, Trainer
 from ..train.checkpoint import load_weights, save_weights
-from .data_source import looks_like_path
+from .data_source import load_run_recipe, looks_like_path, user_splits
 from .decoding import DecodeConfig, Hypothesis, check_sources, decode, greedy_decode
 
 SRC_TOK, TGT_TOK, FINAL, AVERAGED, SNAPSHOTS = (
@@ -113,13 +113,7 @@ def load_translation(dc: TranslateDataConfig) -> TranslationData:
         if not isinstance(data, TranslationData):
             raise UserError(f"dataset {name!r} is not a translation data set (try hsk-zh-en, fr-en, de-en)")
         return data
-    train = _parallel(name)
-    valid = _parallel(dc.valid_file) if dc.valid_file else None
-    test = _parallel(dc.test_file) if dc.test_file else None
-    if valid is None and test is None:
-        train, valid, test = seeded_split(train, 0, (0.8, 0.1, 0.1))
-    elif valid is None:
-        train, valid = seeded_split(train, 0, (0.9, 0.1))
+    train, valid, test = user_splits(_parallel, name, dc)
     return TranslationData(train, valid, test or [], "src", "tgt", {"name": Path(name.split(",")[0]).name})
 
 
@@ -373,12 +367,7 @@ class Translator:
         """`weights`: a file name in `run_dir`; default: the one final.json names (best or
         averaged), else model.safetensors."""
         run_dir = Path(run_dir)
-        for name in ("config.json", SRC_TOK, TGT_TOK):
-            if not (run_dir / name).exists():
-                raise UserError(f"{run_dir} is not a translation run: {name} is missing")
-        recipe = TranslateRecipe.load_json(run_dir / "config.json")
-        if recipe.task != "translate":
-            raise UserError(f"{run_dir} holds a {recipe.task!r} run, not a translator")
+        recipe = load_run_recipe(run_dir, TranslateRecipe, "translate", (SRC_TOK, TGT_TOK), "translation")
         if weights is None:
             final = run_dir / FINAL
             weights = json.loads(final.read_text())["weights"] if final.exists() else "model.safetensors"
