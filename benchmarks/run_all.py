@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from . import attention, bf16, common, data_pipeline, encoder, generation, mfu
+from . import attention, bf16, common, data_pipeline, encoder, generation, mfu, translation
 
-ORDER = ("encoder", "mfu", "attention", "bf16", "generation", "data_pipeline")
+ORDER = ("encoder", "mfu", "attention", "bf16", "generation", "translation", "data_pipeline")
 MODULES = {"encoder": encoder, "attention": attention, "bf16": bf16, "generation": generation,
-           "data_pipeline": data_pipeline, "mfu": mfu}
+           "translation": translation, "data_pipeline": data_pipeline, "mfu": mfu}
 
 
 def run_all(quick: bool = False, out_dir=None, only=None, log=print) -> dict:

@@ -78,6 +78,12 @@ def test_other_schemas(results):
     assert _is_summary(b["training"]["toy"]["speedup_over_fp32"]["bf16_autocast"])
     g = _load(out, "generation")
     assert all(r["same_tokens"] for r in g["by_context"].values())  # cache == full forward
+    tr = _load(out, "translation")
+    assert tr["same_tokens"] == {"greedy": True, "beam5": True}  # cache == full forward, greedy and beam
+    assert all(_is_summary(v["sentences_per_s"]) and _is_summary(v["tokens_per_s"]) for v in tr["variants"].values())
+    assert set(tr["variants"]) == {"greedy_cached", "greedy_uncached", "beam5_cached", "beam5_uncached"}
+    assert len({v["output_tokens"] for v in tr["variants"].values()}) == 1  # <eos> banned: same work
+    assert all(_is_summary(s) for s in (*tr["cached_speedup"].values(), *tr["beam_over_greedy_time"].values()))
     p = _load(out, "data_pipeline")
     assert 0 <= p["padding"]["padding_fraction_bucketed"] <= p["padding"]["padding_fraction_random"] < 1
     m = _load(out, "mfu")
