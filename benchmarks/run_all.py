@@ -78,8 +78,8 @@ def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: 
     for name, t in all_targets:
         val = "–" if t["value"] is None else f"{t['value']:.3g}{t['unit']}"
         rows.append([f"[{name}]({name}.md)", t["name"], val, f"{t['goal']:g}{t['unit']}",
-                     {True: "yes", False: "**no**", None: "n/a"}[t["met"]]])
-    lines.append(common.md_table(["benchmark", "target", "measured (median)", "goal", "met"], rows))
+                     {True: "yes", False: "**no**", None: "n/a"}[t["met"]], t.get("note", "")])
+    lines.append(common.md_table(["benchmark", "target", "measured (median)", "goal", "met", "note"], rows))
     lines += ["", "## Tables", ""]
     lines += [f"- [{n}]({n}.md): {results[n].get('title', n)}" for n in results]
     (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

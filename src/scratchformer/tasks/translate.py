@@ -290,7 +290,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     log(f"data: {len(train)} train ({train.dropped} longer than {dc.max_len} tokens left out) / "
         f"{len(valid or [])} valid / {len(data.test)} test pairs, {data.src_lang}->{data.tgt_lang}; "
         f"source {type(src_tok).__name__} {src_tok.vocab_size}, target {type(tgt_tok).__name__} "
-        f"{tgt_tok.vocab_size}{' (joint)' if src_tok is tgt_tok else ''}; "
+        f"{tgt_tok.vocab_size}{' (joint)' if recipe.data.joint_vocab else ''}; "
         f"<unk> rate on valid source {src_tok.unk_rate([s for s, _ in data.valid[:2000]]):.2%}; "
         f"{train.n_tokens / 1e6:.2f}M train tokens, padding {train.sampler.padding_fraction(train.sampler.epoch_batches(0)):.1%}")
     torch.manual_seed(seed)
