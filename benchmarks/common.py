@@ -7,6 +7,7 @@ repetition ran under the same load) and then summarised the same way.
 """
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import math
@@ -182,13 +183,14 @@ def header_md(title: str, machine: dict, extra: str = "") -> str:
             f" · torch {m['torch']}\n\n{extra}").rstrip() + "\n"
 
 
-def cli(run, doc: str, argv=None) -> None:
+def cli(run, doc: str, argv=None, options: dict[str, tuple[str, str]] | None = None) -> None:
     """The command line every benchmark module shares: `--quick` (toy sizes, the smoke test)
-    and `--out` (results folder), then `run(quick, out)`."""
-    import argparse
-
+    and `--out` (results folder), then `run(quick, out)`. `options` adds string flags,
+    keyword of `run` -> (flag, help), e.g. `{"run_dir": ("--run", "...")}`."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="toy sizes, seconds (the smoke test)")
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    for name, (flag, help_text) in (options or {}).items():
+        ap.add_argument(flag, dest=name, default=None, help=help_text)
     a = ap.parse_args(argv)
-    run(a.quick, a.out)
+    run(a.quick, a.out, **{name: getattr(a, name) for name in options or {}})

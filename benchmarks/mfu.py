@@ -1,7 +1,7 @@
 """Achieved model FLOP/s of our encoder as a fraction of the machine's float32 matmul peak.
 
-The peak is a 2048² float32 matmul (on the fastest kernel: oneDNN where available) timed inside the same interleaved loop as the encoder
-(`encoder.run_inference`), so each repetition's fraction divides numbers taken under the
+The peak is a 2048² float32 matmul (on the fastest kernel: oneDNN where available) timed
+inside the same interleaved loop as the encoder (`encoder.run_inference`), so each repetition's fraction divides numbers taken under the
 same load. FLOPs are counted analytically (matmuls only: projections, FFN, QKᵀ and PV):
   - model FLOPs: real tokens only, attention over each sequence's real length — the useful
     work, the same number for every implementation;

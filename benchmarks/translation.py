@@ -24,7 +24,6 @@ length); it writes `translation_run.json` / `.md` instead of `translation.*`.
 """
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 import torch
@@ -157,12 +156,8 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="toy sizes, seconds (the smoke test)")
-    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
-    ap.add_argument("--run", default=None, help="a trained translator's run directory (real <eos>, test sentences)")
-    a = ap.parse_args(argv)
-    run(a.quick, a.out, run_dir=a.run)
+    common.cli(run, __doc__, argv,
+               {"run_dir": ("--run", "a trained translator's run directory (real <eos>, test sentences)")})
 
 
 if __name__ == "__main__":

@@ -21,6 +21,6 @@ __all__ = [
     "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
     "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MultiHeadAttention",
     "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
-    "TransformerConfig", "causal_mask", "linear", "local_window_mask", "onednn_blocker", "merge_masks", "padding_mask",
-    "padding_mask_from_ids", "scaled_dot_product_attention", "sinusoidal_table", "use_onednn",
+    "TransformerConfig", "causal_mask", "linear", "local_window_mask", "merge_masks", "onednn_blocker",
+    "padding_mask", "padding_mask_from_ids", "scaled_dot_product_attention", "sinusoidal_table", "use_onednn",
 ]
