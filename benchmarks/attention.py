@@ -5,6 +5,11 @@ O(T²) memory), `impl="fused"` (SDPA's flash kernel on CPU) and the fused path w
 `local_window_mask(T, T, window)` band. The number of tokens per batch is fixed
 (B × T = 8192), so every length does the same projection work and FLOPs grow with T.
 
+A second table times bfloat16 forward+backward (training under autocast) at translation-like
+lengths for the math path, the fused path and `impl="auto"`: torch's CPU flash kernel is slow
+in bfloat16 on short sequences, so auto takes the math path up to
+`attention.CPU_BF16_MATH_MAX_KEYS` keys; the table is the evidence for that threshold.
+
 Peak memory: measured in a child process started with `MALLOC_MMAP_THRESHOLD_=65536`,
 so every tensor larger than 64 KiB is its own mmap that goes back to the OS when freed;
 the kernel's resident high-water mark (`VmHWM`, reset before each call through
@@ -25,6 +30,7 @@ from pathlib import Path
 import torch
 
 from scratchformer.nn import local_window_mask, scaled_dot_product_attention
+from scratchformer.nn.attention import CPU_BF16_MATH_MAX_KEYS
 
 from . import common
 
@@ -66,6 +72,57 @@ def flops(T: int, p: dict) -> float:
 
 def score_bytes(T: int, p: dict) -> int:
     return max(1, p["tokens"] // T) * p["n_heads"] * T * T * 4
+
+
+# ----------------------------------------------------------------------------- bf16 training
+
+BF16_IMPLS = ("math", "fused", "auto")
+
+
+def bf16_plan(quick: bool) -> dict:
+    if quick:
+        return dict(n_heads=4, head_dim=16, tokens=256, lengths=[16, 64], reps=2)
+    return dict(n_heads=4, head_dim=64, tokens=4096, lengths=[16, 32, 64, 128, 256, 512, 1024], reps=7)
+
+
+def bf16_training_calls(T: int, p: dict) -> dict:
+    """forward+backward of causal self-attention with a padding mask, q/k/v in bfloat16."""
+    B = max(1, p["tokens"] // T)
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(B, p["n_heads"], T, p["head_dim"], generator=g).bfloat16().requires_grad_()
+               for _ in range(3))
+    mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
+    mask[: B // 2, ..., T - T // 4:] = False  # half the rows padded by a quarter
+
+    def call(impl):
+        def f():
+            out, _ = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=True, impl=impl)
+            out.float().sum().backward()
+        return f
+    return {impl: call(impl) for impl in BF16_IMPLS}
+
+
+def bf16_training(quick: bool, log=print) -> dict:
+    p = bf16_plan(quick)
+    out = {"settings": p, "threshold": CPU_BF16_MATH_MAX_KEYS, "time": {}}
+    for T in p["lengths"]:
+        log(f"[attention] bf16 training T={T}")
+        times = common.interleaved(bf16_training_calls(T, p), p["reps"], warmup=1)
+        out["time"][T] = {"ms": {n: common.summary([1e3 * t for t in ts]) for n, ts in times.items()},
+                          "auto_vs_fused": common.paired_ratio(times["fused"], times["auto"]),
+                          "auto_vs_math": common.paired_ratio(times["math"], times["auto"])}
+    return out
+
+
+def bf16_markdown(r: dict) -> str:
+    p = r["settings"]
+    rows = [[T, *(common.fmt_stat(x["ms"][n]) for n in BF16_IMPLS), common.fmt_stat(x["auto_vs_fused"], 3, "×"),
+             common.fmt_stat(x["auto_vs_math"], 3, "×")] for T, x in r["time"].items()]
+    return (f"## bfloat16 forward+backward (training), {p['n_heads']} heads of {p['head_dim']}, "
+            f"{p['tokens']} tokens, causal + padding mask\n\n"
+            f"`impl=\"auto\"` takes the math path in bfloat16 on CPU up to {r['threshold']} keys, the fused "
+            "kernel above. Speed-ups are per interleaved repetition (higher = auto faster).\n\n"
+            + common.md_table(["T", "math ms", "fused ms", "auto ms", "auto vs fused", "auto vs math"], rows))
 
 
 # ----------------------------------------------------------------------------- memory
@@ -165,6 +222,12 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
         common.target("math peak memory growth over the same span (quadratic = grows with T)",
                       res["scaling"]["math_memory_growth"], 2.0, note="shown for contrast"),
     ]
+    res["bf16_training"] = bf16_training(quick, log)
+    # auto's speed relative to the faster of the two kernels, at its worst length
+    worst = min(min(x["auto_vs_fused"]["median"], x["auto_vs_math"]["median"])
+                for x in res["bf16_training"]["time"].values())
+    res["targets"].append(common.target(
+        "bf16 training attention, auto vs the better of math/fused (worst length)", worst, 0.9, note="auto picks the faster kernel at each length (1.0 = as fast as the better one)"))
     common.write_result("attention", res, to_markdown(res), out_dir)
     return res
 
@@ -225,6 +288,8 @@ def to_markdown(res: dict) -> str:
         + "\n\nThe local window runs the same flash kernel over the full T×T grid with a boolean band mask "
           "(which SDPA turns into a float mask): its time and mask memory stay O(T²); only a blocked "
           "(sliding-chunk) kernel would make it O(T·window).")
+    if "bf16_training" in res:
+        parts.append(bf16_markdown(res["bf16_training"]))
     return "\n\n".join(parts)
 
 

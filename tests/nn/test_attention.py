@@ -115,3 +115,21 @@ def test_fast_path_reason_is_reported():
     assert "need_weights" in mha.last_path_reason
     with pytest.raises(ValueError, match="cannot return attention weights"):
         scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], need_weights=True, impl="fused")
+
+
+def test_bf16_on_cpu_takes_the_math_path_for_short_keys_and_matches_fused():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(64, 4).eval()
+    for T, expect_math in ((20, True), (300, False)):
+        x = torch.randn(2, T, 64)
+        mask = torch.ones(2, T, dtype=torch.bool)
+        mask[1, T // 2:] = False
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            auto, _ = mha(x, key_padding_mask=mask, is_causal=True)
+            reason = mha.last_path_reason
+            mha.impl = "fused"
+            fused, _ = mha(x, key_padding_mask=mask, is_causal=True)
+            mha.impl = "auto"
+        assert (reason is not None and "bfloat16" in reason) == expect_math, reason
+        assert (auto.float() - fused.float()).abs().max() < 3e-2  # bf16 rounding of two kernels
+    assert mha(torch.randn(2, 20, 64))[0].dtype == torch.float32 and mha.last_path_reason is None  # fp32: fused

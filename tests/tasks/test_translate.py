@@ -9,15 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from scratchformer.cli import main
-from scratchformer.data.tokenizers import EOS_ID, PAD_ID
+from scratchformer.data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
 from scratchformer.errors import UserError
-from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, hashed_bigrams, token_dropout
+from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, Seq2SeqEnsemble, hashed_bigrams, token_dropout
 from scratchformer.nn import TransformerConfig
 from scratchformer.tasks.decoding import DecodeConfig, beam_search, greedy_decode, length_limits
 from scratchformer.tasks.translate import (
     ParallelSplit, TranslateDataConfig, TranslateRecipe, TranslationTask, Translator,
     average_checkpoints, corpus_scores, load_translation)
-from scratchformer.train.checkpoint import load_weights, save_weights
+from scratchformer.train.checkpoint import save_weights
 
 # ---------------------------------------------------------------------------- a tiny toy task
 # "Translate" lower-case letter words into upper case, same order: learnable in seconds.
@@ -103,6 +103,32 @@ def test_beam_one_equals_greedy_and_wide_beam_scores_at_least_greedy(run):
         wide = beam_search(model, src, DecodeConfig(beam=6, length_penalty=0.0, early_stop=False))
         for w, g in zip(wide, greedy):
             assert w.score >= g.score - 1e-6
+
+
+def test_ensemble_mixes_member_probabilities():
+    a, b, src = _random_model(4), _random_model(5), _sources(4)
+    cfg = DecodeConfig(beam=1, max_len_offset=8)
+    single = greedy_decode(a, src, cfg)
+    for same in (Seq2SeqEnsemble([a]), Seq2SeqEnsemble([a, _random_model(4)])):  # a and a copy of a
+        hyps = greedy_decode(same, src, cfg)
+        assert [h.tokens for h in hyps] == [h.tokens for h in single]
+        assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(hyps, single))
+    both = Seq2SeqEnsemble([a, b])
+    first = greedy_decode(both, src, DecodeConfig(beam=1, max_output_len=1))  # one step
+    bos = torch.full((src.shape[0], 1), BOS_ID)
+    probs = [F.softmax(m.decode(bos, *m.encode(src))[:, -1], -1) for m in (a, b)]  # (B, V) each
+    mixed = ((probs[0] + probs[1]) / 2).log()
+    mixed[:, [PAD_ID, BOS_ID, CLS_ID]] = float("-inf")  # never outputs
+    best, tok = mixed.max(-1)
+    assert [h.tokens[0] if h.tokens else EOS_ID for h in first] == tok.tolist()  # [] = <eos>
+    assert all(abs(h.score - float(s)) < 1e-4 for h, s in zip(first, best))
+    alone = greedy_decode(a, src, DecodeConfig(beam=1, max_output_len=1))
+    assert max(abs(h.score - g.score) for h, g in zip(first, alone)) > 1e-2  # b does count
+    beam = beam_search(both, src, DecodeConfig(beam=3, max_len_offset=6))
+    assert [h.tokens for h in beam] == [h.tokens for h in beam_search(
+        both, src, DecodeConfig(beam=3, max_len_offset=6, use_cache=False))]
+    with pytest.raises(UserError, match="vocabulary sizes"):
+        Seq2SeqEnsemble([a, _random_model(4, vocab=30)])
 
 
 def _toy_sources(tr):
@@ -295,3 +321,43 @@ def test_python_api_and_cli(run, capsys):
     assert png.stat().st_size > 1000
     src, outs, weights, text = tr.align("ab cd")
     assert text == "AB CD" and weights[0].shape == (4, len(outs), len(src))
+
+
+def test_ensemble_cli_and_tokenizer_check(run, tmp_path, capsys):
+    d, out = run
+    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--json", "--greedy"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--json", "--greedy",
+                 "--ensemble", str(out)]) == 0  # the run with itself: the same translations
+    pair = json.loads(capsys.readouterr().out)
+    assert pair["bleu"] == alone["bleu"] and (out / "test_ensemble2_hyps.txt").exists()
+    assert main(["translate", str(out), "--ensemble", str(out), "ab cd"]) == 0
+    assert capsys.readouterr().out.strip() == "AB CD"
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in out.iterdir():
+        if f.is_file():
+            (other / f.name).write_bytes(f.read_bytes())
+    (other / "tgt_tokenizer.json").write_text((out / "src_tokenizer.json").read_text())
+    assert main(["translate", str(out), "--ensemble", str(other), "ab cd"]) == 2
+    assert "same tokenizers" in capsys.readouterr().err
+
+
+def test_recipe_ensemble_trains_members_and_decodes_them_together(run, tmp_path, capsys):
+    d, _ = run
+    out = tmp_path / "ens"
+    args = ["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
+            "--test", str(d / "test.tsv"), "--out", str(out)] + TINY + [
+           "--set", "train.epochs=4", "--set", "ensemble=2", "--set", "train.seed=7"]
+    assert main(args) == 0
+    capsys.readouterr()
+    members = json.loads((out / "members.json").read_text())
+    assert [m["seed"] for m in members] == [7, 8] and all((out / m["dir"] / "final.json").exists() for m in members)
+    tr = Translator.load(out)
+    assert isinstance(tr.model, Seq2SeqEnsemble) and len(tr.model.members) == 2
+    a, b = (Translator.load(out / m["dir"]).model for m in members)
+    assert any((p - q).abs().max() > 0 for p, q in zip(a.parameters(), b.parameters()))  # other seeds
+    assert (out / "test_metrics.json").exists()
+    assert main(["translate", str(out), "ab cd"]) == 0 and capsys.readouterr().out.strip()
+    with pytest.raises(UserError, match="ensemble run"):
+        Translator.load(out, weights="model.safetensors")

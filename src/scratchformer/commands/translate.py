@@ -17,6 +17,9 @@ def _decode_args(p) -> None:
     add("--max-len-ratio", type=float, help="output limit: RATIO * source tokens + offset")
     add("--no-cache", action="store_true", help="recompute the whole prefix at every step (slow; for checking)")
     add("--precision", choices=["fp32", "bf16"], help="bf16: decode under bfloat16 autocast (faster on AMX CPUs)")
+    add("--ensemble", action="append", type=Path, default=[], metavar="RUN",
+        help="another run trained with the same tokenizers, decoded together with RUN_DIR "
+             "(next-token probabilities averaged); repeat for more")
 
 
 def _adder(p):
@@ -81,7 +84,7 @@ def train(args) -> int:
 def translate(args) -> int:
     from ..tasks.translate import Translator
 
-    tr = Translator.load(args.run_dir, args.weights)
+    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble)
     texts = read_inputs(args.texts, args.file)
     hyps = tr.hypotheses(texts, **_overrides(args))
     for text, h in zip(texts, hyps):
@@ -97,11 +100,13 @@ def translate(args) -> int:
 def evaluate(args) -> int:
     from ..tasks.translate import Translator, _parallel, load_translation
 
-    tr = Translator.load(args.run_dir)
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble)
     if args.data:
         pairs, name = _parallel(args.data), Path(args.data.split(",")[0]).stem
     else:
         pairs, name = getattr(load_translation(tr.recipe.data), args.split), args.split
+    if args.ensemble:
+        name = f"{name}_ensemble{len(args.ensemble) + 1}"
     rep = tr.evaluate(pairs, args.run_dir, name, **_overrides(args))
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
@@ -119,7 +124,7 @@ def align(args) -> int:
     from ..tasks.plots import plot_attention
     from ..tasks.translate import Translator
 
-    tr = Translator.load(args.run_dir)
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble)
     src, out, weights, translation = tr.align(args.text, **_overrides(args))
     path = args.out or args.run_dir / "align.png"
     plot_attention(src, weights, path, query_tokens=out,

@@ -116,3 +116,20 @@ def token_dropout(ids: torch.Tensor, p: float) -> torch.Tensor:
         return ids
     hit = (torch.rand(ids.shape, device=ids.device) < p) & (ids >= NUM_SPECIALS)
     return ids.masked_fill(hit, UNK_ID)
+
+
+class Seq2SeqEnsemble(nn.Module):
+    """Several `Seq2Seq` models over the same vocabularies, decoded as one: at every step the
+    decoder (`scratchformer.tasks.decoding`) averages the members' next-token probabilities,
+    log(mean_i p_i), the ensemble of the Transformer paper's WMT systems and of fairseq.
+    Members may differ in size and depth; they are usually the same recipe with other seeds."""
+
+    def __init__(self, members: list[Seq2Seq]):
+        super().__init__()
+        if not members:
+            raise UserError("an ensemble needs at least one model")
+        sizes = {(m.cfg.src_vocab_size, m.cfg.tgt_vocab_size) for m in members}
+        if len(sizes) > 1:
+            raise UserError(f"ensemble members have different vocabulary sizes {sorted(sizes)}; "
+                            "they must be trained with the same tokenizers")
+        self.members = nn.ModuleList(members)

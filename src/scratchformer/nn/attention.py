@@ -16,17 +16,26 @@ from .fast_linear import Linear, linear
 from .masks import causal_mask, merge_masks
 
 IMPLS = ("auto", "math", "fused")
+# torch's CPU flash kernel in bfloat16 loses to the math path on short keys (forward+backward,
+# 4 heads of 64, 4k tokens: 22 vs 4 ms at 25 keys, 23 vs 19 at 200) and wins from ~512 on
+# (39 vs 83 ms), where the math path's (Tq, Tk) scores also start to cost memory.
+CPU_BF16_MATH_MAX_KEYS = 256
 
 
-def fused_path_blocker(need_weights: bool, impl: str) -> str | None:
+def fused_path_blocker(need_weights: bool, impl: str, q: torch.Tensor | None = None,
+                       k_len: int = 0) -> str | None:
     """Why the fused kernel is not used (None when it is). Like PyTorch's transformer.py we
-    say why instead of silently running the slow path."""
+    say why instead of silently running the slow path (or, here, the faster one)."""
     if impl == "math":
         return "impl='math' was requested"
     if need_weights:
         if impl == "fused":
             raise ValueError("impl='fused' cannot return attention weights; use impl='auto'")
         return "need_weights=True: the fused kernel does not return attention probabilities"
+    if (impl == "auto" and q is not None and q.device.type == "cpu" and q.dtype == torch.bfloat16
+            and k_len <= CPU_BF16_MATH_MAX_KEYS):
+        return (f"bfloat16 on CPU with {k_len} <= {CPU_BF16_MATH_MAX_KEYS} keys: torch's CPU flash "
+                "kernel is slower than the math path there (impl='fused' forces it)")
     return None
 
 
@@ -59,7 +68,8 @@ def scaled_dot_product_attention(
             KV cache; torch's own `is_causal` aligns top-left).
         dropout_p: dropout on the attention probabilities (pass 0.0 in eval).
         need_weights: also return the probabilities `(B, H, Tq, Tk)`; forces the math path.
-        impl: 'auto' (fused unless weights are needed), 'math' or 'fused'.
+        impl: 'auto' (fused unless weights are needed or, on CPU in bfloat16, the keys are
+            short: see `fused_path_blocker`), 'math' or 'fused'.
     Returns:
         `(out (B, H, Tq, D), weights or None)`. A query whose keys are all masked gets an
         all-zero output and all-zero weights on both paths, never NaN.
@@ -71,7 +81,7 @@ def scaled_dot_product_attention(
         rep = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(rep, dim=1)  # (B, H, Tk, D)
         v = v.repeat_interleave(rep, dim=1)
-    use_fused = fused_path_blocker(need_weights, impl) is None
+    use_fused = fused_path_blocker(need_weights, impl, q, Tk) is None
     # torch's is_causal is top-left aligned: only equal lengths without another mask may use it.
     native_causal = is_causal and use_fused and mask is None and Tq == Tk
     if is_causal and not native_causal:
@@ -281,7 +291,7 @@ class MultiHeadAttention(nn.Module):
                 bias = bias.masked_fill(~causal_mask(Tq, Tk, device=x.device), float("-inf"))
                 is_causal = False
             mask = bias if mask is None else torch.where(mask, bias, float("-inf"))
-        self.last_path_reason = fused_path_blocker(need_weights, self.impl)
+        self.last_path_reason = fused_path_blocker(need_weights, self.impl, q, Tk)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask=mask, is_causal=is_causal,
             dropout_p=self.dropout if self.training else 0.0,

@@ -22,6 +22,7 @@ from ..models.classifier import ClassifierConfig, EncoderClassifier
 from ..nn import JsonConfig
 from ..train import TrainConfig, Trainer
 from ..train.checkpoint import load_weights
+from ..train.members import MEMBERS, train_members
 from . import metrics as M
 from .data_source import load_classification, load_run_recipe
 from .mlm import encode_with_bigrams
@@ -337,19 +338,9 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
     """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then report the
     ensemble (mean of the members' probabilities) on valid and test. With `resume`, finished
     members are kept and an interrupted one continues where it stopped."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    done_file = out_dir / "members.json"
-    done = json.loads(done_file.read_text()) if resume and done_file.exists() else []
-    for i in range(len(done), recipe.ensemble):
-        member = ClassifyRecipe.from_dict(recipe.to_dict())
-        member.ensemble, member.train.seed = 1, recipe.train.seed + i
-        mdir = out_dir / f"member{i}"
-        log(f"ensemble member {i + 1}/{recipe.ensemble} (seed {member.train.seed}) -> {mdir}")
-        res = train_classifier(member, mdir, resume=resume and (mdir / "trainer_state.pt").exists(), log=log)
-        done.append({"dir": mdir.name, "seed": member.train.seed, "best_valid": res["train"].get("best_metric"),
-                     "test_accuracy": res.get("test", {}).get("accuracy"),
-                     "test_macro_f1": res.get("test", {}).get("macro_f1")})
-        done_file.write_text(json.dumps(done, indent=1) + "\n")
+    done = train_members(recipe, out_dir, resume, train_classifier, lambda res: {
+        "best_valid": res["train"].get("best_metric"), "test_accuracy": res.get("test", {}).get("accuracy"),
+        "test_macro_f1": res.get("test", {}).get("macro_f1")}, log)
     recipe.save_json(out_dir / "config.json")
     ens = Classifier.load(out_dir)
     (out_dir / "labels.json").write_text(json.dumps(ens.labels, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -435,7 +426,7 @@ class Classifier:
     def load(cls, run_dir: str | Path) -> "Classifier":
         """A finished run directory; an ensemble run gives an `EnsembleClassifier`."""
         run_dir = Path(run_dir)
-        if (run_dir / "members.json").exists() and (run_dir / "config.json").exists():
+        if (run_dir / MEMBERS).exists() and (run_dir / "config.json").exists():
             recipe = ClassifyRecipe.load_json(run_dir / "config.json")
             members = [cls.load(run_dir / f"member{i}") for i in range(recipe.ensemble)]
             return EnsembleClassifier(members, recipe)

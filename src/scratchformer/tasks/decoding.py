@@ -3,7 +3,8 @@
 The model needs two methods (see `scratchformer.models.seq2seq.Seq2Seq`):
     encode(src (B, S)) -> (memory (B, S, C), src_mask (B, S))
     decode(tgt (B, T), memory, src_mask, cache=None) -> logits (B, T, V)
-and `new_cache()` for incremental decoding. With the cache (the default) each step feeds
+and `new_cache()` for incremental decoding; or it is an ensemble with `members` that each have
+them (their next-token probabilities are averaged). With the cache (the default) each step feeds
 only the newest token: self-attention keys/values are appended to a `DecoderCache`, the
 cross-attention keys/values of the memory are projected once per source. Without it, each
 step re-runs the decoder over the whole prefix (the reference the cache is tested against).
@@ -23,6 +24,7 @@ Sentences that are done leave the batch, so long sentences do not keep short one
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -77,29 +79,44 @@ def length_limits(src: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
 
 
 class _Stepper:
-    """One decoding state: memory, its mask, the cache; `step` gives next-token log-probs."""
+    """One decoding state: memory, its mask, the cache; `step` gives next-token log-probs.
+
+    An ensemble (a model with `members`, e.g. `Seq2SeqEnsemble`) keeps one state per member
+    and mixes their probabilities: log(mean_i p_i(y | prefix))."""
 
     def __init__(self, model, src: torch.Tensor, use_cache: bool, expand: int = 1):
-        self.model = model
-        memory, mask = model.encode(src)  # (B, S, C), (B, S)
-        if expand > 1:  # beam search: K copies of each source, rows b*K .. b*K+K-1
-            memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
-        self.memory, self.mask = memory, mask
-        self.cache = model.new_cache() if use_cache else None
+        self.models = list(getattr(model, "members", [model]))
+        self.memory, self.mask, self.caches = [], [], []
+        for m in self.models:
+            memory, mask = m.encode(src)  # (B, S, C), (B, S)
+            if expand > 1:  # beam search: K copies of each source, rows b*K .. b*K+K-1
+                memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
+            self.memory.append(memory)
+            self.mask.append(mask)
+            self.caches.append(m.new_cache() if use_cache else None)
+        self.use_cache = use_cache
 
     def step(self, prefix: torch.Tensor) -> torch.Tensor:
         """prefix `(N, t)` = <bos> and the tokens so far -> log-probs `(N, V)` of the next one."""
-        tokens = prefix[:, -1:] if self.cache is not None else prefix
-        logits = self.model.decode(tokens, self.memory, self.mask, cache=self.cache)[:, -1]
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+        tokens = prefix[:, -1:] if self.use_cache else prefix
+        logps = []
+        for m, memory, mask, cache in zip(self.models, self.memory, self.mask, self.caches):
+            logits = m.decode(tokens, memory, mask, cache=cache)[:, -1]
+            logps.append(F.log_softmax(logits.float(), dim=-1))  # (N, V)
+        if len(logps) == 1:
+            logp = logps[0]
+        else:  # log of the mean probability
+            logp = torch.logsumexp(torch.stack(logps), 0) - math.log(len(logps))
         logp[:, list(_BANNED)] = float("-inf")
         return logp
 
     def select(self, index: torch.Tensor) -> None:
         """Keep rows `index` (in that order): finished sentences leave, beams are reordered."""
-        if self.cache is not None:
-            self.cache.reorder(index)  # cross-attention K/V follow their rows; nothing recomputed
-        self.memory, self.mask = self.memory.index_select(0, index), self.mask.index_select(0, index)
+        for i, cache in enumerate(self.caches):
+            if cache is not None:
+                cache.reorder(index)  # cross-attention K/V follow their rows; nothing recomputed
+            self.memory[i] = self.memory[i].index_select(0, index)
+            self.mask[i] = self.mask[i].index_select(0, index)
 
 
 def check_sources(lengths: list[int], cfg: DecodeConfig) -> None:

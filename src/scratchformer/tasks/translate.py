@@ -30,10 +30,11 @@ from ..data.readers import read_parallel
 from ..data.registry import DATASETS, load_dataset
 from ..data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer, cjk_fraction
 from ..errors import UserError
-from ..models.seq2seq import Seq2Seq, Seq2SeqConfig
+from ..models.seq2seq import Seq2Seq, Seq2SeqConfig, Seq2SeqEnsemble
 from ..nn import JsonConfig
 from ..train import TrainConfig, Trainer
 from ..train.checkpoint import load_weights, save_weights
+from ..train.members import MEMBERS, train_members
 from .data_source import load_run_recipe, looks_like_path, user_splits
 from .decoding import DecodeConfig, Hypothesis, check_sources, decode, greedy_decode
 
@@ -80,6 +81,13 @@ class TranslateRecipe(JsonConfig):
         weight_decay=0.0001, betas=(0.9, 0.98)))
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # used for test and by default in `translate`
     average_last: int = 5  # average the weights of the last N evaluations (<= 1: off)
+    # >1: train members with seeds seed, seed+1, ... into member<i>/ and decode with all of them
+    # together (next-token probabilities averaged at every step)
+    ensemble: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ensemble, int) or self.ensemble < 1:
+            raise UserError(f"ensemble must be a whole number >= 1, got {self.ensemble!r}")
 
 
 # ---------------------------------------------------------------------------- data
@@ -276,6 +284,8 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     """Load data, build tokenizers and model, train, average, pick the final weights on
     validation BLEU, then score the test split with the recipe's decoding settings."""
     out_dir = Path(out_dir)
+    if recipe.ensemble > 1:
+        return train_ensemble(recipe, out_dir, resume, log)
     dc = recipe.data
     data = load_translation(dc)
     if resume:
@@ -321,6 +331,31 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     return result
 
 
+def train_ensemble(recipe: TranslateRecipe, out_dir: Path, resume: bool = False, log=print) -> dict[str, Any]:
+    """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then score the test
+    split with all of them decoded together. With `resume`, finished members are kept and an
+    interrupted one continues where it stopped."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recipe.save_json(out_dir / "config.json")  # so that --resume finds the recipe
+    done = train_members(recipe, out_dir, resume, train_translator, lambda res: {
+        "weights": res["final"]["weights"], "best_valid_bleu": res["train"].get("best_metric"),
+        "test_bleu": res.get("test", {}).get("bleu"), "test_chrf": res.get("test", {}).get("chrf")}, log)
+    first = out_dir / "member0"
+    for name in (SRC_TOK, TGT_TOK):  # members train the same tokenizers; Translator.load checks
+        (out_dir / name).write_bytes((first / name).read_bytes())
+    TranslateRecipe.load_json(first / "config.json").replace(ensemble=recipe.ensemble).save_json(out_dir / "config.json")
+    tr = Translator.load(out_dir)
+    result: dict[str, Any] = {"train": {"members": done}, "final": {"weights": f"{recipe.ensemble} members"}}
+    data = load_translation(recipe.data)
+    if data.test:
+        result["test"] = t = tr.evaluate(data.test, out_dir, "test")
+        members = ", ".join(f"{m['test_bleu']:.2f}" for m in done if m["test_bleu"] is not None)
+        log(f"ensemble test: BLEU {t['bleu']:.2f} chrF {t['chrf']:.2f} (members: {members}; {t['n']} sentences, "
+            f"beam {t['decode']['beam']}, {t['sentences_per_s']:.1f} sentences/s)\n  {t['bleu_signature']}\n"
+            f"  {t['chrf_signature']}")
+    return result
+
+
 def finalize(task: TranslationTask, valid: ParallelSplit | None, out_dir: Path, log=print) -> dict[str, Any]:
     """Average the snapshots; keep whichever of best / averaged scores higher greedy BLEU on
     the validation sentences used during training; write final.json."""
@@ -351,6 +386,18 @@ def finalize(task: TranslationTask, valid: ParallelSplit | None, out_dir: Path, 
 # ---------------------------------------------------------------------------- inference
 
 
+def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe, Seq2Seq]:
+    recipe = load_run_recipe(run_dir, TranslateRecipe, "translate", (SRC_TOK, TGT_TOK), "translation")
+    if weights is None:
+        final = run_dir / FINAL
+        weights = json.loads(final.read_text())["weights"] if final.exists() else "model.safetensors"
+    if not (run_dir / weights).exists():
+        raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
+    model = Seq2Seq(recipe.model)
+    load_weights(model, run_dir / weights)
+    return recipe, model.eval()
+
+
 class Translator:
     """A trained translator, loaded from its run directory.
 
@@ -363,19 +410,32 @@ class Translator:
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
 
     @classmethod
-    def load(cls, run_dir: str | Path, weights: str | None = None) -> "Translator":
+    def load(cls, run_dir: str | Path, weights: str | None = None,
+             ensemble: Sequence[str | Path] = ()) -> "Translator":
         """`weights`: a file name in `run_dir`; default: the one final.json names (best or
-        averaged), else model.safetensors."""
+        averaged), else model.safetensors. `ensemble`: more run directories trained with the
+        same tokenizers (usually the same recipe, other seeds); their models are decoded
+        together with this one (`Seq2SeqEnsemble`), each with its final.json weights."""
         run_dir = Path(run_dir)
-        recipe = load_run_recipe(run_dir, TranslateRecipe, "translate", (SRC_TOK, TGT_TOK), "translation")
-        if weights is None:
-            final = run_dir / FINAL
-            weights = json.loads(final.read_text())["weights"] if final.exists() else "model.safetensors"
-        if not (run_dir / weights).exists():
-            raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
-        model = Seq2Seq(recipe.model)
-        load_weights(model, run_dir / weights)
-        return cls(model, Tokenizer.load(run_dir / SRC_TOK), Tokenizer.load(run_dir / TGT_TOK), recipe)
+        if (run_dir / MEMBERS).exists() and (run_dir / "config.json").exists():  # a `train_ensemble` run
+            if weights is not None:
+                raise UserError(f"{run_dir} is an ensemble run: each member uses its own final weights")
+            n = TranslateRecipe.load_json(run_dir / "config.json").ensemble
+            dirs = [run_dir / f"member{i}" for i in range(n)]
+            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble])
+        recipe, model = _load_run_model(run_dir, weights)
+        src_tok, tgt_tok = Tokenizer.load(run_dir / SRC_TOK), Tokenizer.load(run_dir / TGT_TOK)
+        if ensemble:
+            members = [model]
+            for other in map(Path, ensemble):
+                for name in (SRC_TOK, TGT_TOK):
+                    if not (other / name).exists() or (other / name).read_bytes() != (run_dir / name).read_bytes():
+                        raise UserError(f"{other / name} differs from {run_dir / name} (or is missing): "
+                                        "ensemble members must be trained with the same tokenizers "
+                                        "(the same data and tokenizer settings)")
+                members.append(_load_run_model(other, None)[1])
+            model = Seq2SeqEnsemble(members)
+        return cls(model, src_tok, tgt_tok, recipe)
 
     def decode_config(self, **overrides) -> DecodeConfig:
         """The recipe's decoding settings with `overrides` (None values ignored)."""
@@ -448,8 +508,9 @@ class Translator:
         src = torch.tensor([src_ids])
         tgt_out = hyp.tokens + [EOS_ID]
         tgt_in = torch.tensor([[BOS_ID] + tgt_out[:-1]])
-        memory, mask = self.model.encode(src)
-        _, weights = self.model.decode(tgt_in, memory, mask, need_weights=True)
+        model = self.model.members[0] if isinstance(self.model, Seq2SeqEnsemble) else self.model
+        memory, mask = model.encode(src)  # an ensemble shows its first member's attention
+        _, weights = model.decode(tgt_in, memory, mask, need_weights=True)
         show = lambda tok, i: tok.decode([i], skip_special=False).strip() or tok.id_to_token(i)  # noqa: E731
         return ([show(self.src_tok, i) for i in src_ids], [show(self.tgt_tok, i) for i in tgt_out],
                 [cross[0] for _, cross in weights], self.tgt_tok.decode(hyp.tokens))
