@@ -18,12 +18,20 @@ included). The cached and uncached variants must return the same tokens (checked
     python -m benchmarks.translation [--quick] [--out DIR]
     python -m benchmarks.translation --run runs/hsk   # a trained translator, real <eos>
 
+A second part times one training step (forward, label-smoothed loss, backward, AdamW) at the
+size of recipes/en-fr-base.json (d_model 256, 4 heads, d_ff 1024, 4 encoder + 3 decoder layers,
+one shared 8000-token vocabulary tied to the output, dropout 0) under bfloat16 autocast, on a
+batch of ~3,000 target tokens: ours (attention `impl="auto"`: the math path for these short
+sequences), ours with the flash kernel forced (`impl="fused"`), and `torch.nn.Transformer`
+with the same sizes, embeddings and tied output projection (`norm_first=True`).
+
 With `--run DIR` the trained model of DIR decodes the first N sentences of its data set's test
 split with the run's decoding settings and real <eos> (so beam and greedy outputs differ in
 length); it writes `translation_run.json` / `.md` instead of `translation.*`.
 """
 from __future__ import annotations
 
+import warnings
 
 import numpy as np
 import torch
@@ -31,7 +39,7 @@ import torch
 from scratchformer.data.batching import pad_sequences
 from scratchformer.data.tokenizers import EOS_ID, NUM_SPECIALS, PAD_ID
 from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig
-from scratchformer.nn import TransformerConfig
+from scratchformer.nn import MultiHeadAttention, TransformerConfig
 from scratchformer.tasks.decoding import DecodeConfig, decode
 
 from . import common
@@ -56,6 +64,86 @@ def plan(quick: bool) -> dict:
                     reps=2, budget=None)
     return dict(cfg=dict(d_model=256, n_heads=4, d_ff=1024, n_layers=3), vocab=2000, sentences=64,
                 reps=7, budget=60.0)  # a round ~7 s on a busy core: ~60 s in all
+
+
+def train_plan(quick: bool) -> dict:
+    if quick:
+        return dict(d_model=32, n_heads=4, d_ff=64, n_layers=1, n_decoder_layers=1, vocab=64,
+                    batch=8, src_len=6, tgt_len=7, reps=2)
+    return dict(d_model=256, n_heads=4, d_ff=1024, n_layers=4, n_decoder_layers=3, vocab=8000,
+                batch=120, src_len=25, tgt_len=26, reps=7)
+
+
+class TorchSeq2Seq(torch.nn.Module):
+    """`torch.nn.Transformer` with the same embeddings (scaled, sinusoidal positions) and tied
+    output projection as our Seq2Seq: the peer of the training-step benchmark."""
+
+    def __init__(self, q: dict):
+        super().__init__()
+        self.embed = torch.nn.Embedding(q["vocab"], q["d_model"])
+        with warnings.catch_warnings():  # "enable_nested_tensor ... norm_first": inference only anyway
+            warnings.simplefilter("ignore")
+            self.core = torch.nn.Transformer(q["d_model"], q["n_heads"], q["n_layers"], q["n_decoder_layers"],
+                                             q["d_ff"], dropout=0.0, batch_first=True, norm_first=True)
+        pos = torch.arange(512)[:, None] / 10000 ** (torch.arange(0, q["d_model"], 2) / q["d_model"])
+        self.register_buffer("pos", torch.stack([pos.sin(), pos.cos()], -1).flatten(1))  # (512, C)
+        self.scale = q["d_model"] ** 0.5
+
+    def forward(self, src, tgt):
+        e = lambda ids: self.embed(ids) * self.scale + self.pos[: ids.shape[1]]  # noqa: E731
+        causal = self.core.generate_square_subsequent_mask(tgt.shape[1])
+        h = self.core(e(src), e(tgt), tgt_mask=causal, tgt_is_causal=True)  # (B, T, C)
+        return h @ self.embed.weight.t()  # (B, T, V), tied
+
+
+def training_steps(quick: bool, log=print) -> dict:
+    q = train_plan(quick)
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(NUM_SPECIALS, q["vocab"], (q["batch"], q["src_len"]), generator=g)
+    tgt = torch.randint(NUM_SPECIALS, q["vocab"], (q["batch"], q["tgt_len"] + 1), generator=g)
+    tc = TransformerConfig(d_model=q["d_model"], n_heads=q["n_heads"], d_ff=q["d_ff"], n_layers=q["n_layers"],
+                           n_decoder_layers=q["n_decoder_layers"], dropout=0.0)
+    torch.manual_seed(0)
+    ours = Seq2Seq(Seq2SeqConfig(src_vocab_size=q["vocab"], tgt_vocab_size=q["vocab"], transformer=tc,
+                                 share_embeddings=True, tie_output=True)).train()
+    forced = Seq2Seq(ours.cfg).train()
+    forced.load_state_dict(ours.state_dict())
+    for m in forced.modules():
+        if isinstance(m, MultiHeadAttention):
+            m.impl = "fused"
+    peer = TorchSeq2Seq(q).train()
+    models = {"ours": ours, "ours_fused_attention": forced, "torch_nn_transformer": peer}
+    opts = {n: torch.optim.AdamW(m.parameters(), lr=1e-4) for n, m in models.items()}
+
+    def step(name):
+        def f():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = models[name](src, tgt[:, :-1]).float()  # (B, T, V)
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(),
+                                                         label_smoothing=0.1)
+            loss.backward()
+            opts[name].step()
+            opts[name].zero_grad(set_to_none=True)
+        return f
+
+    log(f"[translation] training step, batch {q['batch']} x {q['src_len']}/{q['tgt_len']} tokens")
+    times = common.interleaved({n: step(n) for n in models}, q["reps"], warmup=1)
+    tokens = q["batch"] * q["tgt_len"]
+    return {"settings": q, "target_tokens": tokens,
+            "ms": {n: common.summary([1e3 * t for t in ts]) for n, ts in times.items()},
+            "target_tokens_per_s": {n: common.rate_summary(tokens, ts) for n, ts in times.items()},
+            "ours_vs": {n: common.paired_ratio(times[n], times["ours"]) for n in models if n != "ours"}}
+
+
+def training_markdown(r: dict) -> str:
+    q = r["settings"]
+    rows = [[n, common.fmt_stat(r["ms"][n]), common.fmt_stat(r["target_tokens_per_s"][n]),
+             "–" if n == "ours" else common.fmt_stat(r["ours_vs"][n], 3, "×")] for n in r["ms"]]
+    return (f"## Training step (bf16 autocast): d_model {q['d_model']}, {q['n_layers']}+{q['n_decoder_layers']} "
+            f"layers, vocab {q['vocab']} shared and tied, batch {q['batch']} × {q['src_len']} source / "
+            f"{q['tgt_len']} target tokens\n\nForward, label-smoothed loss, backward, AdamW; median (min–max) "
+            "over interleaved repetitions. \"ours vs\" = the row's time / ours (higher = ours faster).\n\n"
+            + common.md_table(["model", "ms per step", "target tokens/s", "ours vs this"], rows))
 
 
 def random_sources(n: int, vocab: int, seed: int = 0) -> torch.Tensor:
@@ -120,6 +208,10 @@ def run(quick: bool = False, out_dir=None, log=print, run_dir=None) -> dict:
     # has less to save; a floor, not an expectation (the first full run, batch 64, gave ~5x:
     # uncached steps also project every prefix position onto the 2000-token vocabulary)
     res["targets"] = [common.target("greedy cached / uncached", res["cached_speedup"]["greedy"]["median"], 1.5)]
+    if run_dir is None:
+        res["training"] = training_steps(quick, log)
+        res["targets"].append(common.target("bf16 training step, ours / torch.nn.Transformer",
+                                            res["training"]["ours_vs"]["torch_nn_transformer"]["median"], 1.0))
     common.write_result("translation" if run_dir is None else "translation_run", res, to_markdown(res), out_dir)
     return res
 
@@ -152,6 +244,8 @@ def to_markdown(res: dict) -> str:
               ["beam5 / greedy time, cached", common.fmt_stat(res["beam_over_greedy_time"]["cached"], 3, "×")],
               ["beam5 / greedy time, uncached", common.fmt_stat(res["beam_over_greedy_time"]["uncached"], 3, "×")]]
     parts.append("## Ratios (per repetition)\n\n" + common.md_table(["ratio", "median (min–max)"], ratios))
+    if "training" in res:
+        parts.append(training_markdown(res["training"]))
     return "\n\n".join(parts)
 
 

@@ -116,7 +116,8 @@ def test_ensemble_mixes_member_probabilities():
     both = Seq2SeqEnsemble([a, b])
     first = greedy_decode(both, src, DecodeConfig(beam=1, max_output_len=1))  # one step
     bos = torch.full((src.shape[0], 1), BOS_ID)
-    probs = [F.softmax(m.decode(bos, *m.encode(src))[:, -1], -1) for m in (a, b)]  # (B, V) each
+    with torch.no_grad():
+        probs = [F.softmax(m.decode(bos, *m.encode(src))[:, -1], -1) for m in (a, b)]  # (B, V) each
     mixed = ((probs[0] + probs[1]) / 2).log()
     mixed[:, [PAD_ID, BOS_ID, CLS_ID]] = float("-inf")  # never outputs
     best, tok = mixed.max(-1)
@@ -357,7 +358,7 @@ def test_recipe_ensemble_trains_members_and_decodes_them_together(run, tmp_path,
     assert isinstance(tr.model, Seq2SeqEnsemble) and len(tr.model.members) == 2
     a, b = (Translator.load(out / m["dir"]).model for m in members)
     assert any((p - q).abs().max() > 0 for p, q in zip(a.parameters(), b.parameters()))  # other seeds
-    assert (out / "test_metrics.json").exists()
+    assert (out / "test_metrics.json").exists() and (out / "valid_metrics.json").exists()
     assert main(["translate", str(out), "ab cd"]) == 0 and capsys.readouterr().out.strip()
     with pytest.raises(UserError, match="ensemble run"):
         Translator.load(out, weights="model.safetensors")

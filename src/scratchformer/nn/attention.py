@@ -17,8 +17,9 @@ from .masks import causal_mask, merge_masks
 
 IMPLS = ("auto", "math", "fused")
 # torch's CPU flash kernel in bfloat16 loses to the math path on short keys (forward+backward,
-# 4 heads of 64, 4k tokens: 22 vs 4 ms at 25 keys, 23 vs 19 at 200) and wins from ~512 on
-# (39 vs 83 ms), where the math path's (Tq, Tk) scores also start to cost memory.
+# 4 heads of 64, 4k tokens: ~20-30 vs ~4 ms at 16-64 keys; benchmarks/results/attention.md).
+# Beyond a few hundred keys the winner depends on the masks and on the allocator (measured
+# both ways at 512-1024), while the math path's (Tq, Tk) scores grow with T²: stop at 256.
 CPU_BF16_MATH_MAX_KEYS = 256
 
 

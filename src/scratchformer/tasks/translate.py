@@ -347,6 +347,13 @@ def train_ensemble(recipe: TranslateRecipe, out_dir: Path, resume: bool = False,
     tr = Translator.load(out_dir)
     result: dict[str, Any] = {"train": {"members": done}, "final": {"weights": f"{recipe.ensemble} members"}}
     data = load_translation(recipe.data)
+    if data.valid:  # the members' validation measure: greedy BLEU on the first bleu_sentences pairs
+        pairs = data.valid[: recipe.data.bleu_sentences or len(data.valid)]
+        rep = tr.evaluate(pairs, out_dir, "valid", beam=1)
+        result["train"]["best_metric"] = rep["bleu"]
+        members = ", ".join(f"{m['best_valid_bleu']:.2f}" for m in done if m["best_valid_bleu"] is not None)
+        log(f"ensemble valid ({len(pairs)} sentences, greedy): BLEU {rep['bleu']:.2f} chrF {rep['chrf']:.2f} "
+            f"(members' best: {members})")
     if data.test:
         result["test"] = t = tr.evaluate(data.test, out_dir, "test")
         members = ", ".join(f"{m['test_bleu']:.2f}" for m in done if m["test_bleu"] is not None)
