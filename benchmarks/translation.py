@@ -40,6 +40,7 @@ from scratchformer.data.batching import pad_sequences
 from scratchformer.data.tokenizers import EOS_ID, NUM_SPECIALS, PAD_ID
 from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig
 from scratchformer.nn import MultiHeadAttention, TransformerConfig
+from scratchformer.nn.position import sinusoidal_table
 from scratchformer.tasks.decoding import DecodeConfig, decode
 
 from . import common
@@ -85,8 +86,7 @@ class TorchSeq2Seq(torch.nn.Module):
             warnings.simplefilter("ignore")
             self.core = torch.nn.Transformer(q["d_model"], q["n_heads"], q["n_layers"], q["n_decoder_layers"],
                                              q["d_ff"], dropout=0.0, batch_first=True, norm_first=True)
-        pos = torch.arange(512)[:, None] / 10000 ** (torch.arange(0, q["d_model"], 2) / q["d_model"])
-        self.register_buffer("pos", torch.stack([pos.sin(), pos.cos()], -1).flatten(1))  # (512, C)
+        self.register_buffer("pos", sinusoidal_table(512, q["d_model"]))  # (512, C)
         self.scale = q["d_model"] ** 0.5
 
     def forward(self, src, tgt):

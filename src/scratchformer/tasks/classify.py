@@ -341,7 +341,6 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
     done = train_members(recipe, out_dir, resume, train_classifier, lambda res: {
         "best_valid": res["train"].get("best_metric"), "test_accuracy": res.get("test", {}).get("accuracy"),
         "test_macro_f1": res.get("test", {}).get("macro_f1")}, log)
-    recipe.save_json(out_dir / "config.json")
     ens = Classifier.load(out_dir)
     (out_dir / "labels.json").write_text(json.dumps(ens.labels, ensure_ascii=False, indent=1), encoding="utf-8")
     data = load_classification(recipe.data)

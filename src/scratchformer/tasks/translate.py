@@ -335,8 +335,6 @@ def train_ensemble(recipe: TranslateRecipe, out_dir: Path, resume: bool = False,
     """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then score the test
     split with all of them decoded together. With `resume`, finished members are kept and an
     interrupted one continues where it stopped."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    recipe.save_json(out_dir / "config.json")  # so that --resume finds the recipe
     done = train_members(recipe, out_dir, resume, train_translator, lambda res: {
         "weights": res["final"]["weights"], "best_valid_bleu": res["train"].get("best_metric"),
         "test_bleu": res.get("test", {}).get("bleu"), "test_chrf": res.get("test", {}).get("chrf")}, log)

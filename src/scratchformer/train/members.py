@@ -20,6 +20,7 @@ def train_members(recipe, out_dir: Path, resume: bool, train_one: Callable[..., 
     `summarize(its result)` gives the fields kept for it in `out_dir/members.json`. With
     `resume`, finished members are kept and an interrupted one continues where it stopped."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    recipe.save_json(out_dir / "config.json")  # the whole recipe, so that --resume finds it
     done_file = out_dir / MEMBERS
     done = json.loads(done_file.read_text()) if resume and done_file.exists() else []
     for i in range(len(done), recipe.ensemble):
