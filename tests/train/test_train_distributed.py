@@ -9,6 +9,7 @@ import torch.multiprocessing as mp
 
 from scratchformer.train import TrainConfig, Trainer
 from scratchformer.train.checkpoint import load_weights
+from scratchformer.train.checkpoint_store import CheckpointStore
 
 from train_toy import ToyTask, batch_fn, make_data, valid_fn, weights
 
@@ -45,7 +46,7 @@ def test_two_processes_equal_one_process_with_both_micro_batches(tmp_path):
     Trainer(single, batch_fn(x, y, SIZES[:6]), valid_fn(vx, vy), TrainConfig(accumulation=2, **CFG),
             tmp_path / "single").fit()
     ddp = ToyTask(seed=99)
-    load_weights(ddp.model, tmp_path / "ddp" / "last.safetensors")
+    load_weights(ddp.model, CheckpointStore(tmp_path / "ddp").latest().weights)
     w_single, w_ddp = weights(single.model), weights(ddp.model)
     assert max((w_single[k] - w_ddp[k]).abs().max().item() for k in w_single) < 1e-6
     assert max((w_single[k] - weights(ToyTask(seed=3).model)[k]).abs().max().item() for k in w_single) > 0.1

@@ -9,6 +9,7 @@ from train_toy import Batch, ToyTask, batch_fn, make_data, valid_fn, weights
 
 from scratchformer.errors import UserError
 from scratchformer.train import TrainConfig, Trainer, TrainingDiverged, load_weights, trainer as trainer_mod
+from scratchformer.train.checkpoint_store import CheckpointStore
 
 QUIET = {"progress": False}
 
@@ -109,7 +110,7 @@ def test_resume_after_a_crash_is_bit_identical(tmp_path):
 
     with pytest.raises(RuntimeError, match="killed"):
         _run(tmp_path / "run", _resume_cfg(**kw), batches=crashing)
-    state = torch.load(tmp_path / "run" / "trainer_state.pt", weights_only=True)
+    state = torch.load(CheckpointStore(tmp_path / "run").latest().state, weights_only=True)
     assert state["train"]["step"] == 6 and state["train"]["batch_in_epoch"] == 5
 
     resumed, _, summary = _run(tmp_path / "run", _resume_cfg(**kw), resume=True, task_seed=42)
@@ -185,7 +186,7 @@ def test_fit_writes_metrics_curves_and_checkpoints(tmp_path):
     assert summary["epoch"] == 3 and summary["step"] == 9 and summary["stop_reason"] == "epochs"
     assert task.saved_to == tmp_path and (tmp_path / "task.json").exists()
     assert TrainConfig.load_json(tmp_path / "train_config.json") == cfg
-    for name in ("metrics.jsonl", "curves.png", "model.safetensors", "last.safetensors", "trainer_state.pt"):
+    for name in ("metrics.jsonl", "curves.png", "model.safetensors", "checkpoint.json", "checkpoints/step-00000009"):
         assert (tmp_path / name).exists(), name
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -200,7 +201,7 @@ def test_fit_writes_metrics_curves_and_checkpoints(tmp_path):
     assert 0 <= train[0]["accuracy"] <= 1
     assert summary["best_metric"] == min(r["loss"] for r in valid)
 
-    state = torch.load(tmp_path / "trainer_state.pt", weights_only=True)
+    state = torch.load(CheckpointStore(tmp_path).latest().state, weights_only=True)
     assert state["train"]["step"] == 9 and state["train"]["best_step"] == summary["best_step"]
 
 
@@ -225,7 +226,7 @@ def test_early_stopping_and_best_checkpoint(tmp_path):
     assert summary["step"] == 8 and summary["best_step"] == 4 and summary["best_metric"] == 0.9
     best, last = ToyTask(), ToyTask()
     load_weights(best.model, tmp_path / "model.safetensors")
-    load_weights(last.model, tmp_path / "last.safetensors")
+    load_weights(last.model, CheckpointStore(tmp_path).latest().weights)
     _assert_same_weights(last, task)
     assert not torch.equal(best.model[0].weight, last.model[0].weight)
 

@@ -39,6 +39,8 @@ __all__ = [
     "read_weights_metadata",
     "save_state",
     "load_state",
+    "state_to_bytes",
+    "weights_to_bytes",
 ]
 
 
@@ -150,11 +152,16 @@ def load_weights(
 
 
 # ---------------------------------------------------------------------------- trainer state
-def save_state(state: dict[str, Any], path: str | Path) -> None:
-    """Atomically ``torch.save`` a dict of tensors and plain values."""
+def state_to_bytes(state: dict[str, Any]) -> bytes:
+    """``torch.save`` a dict of tensors and plain values into bytes."""
     buf = io.BytesIO()
     torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def save_state(state: dict[str, Any], path: str | Path) -> None:
+    """Atomically ``torch.save`` a dict of tensors and plain values."""
+    atomic_write_bytes(path, state_to_bytes(state))
 
 
 def load_state(path: str | Path) -> dict[str, Any]:

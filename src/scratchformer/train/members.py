@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from scratchformer.train.checkpoint_store import has_checkpoint
+
 MEMBERS = "members.json"
 
 
@@ -28,7 +30,7 @@ def train_members(recipe, out_dir: Path, resume: bool, train_one: Callable[..., 
         member.ensemble, member.train.seed = 1, recipe.train.seed + i
         mdir = out_dir / f"member{i}"
         log(f"ensemble member {i + 1}/{recipe.ensemble} (seed {member.train.seed}) -> {mdir}")
-        result = train_one(member, mdir, resume=resume and (mdir / "trainer_state.pt").exists(), log=log)
+        result = train_one(member, mdir, resume=resume and has_checkpoint(mdir), log=log)
         done.append({"dir": mdir.name, "seed": member.train.seed, **summarize(result)})
         done_file.write_text(json.dumps(done, indent=1) + "\n")
     return done

@@ -18,13 +18,16 @@ Files in ``run_dir``:
   - ``curves.png``: the curves of ``metrics.jsonl``, redrawn at each evaluation and at the end;
   - ``model.safetensors``: the best model by ``cfg.metric`` when there is a validation set,
     otherwise the latest;
-  - ``last.safetensors`` + ``trainer_state.pt``: everything ``fit(resume=True)`` needs to
-    continue exactly as if never interrupted (optimizer, schedule, counters, position in the
-    epoch, best metric, patience, RNG states of python/numpy/torch, GradScaler).
+  - ``checkpoint.json`` + ``checkpoints/step-N/``: one atomic checkpoint (train/checkpoint_store.py)
+    with everything ``fit(resume=True)`` needs to continue exactly as if never interrupted
+    (weights, optimizer, schedule, counters, position in the epoch, best metric, patience,
+    RNG states of python/numpy/torch, GradScaler); a kill at any instant leaves one to resume.
 
 Exact resume relies on ``train_batches(epoch)`` yielding the same batches for the same epoch
 each time (the contract). Evaluation runs on forked RNG streams, so evaluating (or not) never
-changes the training trajectory. A fresh ``fit()`` deletes earlier checkpoints in ``run_dir``.
+changes the training trajectory. ``fit()`` holds an exclusive lock on ``run_dir``
+(train/runfolder.py); a fresh ``fit()`` refuses a folder that holds another run unless
+``overwrite=True``, which deletes only the files this project writes.
 """
 
 from __future__ import annotations
@@ -45,22 +48,25 @@ import torch
 from tqdm import tqdm
 
 from scratchformer.errors import UserError
+from scratchformer.fileio import disk_full, is_disk_full
 from scratchformer.train.checkpoint import (
     atomic_write_bytes,
     load_state,
     load_weights,
     read_weights_metadata,
-    save_state,
+    state_to_bytes,
     weights_to_bytes,
 )
+from scratchformer.train.checkpoint_store import CheckpointStore
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.distributed import Distributed
 from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
+from scratchformer.train.runfolder import RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder
 from scratchformer.train.schedules import make_lr_lambda
 
 WEIGHTS = "model.safetensors"
-LAST = "last.safetensors"
+LAST = "last.safetensors"  # the checkpoint of runs written before checkpoint_store (read on resume)
 STATE = "trainer_state.pt"
 METRICS = "metrics.jsonl"
 CURVES = "curves.png"
@@ -120,6 +126,7 @@ class Trainer:
         self.train_batches = train_batches
         self.valid_batches = valid_batches
         self.run_dir = Path(run_dir)
+        self.store = CheckpointStore(self.run_dir)
         self.device = _resolve_device(cfg)
         self.dist = Distributed(self.device)
         self.model: torch.nn.Module = task.model
@@ -189,12 +196,22 @@ class Trainer:
         return self._elapsed0 + time.monotonic() - self._t0
 
     # ------------------------------------------------------------------ the run
-    def fit(self, resume: bool = False) -> dict[str, Any]:
+    def fit(self, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
         """Train until a stop condition; return the final and best metrics.
 
         With ``resume=True``, restore the checkpoint in ``run_dir`` and continue exactly where
-        it stopped (the batches of the current epoch already consumed are skipped).
+        it stopped (the batches of the current epoch already consumed are skipped). A fresh
+        run refuses a ``run_dir`` holding another run, unless ``overwrite=True`` (then only the
+        files this project writes are deleted). ``run_dir`` is locked until ``fit`` returns.
         """
+        if resume and not self.run_dir.is_dir():
+            self.store.latest()  # raises: nothing to resume
+        if not self.dist.is_main:  # rank 0 holds the lock and writes the files
+            return self._fit(resume, overwrite)
+        with lock_run_folder(self.run_dir, "train"):
+            return self._fit(resume, overwrite)
+
+    def _fit(self, resume: bool, overwrite: bool) -> dict[str, Any]:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         rng = None
@@ -204,8 +221,14 @@ class Trainer:
             self.state = TrainState()
             self._saved_step = None
             if self.dist.is_main:
-                for name in (METRICS, LAST, STATE, WEIGHTS, CURVES):
-                    (self.run_dir / name).unlink(missing_ok=True)
+                if not claimed(self.run_dir) and holds_run(self.run_dir):
+                    if not overwrite:
+                        found = [m for m in RUN_MARKERS if (self.run_dir / m).exists()]
+                        raise UserError(
+                            f"{self.run_dir} already holds a run ({', '.join(found)}); resume it "
+                            "(resume=True / --resume), replace it (overwrite=True / --overwrite: only "
+                            "the files this project writes are deleted) or use another folder")
+                    clear_project_files(self.run_dir)
                 cfg.save_json(self.run_dir / CONFIG)
                 self.task.save(self.run_dir)
             seed_everything(cfg.seed + self.dist.rank)  # other dropout masks on each process
@@ -444,8 +467,14 @@ class Trainer:
     def _append(self, row: dict) -> None:
         if not self.dist.is_main:
             return
-        with open(self.run_dir / METRICS, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        line = json.dumps(row) + "\n"
+        try:
+            with open(self.run_dir / METRICS, "a") as f:
+                f.write(line)
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full(self.run_dir / METRICS, len(line.encode())) from None
+            raise
 
     def _plot(self) -> None:
         if not self.dist.is_main:
@@ -479,42 +508,41 @@ class Trainer:
         return weights_to_bytes(self.model, metadata)
 
     def _save(self) -> None:
-        """Write ``last.safetensors`` + ``trainer_state.pt`` (and the latest model if no valid set)."""
+        """Write one atomic checkpoint (and the latest model if there is no validation set)."""
         st = self.state
         st.elapsed = self._elapsed()
-        self._saved_step = st.step
         if not self.dist.is_main:
+            self._saved_step = st.step
             return
         data = self._weights_bytes({"step": str(st.step)})
-        atomic_write_bytes(self.run_dir / LAST, data)
+        state = state_to_bytes({
+            "format": 1,
+            "train": dataclasses.asdict(st),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": get_rng_state(self.device),
+            "config": self.cfg.to_dict(),
+        })
+        self.store.save(st.step, data, state)
+        self._saved_step = st.step
         if self.valid_batches is None:
             atomic_write_bytes(self.run_dir / WEIGHTS, data)
-        save_state(
-            {
-                "format": 1,
-                "train": dataclasses.asdict(st),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "rng": get_rng_state(self.device),
-                "config": self.cfg.to_dict(),
-            },
-            self.run_dir / STATE,
-        )
 
     def _load_checkpoint(self) -> dict:
         """Restore weights, optimizer, schedule, scaler and counters; return the RNG states."""
-        state = load_state(self.run_dir / STATE)
+        ck = self.store.latest()
+        state = load_state(ck.state)
         try:
             train = TrainState(**state["train"])
-            weights_step = read_weights_metadata(self.run_dir / LAST).get("step")
-            if weights_step != str(train.step):
+            weights_step = read_weights_metadata(ck.weights).get("step")
+            if weights_step != str(train.step) or ck.step not in (None, train.step):
                 raise UserError(
-                    f"the checkpoint in {self.run_dir} is inconsistent: {LAST} is from step "
-                    f"{weights_step} but {STATE} from step {train.step} (interrupted while saving?); "
-                    "start a fresh run"
+                    f"the checkpoint in {self.run_dir} is inconsistent: {ck.weights.name} is from step "
+                    f"{weights_step} but {ck.state.name} from step {train.step} (a run of an older "
+                    "version interrupted while saving?); start a fresh run with --overwrite"
                 )
-            load_weights(self.model, self.run_dir / LAST)
+            load_weights(self.model, ck.weights)
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             if self.scaler.is_enabled() and state.get("scaler"):
