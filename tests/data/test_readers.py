@@ -140,6 +140,33 @@ def test_format_errors(tmp_path):
     assert read_labeled_file(write(tmp_path, "t.data", "text,label\nb,a\n"), fmt="csv") == [("b", "a")]
 
 
+@pytest.mark.parametrize("first", ["review\tsentiment", "text\tcategory", "Sentence,Class", "标签\t文本",
+                                   "kind\tblurb"])
+def test_a_header_that_is_not_understood_never_becomes_a_class(tmp_path, first):
+    sep = "," if "," in first else "\t"
+    rows = [f"pos{sep}good film", f"neg{sep}bad film", f"pos{sep}fine", f"neg{sep}dull"]
+    p = write(tmp_path, "d.csv" if sep == "," else "d.tsv", "\n".join([first] + rows) + "\n")
+    with pytest.raises(UserError) as e:
+        read_labeled_file(p)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{p}:1: the first row looks like a header")
+    for name in first.split(sep):
+        assert repr(name) in msg  # the columns found
+    assert "--text-col/--label-col" in msg
+    # named columns read it as a header; positions read that first row as data (the user said so)
+    a, b = first.split(sep)
+    assert read_labeled_file(p, text_col=b, label_col=a)[0] == ("good film", "pos")
+    assert read_labeled_file(p, text_col=1, label_col=0)[0] == (b, a)
+
+
+def test_headerless_data_is_not_mistaken_for_a_header(tmp_path):
+    # a first row of ordinary data: its label repeats below, or its text is a sentence
+    p = write(tmp_path, "d.tsv", "pos\tgreat\nneg\tbad\npos\tfine\nneg\tdull\n")
+    assert len(read_labeled_file(p)) == 4
+    q = write(tmp_path, "e.tsv", "rare\ta one-off example\nneg\tbad\npos\tfine\nneg\tdull\npos\tok\n")
+    assert read_labeled_file(q)[0] == ("a one-off example", "rare")
+
+
 def test_headerless_file_with_one_column(tmp_path):
     with pytest.raises(UserError, match="column 1 asked for, but rows have 1 fields"):
         read_labeled_file(write(tmp_path, "one.tsv", "just text\n"))

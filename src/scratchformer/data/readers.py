@@ -6,7 +6,9 @@ Formats:
   no quoting), ``.csv`` (RFC 4180 quoting, so ``"a, b"`` is one field), ``.jsonl``
   (one JSON object a line). A first row that names a ``text`` and a ``label`` column is a
   header. A file without one is read as ``label<TAB>text`` (like THUCNews), unless columns
-  are given by 0-based position.
+  are given by 0-based position. A first row that looks like a header without naming those
+  two columns (``review<TAB>sentiment``, ``text<TAB>category``, ...) stops the reading with the
+  columns found, so that a header never becomes a training example or a class.
 * Parallel text (:func:`read_parallel`): a TSV of ``src<TAB>tgt`` or two aligned files.
 * Plain text for language modelling (:func:`read_text_file`).
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Callable, Hashable, Sequence, TypeVar
@@ -29,7 +32,8 @@ import numpy as np
 
 from scratchformer.errors import UserError
 
-__all__ = ["read_labeled_file", "read_parallel", "read_text_file", "seeded_split", "seeded_group_split"]
+__all__ = ["read_labeled_file", "read_parallel", "read_text_file", "read_utf8", "decode_utf8",
+           "seeded_split", "seeded_group_split"]
 
 T = TypeVar("T")
 Column = int | str | None
@@ -81,8 +85,22 @@ def seeded_group_split(
 # --------------------------------------------------------------------------- decoding
 
 
-def _read_utf8(path: Path) -> str:
-    """The file as text (UTF-8, BOM dropped, newlines normalised to ``\\n``)."""
+def decode_utf8(raw: bytes, name: str | Path) -> str:
+    """``raw`` as text (UTF-8, BOM dropped, newlines normalised to ``\\n``); bad bytes raise a
+    UserError ``name:line: not valid UTF-8 at byte offset N``."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise UserError(
+            f"{name}:{line}: not valid UTF-8 at byte offset {exc.start} "
+            f"(byte 0x{raw[exc.start]:02x}); re-save the file as UTF-8"
+        ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_utf8(path: str | Path) -> str:
+    """The file as text (see `decode_utf8`), with one-line errors for a missing file."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -90,20 +108,14 @@ def _read_utf8(path: Path) -> str:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, expected a file") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise UserError(
-            f"{path}:{line}: not valid UTF-8 at byte offset {exc.start} "
-            f"(byte 0x{raw[exc.start]:02x}); re-save the file as UTF-8"
-        ) from None
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    return decode_utf8(raw, path)
 
 
 def read_text_file(path: str | Path) -> str:
     """The whole file as one string, for language modelling; empty files are an error."""
-    text = _read_utf8(Path(path))
+    text = read_utf8(Path(path))
     if not text.strip():
         raise UserError(f"{path}: the file is empty; a language model needs some text")
     return text
@@ -114,7 +126,7 @@ def read_text_file(path: str | Path) -> str:
 
 def _rows(path: Path, fmt: str) -> list[tuple[int, list[str]]]:
     """Non-blank rows of a TSV/CSV file as ``(line_number, fields)``."""
-    text = _read_utf8(path)
+    text = read_utf8(path)
     rows: list[tuple[int, list[str]]] = []
     if fmt == "tsv":
         for lineno, line in enumerate(text.split("\n"), 1):
@@ -159,6 +171,29 @@ def _looks_like_header(fields: list[str]) -> bool:
     return "text" in lowered and "label" in lowered
 
 
+# names people give the columns of a labelled file (a first row of these is a header)
+_COLUMN_NAMES = frozenset("""
+    text texts label labels sentence sentence1 sentence2 review reviews content contents document
+    doc title body comment tweet category categories class classes sentiment target tag tags
+    topic polarity rating stars score id idx index headline question answer summary news
+    文本 标签 类别 内容 标题 句子 分类
+""".split())
+_NAME = re.compile(r"[^\W\d][\w\-]{0,39}")  # one identifier-like word, no spaces
+
+
+def _suspect_header(rows: list[tuple[int, list[str]]], label_at: int) -> bool:
+    """Whether the first row of a file read as headerless looks like a header all the same:
+    it holds a usual column name, or all its fields are identifier-like words and its label
+    occurs nowhere else while the other rows' labels repeat (a class of one: the header's)."""
+    first = [f.strip() for f in rows[0][1]]
+    if any(f.lower() in _COLUMN_NAMES for f in first):
+        return True
+    if len(rows) < 4 or label_at >= len(first) or not all(_NAME.fullmatch(f) for f in first):
+        return False
+    labels = [fields[label_at].strip() for _, fields in rows[1:] if label_at < len(fields)]
+    return first[label_at] not in labels and len(set(labels)) < len(labels)
+
+
 def _table(path, fmt, text_col, label_col, has_header):
     """Yield ``(line, text, label)`` from a TSV or CSV file."""
     rows = _rows(path, fmt)
@@ -167,6 +202,12 @@ def _table(path, fmt, text_col, label_col, has_header):
     if has_header is None:
         named = isinstance(text_col, str) or isinstance(label_col, str)
         has_header = named or _looks_like_header(rows[0][1])
+        if not has_header and text_col is None and label_col is None and _suspect_header(rows, 0):
+            raise UserError(
+                f"{path}:{rows[0][0]}: the first row looks like a header but does not name a 'text' "
+                f"and a 'label' column (columns found: {', '.join(repr(f) for f in rows[0][1])}); "
+                "say which columns to use with --text-col/--label-col (text_col=/label_col=): "
+                "by name, or by 0-based position if that row is data")
     header = rows[0][1] if has_header else None
     body = rows[1:] if has_header else rows
     ti = _find_column(path, header, text_col, 1, "text")
@@ -189,7 +230,7 @@ def _jsonl(path, text_col, label_col):
     """Yield ``(line, text, label)`` from a JSON-lines file."""
     tkey = "text" if text_col is None else text_col
     lkey = "label" if label_col is None else label_col
-    for lineno, line in enumerate(_read_utf8(path).split("\n"), 1):
+    for lineno, line in enumerate(read_utf8(path).split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -278,8 +319,8 @@ def read_parallel(
         if len(path) != 2:
             raise UserError(f"read_parallel takes one TSV file or two aligned files, got {len(path)}")
         src_path, tgt_path = Path(path[0]), Path(path[1])
-        src = _read_utf8(src_path).split("\n")
-        tgt = _read_utf8(tgt_path).split("\n")
+        src = read_utf8(src_path).split("\n")
+        tgt = read_utf8(tgt_path).split("\n")
         for lines in (src, tgt):  # a final newline does not start a line
             if lines and lines[-1] == "":
                 lines.pop()
@@ -296,7 +337,7 @@ def read_parallel(
             pairs.append((s.strip(), t.strip()))
     else:
         path = Path(path)
-        for lineno, line in enumerate(_read_utf8(path).split("\n"), 1):
+        for lineno, line in enumerate(read_utf8(path).split("\n"), 1):
             if not line.strip():
                 continue
             fields = line.split("\t")
