@@ -24,12 +24,19 @@ COMMAND_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line too: `error: ...` (exit 2), like a UserError."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 class CLI:
     """What a command module registers into: top-level verbs, `train <task>` sub-verbs and
     the per-task handlers of the shared verbs (`evaluate`), chosen by a run's task."""
 
     def __init__(self) -> None:
-        self.parser = argparse.ArgumentParser(
+        self.parser = _Parser(
             prog="scratchformer", description="A Transformer toolkit written from scratch.")
         self.verbs = self.parser.add_subparsers(dest="verb", metavar="VERB", required=True)
         train = self.verbs.add_parser("train", help="train a model: train {classify,lm,translate} ...")
@@ -82,8 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         args.texts += extra
     elif extra:
         cli.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    from .commands.common import run_folder_guard
+    from .fileio import disk_full, is_disk_full
+
     try:
-        return args.func(args) or 0
+        with run_folder_guard(args):
+            return args.func(args) or 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -93,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `scratchformer generate ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # the machine's doing, not ours: one line, no traceback
+        where = e.filename or "a file"
+        if is_disk_full(e):
+            print(f"error: {disk_full(where, None)}", file=sys.stderr)
+        elif e.filename is not None:
+            print(f"error: {where}: {e.strerror or e}", file=sys.stderr)
+        else:
+            raise
+        return 2
 
 
 if __name__ == "__main__":

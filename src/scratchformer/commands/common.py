@@ -1,9 +1,13 @@
 """Helpers shared by the command modules: recipes from --config and --set, text inputs."""
 from __future__ import annotations
 
+import argparse
+import contextlib
+import os
 import json
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import UserError
 
@@ -73,16 +77,17 @@ def merge(base: dict, override: dict, where: str) -> None:
 
 
 def read_inputs(texts: list[str], file: str | None) -> list[str]:
-    """Texts from arguments, else from --file (one per line), else from stdin."""
+    """Texts from arguments, else from --file (one per line), else from stdin; bytes that are
+    not UTF-8 stop with the file (or <stdin>), line and byte offset."""
+    from ..data.readers import decode_utf8, read_utf8
+
     if texts:
         return texts
     if file:
-        path = Path(file)
-        if not path.exists():
-            raise UserError(f"input file {file} does not exist")
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_utf8(file).splitlines()
     elif not sys.stdin.isatty():
-        lines = sys.stdin.read().splitlines()
+        raw = getattr(sys.stdin, "buffer", None)
+        lines = (decode_utf8(raw.read(), "<stdin>") if raw is not None else sys.stdin.read()).splitlines()
     else:
         raise UserError("give texts as arguments, with --file, or on stdin")
     lines = [line for line in lines if line.strip()]
@@ -91,9 +96,46 @@ def read_inputs(texts: list[str], file: str | None) -> list[str]:
     return lines
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (`--top`, `--max-new-tokens`, ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+@contextlib.contextmanager
+def run_folder_guard(args) -> Iterator[None]:
+    """Held around a whole command by `cli.main`: a `train` verb (one that took
+    `add_recipe_args`) locks its --out and claims it (empty, or --resume, or --overwrite: see
+    train/runfolder.py); `evaluate` locks the run folder it writes its reports into. Under
+    torchrun only rank 0 does this."""
+    from ..train.runfolder import claim_run_folder, lock_run_folder
+
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    if getattr(args, "claims_out", False):
+        with lock_run_folder(args.out, args.verb):
+            claim_run_folder(args.out, args.resume, args.overwrite)
+            yield
+    elif getattr(args, "verb", None) == "evaluate" and Path(args.run_dir).is_dir():
+        with lock_run_folder(args.run_dir, "evaluate"):
+            yield
+    else:
+        yield
+
+
 def add_recipe_args(p) -> None:
     p.add_argument("--out", required=True, type=Path, help="run directory to create (or resume)")
     p.add_argument("--config", help="JSON recipe (see recipes/); overrides the defaults")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one option, e.g. --set train.lr=1e-3 --set model.encoder.n_layers=2")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    p.add_argument("--overwrite", action="store_true",
+                   help="train into a non-empty --out: delete the files of the run there (only files "
+                        "scratchformer writes; anything else is kept)")
+    p.set_defaults(claims_out=True)  # cli.main locks and checks --out (run_folder_guard)
