@@ -1,0 +1,88 @@
+"""`sweep` (a grid of ordinary runs with mean ± std over seeds), `experiment` (a tutorial claim
+put to the test, with a verdict), `params` (parameters per component, counted and closed form)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(cli) -> None:
+    p = cli.verb("sweep", help="train every point of a grid x seeds; table, plots, resumable")
+    p.add_argument("--task", default="classify", choices=["classify", "translate", "lm"])
+    p.add_argument("--config", help="base recipe (JSON) of every run, as `train --config`")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="one axis of the grid, e.g. --grid model.encoder.n_heads=2,4,8 (repeatable)")
+    p.add_argument("--seeds", type=int, default=1, help="runs per grid point (train.seed = 0..N-1)")
+    p.add_argument("--out", required=True, type=Path, help="sweep folder (rerun the same command to resume)")
+    p.add_argument("--data", help="as `train --data`")
+    p.add_argument("--valid", help="as `train --valid`")
+    p.add_argument("--test", help="as `train --test`")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run")
+    p.add_argument("--time-budget", type=float, metavar="MIN",
+                   help="wall-clock minutes per run (train.max_minutes): compare at equal time")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every cell in this process (faster start; peak memory less exact)")
+    p.set_defaults(func=sweep_cmd)
+
+    from ..experiments.spec import available
+
+    names = available()
+    p = cli.verb("experiment", help="test a tutorial claim: " + ", ".join(names))
+    p.add_argument("name", help=f"one of: {', '.join(names)}; or the path of a spec .json")
+    p.add_argument("--out", required=True, type=Path, help="experiment folder (rerun to resume)")
+    p.add_argument("--quick", action="store_true", help="tiny model, few steps, data subset (seconds; no evidence)")
+    p.add_argument("--seeds", type=int, help="runs per grid point (default: the spec's)")
+    p.add_argument("--in-process", action="store_true", help="run every cell in this process")
+    p.set_defaults(func=experiment_cmd)
+
+    p = cli.verb("params", help="parameters per component (embeddings, attention, FFN, norms, head) "
+                                "with the closed form beside")
+    p.add_argument("run_dir", nargs="?", type=Path, help="a run folder")
+    p.add_argument("--config", type=Path, help="a recipe instead of a run (closed form only)")
+    p.add_argument("--task", choices=["classify", "translate", "lm"], help="the recipe's task (default: its 'task' or classify)")
+    p.set_defaults(func=params_cmd)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def sweep_cmd(args) -> int:
+    from ..errors import UserError
+    from ..experiments.grid import Axis, parse_grid_arg
+    from ..experiments.runner import SweepSpec
+    from ..experiments.sweep import sweep
+
+    if not args.grid:
+        raise UserError("give at least one --grid KEY=V1,V2 (with --seeds N for repeats)")
+    parsed = [parse_grid_arg(g) for g in args.grid]
+    short = [k.split(".")[-1] for k, _ in parsed]
+    axes = [Axis.from_key(k, v, s if short.count(s) == 1 else k) for (k, v), s in zip(parsed, short)]
+    spec = SweepSpec(task=args.task, out=args.out, axes=axes, seeds=args.seeds, config=args.config,
+                     sets=args.set, data=args.data, valid=args.valid, test=args.test,
+                     time_budget=args.time_budget, isolate=not args.in_process)
+    result = sweep(spec, _log)
+    print((args.out / "results.md").read_text(encoding="utf-8"))
+    for name, path in result.figures.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def experiment_cmd(args) -> int:
+    from ..experiments.experiment import run_experiment
+
+    res = run_experiment(args.name, args.out, quick=args.quick, seeds=args.seeds,
+                         isolate=False if args.in_process else None, log=_log)
+    print(res.report)
+    return 0
+
+
+def params_cmd(args) -> int:
+    from ..errors import UserError
+    from ..experiments.params import format_params, params_table
+
+    target = args.config or args.run_dir
+    if target is None or (args.config and args.run_dir):
+        raise UserError("give a run folder, or --config RECIPE.json (not both)")
+    print(format_params(*params_table(target, args.task)))
+    return 0

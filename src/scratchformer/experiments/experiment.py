@@ -1,0 +1,67 @@
+"""`scratchformer experiment NAME`: a shipped spec -> a sweep -> verdicts -> `report.md`."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UserError
+from ..fileio import atomic_write_text
+from .grid import axes_from
+from .measures import MEASURES
+from .report import write_report
+from .runner import RunSlot, SweepSpec
+from .spec import ExperimentSpec, Plan, prepare_data
+from .sweep import SweepResult, sweep
+from .verdict import Outcome, evaluate_check
+
+
+@dataclass
+class ExperimentResult:
+    spec: ExperimentSpec
+    plan: Plan
+    sweep: SweepResult
+    outcomes: list[Outcome]
+    report: Path
+
+
+def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int | None = None,
+                   isolate: bool | None = None, log: Callable[[str], None] = print) -> ExperimentResult:
+    """Run (or resume) experiment `name` into `out`. `isolate`: one process per run (default:
+    yes for full runs, no in quick mode, where start-up time would dominate)."""
+    spec = ExperimentSpec.load(name)
+    plan = spec.resolved(quick, seeds)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    flags, texts = prepare_data(spec, plan.subset, out)
+    base = out / "base.json"
+    atomic_write_text(base, json.dumps(spec.config, indent=1, ensure_ascii=False) + "\n")
+    for m in spec.measures:
+        if m not in MEASURES:
+            raise UserError(f"{spec.path}: unknown measure {m!r}; known: {', '.join(MEASURES)}")
+    sw = SweepSpec(task=spec.task, out=out, axes=axes_from(plan.grid), seeds=plan.seeds, config=str(base),
+                   sets=plan.sets, isolate=(not quick) if isolate is None else isolate, **flags)
+
+    def measure(slot: RunSlot, record: dict) -> dict:
+        values = {m: MEASURES[m](slot.run_dir, texts) for m in spec.measures}
+        return {"measures": {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in values.items()}}
+
+    result = sweep(sw, log, columns=_columns(spec), plot_columns=spec.plot, after_run=measure if spec.measures else None)
+    axes = [a.name for a in sw.axes]
+    outcomes = [evaluate_check(c, result.runs, axes) for c in spec.checks]
+    command = f"scratchformer experiment {spec.name}{' --quick' if quick else ''} --seeds {plan.seeds} --out {out}"
+    report = write_report(spec, plan, result, outcomes, command, time.monotonic() - t0)
+    for o in outcomes:
+        log(f"{o.says}: {o.verdict} ({o.measured})")
+    log(f"report: {report}")
+    return ExperimentResult(spec, plan, result, outcomes, report)
+
+
+def _columns(spec: ExperimentSpec) -> list[str] | None:
+    if spec.columns is None:
+        return None
+    return list(spec.columns) + [m for m in spec.measures if m not in spec.columns]

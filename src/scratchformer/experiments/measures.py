@@ -1,0 +1,47 @@
+"""Measurements of a finished run beyond its metrics, made from the run folder.
+
+Head redundancy (for the claim "many heads become redundant"): for one text and one layer,
+flatten each head's attention map (T × T) and take the mean cosine similarity over all pairs
+of heads; average over the layers and the texts. 1.0: every head attends alike (redundant);
+lower: heads look at different places. Attention maps are non-negative, so even unrelated heads
+score above 0 (two uniform maps score 1). Undefined (NaN) for a single head.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+
+def mean_pairwise_cosine(maps: torch.Tensor) -> float:
+    """maps `(H, T, T)` (one layer's heads) -> the mean cosine similarity over the H·(H−1)/2
+    pairs of flattened maps; NaN for H < 2."""
+    h = maps.shape[0]
+    if h < 2:
+        return math.nan
+    flat = torch.nn.functional.normalize(maps.reshape(h, -1).double(), dim=1)  # (H, T·T)
+    sim = flat @ flat.T  # (H, H)
+    upper = torch.triu_indices(h, h, offset=1)
+    return float(sim[upper[0], upper[1]].mean())
+
+
+def head_redundancy(layers: list[torch.Tensor]) -> float:
+    """Mean over layers of `mean_pairwise_cosine`; `layers` as returned by
+    `Classifier.attention(text)[1]`: one `(H, T, T)` tensor per layer."""
+    values = [mean_pairwise_cosine(w) for w in layers]
+    return sum(values) / len(values) if values else math.nan
+
+
+def classifier_head_redundancy(run_dir: Path, texts: list[str]) -> float:
+    """Head redundancy of a classification run over `texts` (through the public
+    `Classifier.load(run).attention(text)`)."""
+    from ..tasks.classify import Classifier
+
+    clf = Classifier.load(run_dir)
+    values = [head_redundancy(clf.attention(t)[1]) for t in texts if t.strip()]
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+MEASURES = {"head_redundancy": classifier_head_redundancy}

@@ -1,0 +1,183 @@
+"""`scratchformer params`: parameters per component, counted and in closed form side by side.
+
+Counted: the tensors of a run's `model.safetensors` (names and shapes; any task), grouped by
+name. Closed form, from the recipe (`config.json`), with d = d_model, f = d_ff, L = layers,
+b = 1 with biases (0 without), per encoder layer:
+  attention  W_Q, W_K, W_V, W_O and biases: 4·d² + 4·d   (grouped-query: 2·d² + 2·d·k·h_d + ...)
+  FFN        W_1 (d×f), W_2 (f×d) and biases: 2·d·f + f + d   (SwiGLU: W_1 is d×2f: 3·d·f + 2·f + d)
+  norms      2 LayerNorms of gain + offset: 2·2·d   (RMSNorm: gain only)
+plus token embeddings V·d (+ hashed bigrams, + a learned position table) and the head.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+from ..nn.config import TransformerConfig
+
+COMPONENTS = ("embeddings", "attention", "cross-attention", "ffn", "norms", "head", "other")
+
+
+def component_of(name: str) -> str:
+    """Which component a tensor of our models belongs to, by its name."""
+    parts = name.split(".")
+    if "cross_attn" in parts:
+        return "cross-attention"
+    if "self_attn" in parts or "attention" in parts:
+        return "attention"
+    if "ffn" in parts:
+        return "ffn"
+    if any(p.startswith(("norm", "ln", "layernorm", "LayerNorm")) for p in parts):
+        return "norms"
+    if parts[0] in ("embed", "src_embed", "tgt_embed", "embeddings"):
+        return "embeddings"
+    if parts[0] in ("head", "out_proj", "lm_head"):
+        return "head"
+    return "other"
+
+
+def count_tensors(shapes: dict[str, list[int]]) -> dict[str, int]:
+    counts = dict.fromkeys(COMPONENTS, 0)
+    for name, shape in shapes.items():
+        counts[component_of(name)] += math.prod(shape)
+    return counts
+
+
+def shapes_of(path: Path) -> dict[str, list[int]]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+@dataclass
+class Term:
+    value: int
+    formula: str
+
+
+def _block_terms(t: TransformerConfig, L: int, cross: bool) -> dict[str, Term]:
+    d, f, b = t.d_model, t.d_ff, int(t.bias)
+    kvd = t.kv_heads * t.head_dim
+    if kvd == d:
+        attn, attn_f = 4 * d * d + b * 4 * d, "4·d² + 4·d" if b else "4·d²"
+    else:
+        attn = 2 * d * d + 2 * d * kvd + b * (2 * d + 2 * kvd)
+        attn_f = "2·d² + 2·d·k·h_d" + (" + 2·d + 2·k·h_d" if b else "")
+    n_in = 2 * f if t.activation == "swiglu" else f
+    ffn = d * n_in + f * d + b * (n_in + d)
+    ffn_f = ("3·d·f" if t.activation == "swiglu" else "2·d·f") + (
+        (" + 2·f + d" if t.activation == "swiglu" else " + f + d") if b else "")
+    per_norm = d * (2 if t.norm == "layernorm" and b else 1)
+    n_norms = 3 if cross else 2
+    out = {"attention": Term(L * attn, f"L·({attn_f})"), "ffn": Term(L * ffn, f"L·({ffn_f})"),
+           "norms": Term(L * n_norms * per_norm, f"L·{n_norms}·{'2·d' if per_norm == 2 * d else 'd'}")}
+    if cross:
+        out["cross-attention"] = Term(L * attn, f"L·({attn_f})")
+    return out
+
+
+def _add(terms: dict[str, Term], name: str, value: int, formula: str) -> None:
+    if name in terms:
+        terms[name] = Term(terms[name].value + value, f"{terms[name].formula} + {formula}")
+    else:
+        terms[name] = Term(value, formula)
+
+
+def _embedding(t: TransformerConfig, vocab: int, extra: int, label: str) -> tuple[int, str]:
+    value, formula = vocab * t.d_model + extra * t.d_model, f"{label}·d" + (" + buckets·d" if extra else "")
+    if t.position == "learned":
+        value, formula = value + t.max_len * t.d_model, formula + " + max_len·d"
+    return value, formula
+
+
+def closed_form(recipe: dict) -> dict[str, Term]:
+    """Closed-form parameter counts of a classify / lm / translate recipe (a run's config.json)."""
+    task, model = recipe.get("task"), recipe.get("model", {})
+    if task in ("classify", "lm", "mlm"):
+        if model.get("bert"):
+            raise UserError("a BERT-backbone run: its layout is BERT's; only the counted column applies")
+        t = TransformerConfig.from_dict(model.get("encoder", {}))
+        terms = _block_terms(t, t.n_layers, cross=False)
+        value, formula = _embedding(t, model.get("vocab_size", 0), model.get("bigram_buckets", 0), "V")
+        _add(terms, "embeddings", value, formula)
+        if task == "classify":
+            c = model.get("n_classes", 2)
+            _add(terms, "head", t.d_model * c + c, "d·C + C")
+        elif not model.get("tie_embeddings", True):
+            _add(terms, "head", t.d_model * model.get("vocab_size", 0), "d·V")
+        final = 1
+    elif task == "translate":
+        t = TransformerConfig.from_dict(model.get("transformer", {}))
+        enc = _block_terms(t, t.n_layers, cross=False)
+        dec = _block_terms(t, t.decoder_layers, cross=True)
+        terms = {}
+        for part in (enc, dec):
+            for k, v in part.items():
+                _add(terms, k, v.value, v.formula.replace("L·", "L_enc·" if part is enc else "L_dec·"))
+        value, formula = _embedding(t, model.get("src_vocab_size", 0), model.get("src_bigram_buckets", 0), "V_src")
+        _add(terms, "embeddings", value, formula)
+        if not model.get("share_embeddings", False):
+            value, formula = _embedding(t, model.get("tgt_vocab_size", 0), 0, "V_tgt")
+            _add(terms, "embeddings", value, formula)
+        if not model.get("tie_output", True):
+            _add(terms, "head", t.d_model * model.get("tgt_vocab_size", 0), "d·V_tgt")
+        final = 2  # one norm after each stack
+    else:
+        raise UserError(f"params: task {task!r} unknown; the recipe needs task classify, lm or translate")
+    if t.use_final_norm:
+        per_norm = t.d_model * (2 if t.norm == "layernorm" and t.bias else 1)
+        _add(terms, "norms", final * per_norm, f"{final}·{'2·d' if per_norm == 2 * t.d_model else 'd'} (final)")
+    return terms
+
+
+def params_table(run_or_config: Path, task: str | None = None) -> tuple[list[tuple[str, int | None, Term | None]], str]:
+    """Rows (component, counted, closed form) and a one-line note on what was read."""
+    path = Path(run_or_config)
+    if path.is_dir():
+        cfg_path, weights = path / "config.json", path / "model.safetensors"
+        if not weights.exists():
+            weights = path / "last.safetensors"
+        if not cfg_path.exists() or not weights.exists():
+            raise UserError(f"{path} is not a finished run (config.json and model.safetensors needed)")
+        recipe = json.loads(cfg_path.read_text(encoding="utf-8"))
+        counted = count_tensors(shapes_of(weights))
+        note = f"counted: the tensors of {weights}; closed form: {cfg_path}"
+    else:
+        try:
+            recipe = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{path} does not exist; pass a run folder or --config RECIPE.json") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        recipe.setdefault("task", task or "classify")
+        counted = None
+        note = (f"closed form only ({path} is a recipe: the vocabulary size comes from the tokenizer, "
+                "so V is taken from the recipe and is 0 when not set); train a run to count its tensors")
+    try:
+        terms = closed_form(recipe)
+    except UserError:
+        if counted is None:
+            raise
+        terms = {}
+    names = [c for c in COMPONENTS if (counted and counted[c]) or c in terms]
+    rows = [(c, counted[c] if counted else None, terms.get(c)) for c in names]
+    total_counted = sum(counted.values()) if counted else None
+    total_closed = sum(t.value for t in terms.values()) if terms else None
+    rows.append(("total", total_counted, Term(total_closed, "") if total_closed is not None else None))
+    return rows, note
+
+
+def format_params(rows, note: str) -> str:
+    total = next((r[1] for r in rows if r[0] == "total"), None) or next(
+        (r[2].value for r in rows if r[0] == "total" and r[2]), 0)
+    lines = [f"{'component':<16}{'counted':>12}{'closed form':>14}{'share':>8}  formula"]
+    for name, counted, term in rows:
+        shown = counted if counted is not None else (term.value if term else 0)
+        share = f"{100 * shown / total:.1f}%" if total else ""
+        lines.append(f"{name:<16}{'' if counted is None else f'{counted:,}':>12}"
+                     f"{'' if term is None else f'{term.value:,}':>14}{share:>8}  {term.formula if term else ''}")
+    return "\n".join(lines) + f"\n{note}"
