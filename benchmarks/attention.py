@@ -61,7 +61,7 @@ def calls(T: int, p: dict) -> dict:
     return {
         "math": lambda: scaled_dot_product_attention(q, k, v, impl="math")[0],
         "fused": lambda: scaled_dot_product_attention(q, k, v, impl="fused")[0],
-        "local": lambda: scaled_dot_product_attention(q, k, v, mask=band, impl="fused")[0],
+        "local": lambda: scaled_dot_product_attention(q, k, v, attn_mask=band, impl="fused")[0],
     }
 
 
@@ -96,7 +96,7 @@ def bf16_training_calls(T: int, p: dict) -> dict:
 
     def call(impl):
         def f():
-            out, _ = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=True, impl=impl)
+            out, _ = scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True, impl=impl)
             out.float().sum().backward()
         return f
     return {impl: call(impl) for impl in BF16_IMPLS}

@@ -125,10 +125,10 @@ def test_bf16_on_cpu_takes_the_math_path_for_short_keys_and_matches_fused():
         mask = torch.ones(2, T, dtype=torch.bool)
         mask[1, T // 2:] = False
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            auto, _ = mha(x, key_padding_mask=mask, is_causal=True)
+            auto, _ = mha(x, padding_mask=mask, is_causal=True)
             reason = mha.last_path_reason
             mha.impl = "fused"
-            fused, _ = mha(x, key_padding_mask=mask, is_causal=True)
+            fused, _ = mha(x, padding_mask=mask, is_causal=True)
             mha.impl = "auto"
         assert (reason is not None and "bfloat16" in reason) == expect_math, reason
         assert (auto.float() - fused.float()).abs().max() < 3e-2  # bf16 rounding of two kernels

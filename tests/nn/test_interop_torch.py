@@ -56,7 +56,7 @@ def test_encoder_layer_causal_matches_torch(norm_first, activation):
     src, _, src_pad, _ = _inputs()
     causal = nn.Transformer.generate_square_subsequent_mask(src.shape[1])
     expected = theirs(src, src_mask=causal, src_key_padding_mask=src_pad, is_causal=True)
-    got, _ = ours(src, key_padding_mask=~src_pad, is_causal=True)
+    got, _ = ours(src, padding_mask=~src_pad, is_causal=True)
     assert (_real(got, src_pad) - _real(expected, src_pad)).abs().max() < TOL
 
 
@@ -89,7 +89,7 @@ def test_decoder_layer_and_stack_match_torch(norm_first):
     causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
     expected = layer(tgt, src, tgt_mask=causal, tgt_key_padding_mask=tgt_pad,
                      memory_key_padding_mask=src_pad, tgt_is_causal=True)
-    got, _ = from_torch(layer)(tgt, src, self_padding_mask=~tgt_pad, memory_padding_mask=~src_pad)
+    got, _ = from_torch(layer)(tgt, src, padding_mask=~tgt_pad, memory_padding_mask=~src_pad)
     assert (_real(got, tgt_pad) - _real(expected, tgt_pad)).abs().max() < TOL
     stack = nn.TransformerDecoder(layer, 2).eval()
     expected = stack(tgt, src, tgt_mask=causal, tgt_key_padding_mask=tgt_pad,
@@ -105,13 +105,13 @@ def test_multihead_attention_matches_torch(need_weights):
     ours = from_torch(theirs)
     src, tgt, src_pad, _ = _inputs()
     exp_out, exp_w = theirs(tgt, src, src, key_padding_mask=src_pad, average_attn_weights=False)
-    out, w = ours(tgt, context=src, key_padding_mask=~src_pad, need_weights=need_weights)
+    out, w = ours(tgt, context=src, padding_mask=~src_pad, need_weights=need_weights)
     assert (out - exp_out).abs().max() < TOL
     if need_weights:
         assert (w - exp_w).abs().max() < TOL
     # self-attention uses the fused projection: one matmul for q, k and v
     exp_out, _ = theirs(src, src, src, key_padding_mask=src_pad)
-    out, _ = ours(src, key_padding_mask=~src_pad)
+    out, _ = ours(src, padding_mask=~src_pad)
     assert (_real(out, src_pad) - _real(exp_out, src_pad)).abs().max() < TOL
 
 

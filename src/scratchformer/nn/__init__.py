@@ -1,13 +1,15 @@
-"""The Transformer, written from scratch on tensors (imports only torch).
+"""The Transformer, written from scratch on tensors (imports only torch, and the dependency-free
+`scratchformer.errors` for one-line user errors).
 
 Conventions: batch-first `(B, T, C)`; boolean masks mean True = may attend / real token.
 """
-from .attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
-from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer
+from .attention import KVCache, MultiHeadAttention, plain_attention, scaled_dot_product_attention
+from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer, split_mask
 from .config import JsonConfig, TransformerConfig
 from .ffn import FeedForward
 from .fast_linear import Linear, linear, onednn_blocker, use_onednn
-from .masks import causal_mask, local_window_mask, merge_masks, padding_mask, padding_mask_from_ids
+from .masks import (MaskError, causal_mask, local_window_mask, merge_masks, padding_mask,
+                    padding_mask_from_ids)
 from .norm import LayerNorm, RMSNorm
 from .position import (
     ALiBi,
@@ -19,8 +21,9 @@ from .position import (
 
 __all__ = [
     "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
-    "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MultiHeadAttention",
-    "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
+    "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MaskError",
+    "MultiHeadAttention", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
     "TransformerConfig", "causal_mask", "linear", "local_window_mask", "merge_masks", "onednn_blocker",
-    "padding_mask", "padding_mask_from_ids", "scaled_dot_product_attention", "sinusoidal_table", "use_onednn",
+    "padding_mask", "padding_mask_from_ids", "plain_attention", "scaled_dot_product_attention",
+    "sinusoidal_table", "split_mask", "use_onednn",
 ]

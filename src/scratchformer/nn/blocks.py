@@ -4,6 +4,12 @@ Post-LN (the paper, `norm_first=False`):  x = norm(x + dropout(sublayer(x)))
 Pre-LN  (GPT-2 and most modern models):   x = x + dropout(sublayer(norm(x)))
 Dropout sits where the paper puts it: on each sublayer's output before the residual add,
 inside the FFN after the activation, and (optionally) on the attention probabilities.
+
+Masks use the same two names at every level (see `masks.py`): `padding_mask` `(B, Tk)` (True =
+real token) and `attn_mask` `(Tq, Tk)` / `(B, 1|H, Tq, Tk)` (True = may attend). Blocks take
+them, and everything else, as keyword arguments. The stacks' older positional shorthand
+(`Encoder(x, mask)`, `Decoder(..., self_mask=...)`: a 2-D mask is a padding mask, any other an
+attention mask) is converted once, at the stack's entrance, by `split_mask`.
 """
 from __future__ import annotations
 
@@ -11,11 +17,12 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import KVCache, MultiHeadAttention, PackedTokens
+from .attention import KVCache, MultiHeadAttention
 from .config import TransformerConfig
 from .ffn import FeedForward
-from .masks import local_window_mask
+from .masks import check_mask, local_window_mask
 from .norm import make_norm
+from .packing import PackedTokens
 from .position import ALiBi, RotaryEmbedding
 
 
@@ -34,12 +41,12 @@ class EncoderBlock(nn.Module):
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, key_padding_mask=None, attn_mask=None, is_causal=False, rope=None,
+    def forward(self, x, *, padding_mask=None, attn_mask=None, is_causal=False, rope=None,
                 alibi=None, cache=None, need_weights=False, packed=None):
         """x: `(B, T, C)` -> `((B, T, C), weights (B, H, T, T) or None)`; with `packed`
         (a `PackedTokens`), x and the output are the real tokens only, `(1, N, C)`."""
         def attend(h):
-            out, w = self.self_attn(h, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+            out, w = self.self_attn(h, padding_mask=padding_mask, attn_mask=attn_mask,
                                     is_causal=is_causal, rope=rope, alibi=alibi, cache=cache,
                                     need_weights=need_weights, packed=packed)
             return self.dropout1(out), w
@@ -71,18 +78,20 @@ class DecoderBlock(nn.Module):
         self.dropout2 = nn.Dropout(cfg.dropout)
         self.dropout3 = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, memory, self_padding_mask=None, self_attn_mask=None, is_causal=True,
+    def forward(self, x, memory, *, padding_mask=None, attn_mask=None, is_causal=True,
                 memory_padding_mask=None, rope=None, alibi=None, self_cache=None,
                 cross_cache=None, need_weights=False):
-        """x: `(B, T, C)`, memory: `(B, S, C)` -> `((B, T, C), (self_w, cross_w))`."""
+        """x: `(B, T, C)`, memory: `(B, S, C)` -> `((B, T, C), (self_w, cross_w))`.
+        `padding_mask`/`attn_mask` are the self-attention's masks, `memory_padding_mask`
+        `(B, S)` the cross-attention's."""
         def self_block(h):
-            out, w = self.self_attn(h, key_padding_mask=self_padding_mask, attn_mask=self_attn_mask,
+            out, w = self.self_attn(h, padding_mask=padding_mask, attn_mask=attn_mask,
                                     is_causal=is_causal, rope=rope, alibi=alibi, cache=self_cache,
                                     need_weights=need_weights)
             return self.dropout1(out), w
 
         def cross_block(h):
-            out, w = self.cross_attn(h, context=memory, key_padding_mask=memory_padding_mask,
+            out, w = self.cross_attn(h, context=memory, padding_mask=memory_padding_mask,
                                      cache=cross_cache, need_weights=need_weights)
             return self.dropout2(out), w
 
@@ -121,18 +130,31 @@ class _Stack(nn.Module):
             return None
         return local_window_mask(q_len, k_len, self.cfg.window, causal=causal, device=device)
 
-    def _run(self, layer, *args, **kwargs):
+    def _run(self, layer, *inputs, **kwargs):
+        """`layer(*inputs, **kwargs)`, recomputed in backward under gradient checkpointing."""
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-            return checkpoint(layer, *args, use_reentrant=False, **kwargs)
-        return layer(*args, **kwargs)
+            return checkpoint(layer, *inputs, use_reentrant=False, **kwargs)
+        return layer(*inputs, **kwargs)
+
+
+def split_mask(mask, padding_mask=None, attn_mask=None):
+    """The stacks' positional shorthand -> `(padding_mask, attn_mask)`: a 2-D `mask` is a
+    `(B, T)` padding mask, any other an attention mask. The one place where a mask's kind is
+    read from its shape; everything below takes the two masks by name."""
+    if mask is not None:
+        if padding_mask is not None or attn_mask is not None:
+            raise ValueError("pass either the shorthand mask or padding_mask=/attn_mask=, not both")
+        padding_mask, attn_mask = (mask, None) if mask.dim() == 2 else (None, mask)
+    return check_mask(padding_mask, "padding_mask", allow_float=False), check_mask(attn_mask, "attn_mask")
 
 
 class Encoder(_Stack):
     """A stack of `EncoderBlock`s over already-embedded inputs.
 
-    `mask` is a `(B, T)` key-padding mask (True = real token) or a full boolean mask
-    `(B, 1|H, T, T)`. `is_causal=True` makes it a decoder-only (GPT) stack; pass a
-    `KVCache` per layer in `caches` for incremental decoding.
+    Masks: `padding_mask` `(B, T)` (True = real token) and/or `attn_mask` `(T, T)` /
+    `(B, 1|H, T, T)`; the positional `mask` is the shorthand of `split_mask` (2-D = padding).
+    `is_causal=True` makes it a decoder-only (GPT) stack; pass a `KVCache` per layer in
+    `caches` for incremental decoding.
     """
 
     def __init__(self, cfg: TransformerConfig):
@@ -150,23 +172,24 @@ class Encoder(_Stack):
         self.pack_padding = enabled
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
-                caches: list[KVCache] | None = None, need_weights: bool = False):
+                caches: list[KVCache] | None = None, need_weights: bool = False, *,
+                padding_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
         """x: `(B, T, C)` -> `(B, T, C)`, or `((B, T, C), [weights per layer])` with
         `need_weights=True`."""
-        key_padding, attn_mask = (mask, None) if mask is not None and mask.dim() == 2 else (None, mask)
+        padding_mask, attn_mask = split_mask(mask, padding_mask, attn_mask)
         past = caches[0].length if caches else 0
         window = self._window_mask(x.shape[1], past + x.shape[1], is_causal, x.device)
         if window is not None:
             attn_mask = window if attn_mask is None else attn_mask & window
         packed = None
-        if self.pack_padding and key_padding is not None and not caches and not bool(key_padding.all()):
-            packed = PackedTokens(key_padding)
+        if self.pack_padding and padding_mask is not None and not caches and not bool(padding_mask.all()):
+            packed = PackedTokens(padding_mask)
             x = packed.pack(x)  # (1, N, C)
         all_weights = []
         for i, layer in enumerate(self.layers):
-            cache = caches[i] if caches else None
-            x, w = self._run(layer, x, key_padding, attn_mask, is_causal, self.rope, self.alibi,
-                             cache, need_weights, packed)
+            x, w = self._run(layer, x, padding_mask=padding_mask, attn_mask=attn_mask, is_causal=is_causal,
+                             rope=self.rope, alibi=self.alibi, cache=caches[i] if caches else None,
+                             need_weights=need_weights, packed=packed)
             all_weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
@@ -203,25 +226,29 @@ class Decoder(_Stack):
         return DecoderCache(len(self.layers))
 
     def forward(self, x, memory, self_mask=None, memory_mask=None, is_causal=True,
-                cache: DecoderCache | None = None, need_weights=False):
+                cache: DecoderCache | None = None, need_weights=False, *,
+                padding_mask=None, attn_mask=None):
         """
         x: `(B, T, C)` embedded targets; memory: `(B, S, C)` encoder output.
-        self_mask: `(B, T_total)` target padding (True = real) or a full boolean mask.
+        padding_mask: `(B, T_total)` target padding (True = real); attn_mask: the
+            self-attention's `(T, T_total)` / `(B, 1|H, T, T_total)` mask; `self_mask` is
+            their shorthand (`split_mask`: 2-D = padding).
         memory_mask: `(B, S)` source padding mask (True = real).
         cache: a `DecoderCache` for incremental decoding (T new positions per call).
         Returns `(B, T, C)`, or with `need_weights` also `[(self_w, cross_w) per layer]`.
         """
-        self_padding, self_attn = (self_mask, None) if self_mask is not None and self_mask.dim() == 2 else (None, self_mask)
+        padding_mask, attn_mask = split_mask(self_mask, padding_mask, attn_mask)
         past = cache.length if cache is not None else 0
         window = self._window_mask(x.shape[1], past + x.shape[1], is_causal, x.device)
         if window is not None:
-            self_attn = window if self_attn is None else self_attn & window
+            attn_mask = window if attn_mask is None else attn_mask & window
         all_weights = []
         for i, layer in enumerate(self.layers):
-            sc = cache.self_attn[i] if cache is not None else None
-            cc = cache.cross_attn[i] if cache is not None else None
-            x, w = self._run(layer, x, memory, self_padding, self_attn, is_causal, memory_mask,
-                             self.rope, self.alibi, sc, cc, need_weights)
+            x, w = self._run(layer, x, memory, padding_mask=padding_mask, attn_mask=attn_mask,
+                             is_causal=is_causal, memory_padding_mask=memory_mask, rope=self.rope,
+                             alibi=self.alibi, self_cache=cache.self_attn[i] if cache is not None else None,
+                             cross_cache=cache.cross_attn[i] if cache is not None else None,
+                             need_weights=need_weights)
             all_weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
@@ -240,8 +267,10 @@ class Transformer(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
                 tgt_mask: torch.Tensor | None = None, need_weights: bool = False):
-        """src: `(B, S, C)`, tgt: `(B, T, C)`; masks are `(B, S)` / `(B, T)` padding masks
-        (True = real). The decoder's self-attention is causal. Returns `(B, T, C)`."""
+        """src: `(B, S, C)`, tgt: `(B, T, C)`; `src_mask`/`tgt_mask` are the `(B, S)` / `(B, T)`
+        padding masks (True = real) of the encoder and of the decoder's self-attention
+        (`src_mask` is also the cross-attention's). The decoder's self-attention is causal.
+        Returns `(B, T, C)`."""
         memory = self.encoder(src, src_mask)
         return self.decoder(tgt, memory, self_mask=tgt_mask, memory_mask=src_mask,
                             need_weights=need_weights)

@@ -1,12 +1,36 @@
-"""Boolean attention masks. Convention everywhere inside scratchformer: True = may attend.
+"""Attention masks. Convention everywhere inside scratchformer: True = may attend.
 
-Shapes: a *key padding* mask is `(B, Tk)` (True = real token); a full mask broadcasts to
-`(B, H, Tq, Tk)`. PyTorch's `nn.MultiheadAttention` uses the opposite polarity
-(True = ignore); convert with `~mask` at that boundary (see `scratchformer.interop`).
+The two masks, with the same names at every level (`Transformer` -> `Encoder`/`Decoder` ->
+blocks -> `MultiHeadAttention` -> `scaled_dot_product_attention`):
+  - `padding_mask` `(B, Tk)` bool: True = real token (a key that may be attended).
+  - `attn_mask` `(Tq, Tk)` or `(B, 1|H, Tq, Tk)`: bool, True = may attend; or float, added to
+    the scores (0 = attend, -inf = blocked, anything else a bias).
+Any other dtype (int 0/1, uint8, ...) is refused with a `MaskError`: added to the scores as
+numbers it would let padding through silently. PyTorch's `nn.MultiheadAttention` uses the
+opposite polarity (True = ignore); convert with `~mask` at that boundary (see
+`scratchformer.interop`).
 """
 from __future__ import annotations
 
 import torch
+
+from ..errors import UserError
+
+
+class MaskError(UserError, TypeError):
+    """A mask of a dtype attention does not read. A `UserError` (the CLI prints one line) and a
+    `TypeError` (what torch raises for a wrong dtype); `scratchformer.errors` imports nothing,
+    so `nn` still depends on torch only."""
+
+
+def check_mask(mask: torch.Tensor | None, name: str, allow_float: bool = True) -> torch.Tensor | None:
+    """`mask` itself when its dtype is one attention reads, else a one-line `MaskError`."""
+    if mask is None or mask.dtype == torch.bool or (allow_float and mask.is_floating_point()):
+        return mask
+    kinds = "bool (True = may attend) or float additive (0 = attend, -inf = blocked)" if allow_float \
+        else "bool (True = real token)"
+    raise MaskError(f"{name} has dtype {mask.dtype}, but attention reads only {kinds} masks; "
+                    f"pass `{name}.bool()` if 1 means attend")
 
 
 def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
@@ -35,25 +59,42 @@ def causal_mask(q_len: int, k_len: int | None = None, device=None) -> torch.Tens
 
 
 def local_window_mask(q_len: int, k_len: int | None = None, window: int = 0,
-                      causal: bool = False, device=None) -> torch.Tensor:
+                      causal: bool = False, device=None, sink: int = 0) -> torch.Tensor:
     """`(Tq, Tk)` band mask: each query sees keys within `window` positions (lower-right
-    aligned like `causal_mask`); with `causal=True` only the `window` keys before it."""
+    aligned like `causal_mask`); with `causal=True` only the `window` keys before it (and
+    itself). `sink`: the first `sink` keys stay visible to every query (StreamingLLM's
+    attention sinks; still causal when `causal=True`)."""
     k_len = q_len if k_len is None else k_len
-    q_pos = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
-    k_pos = torch.arange(k_len, device=device)[None, :]
-    dist = q_pos - k_pos  # (Tq, Tk), >0 means the key is in the past
+    q_pos = torch.arange(q_len, device=device) + (k_len - q_len)
+    return window_mask_at(q_pos, torch.arange(k_len, device=device), window, causal, sink)
+
+
+def window_mask_at(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, causal: bool,
+                   sink: int = 0) -> torch.Tensor:
+    """The band mask for queries and keys at the given absolute positions `(Tq,)`, `(Tk,)`
+    -> `(Tq, Tk)`; what `local_window_mask` computes for contiguous positions, and what a
+    rolling KV cache needs (its keys are the sinks plus the last `window` positions)."""
+    dist = q_pos[:, None] - k_pos[None, :]  # (Tq, Tk), >0 means the key is in the past
     band = dist.abs() <= window
-    return band & (dist >= 0) if causal else band
+    if causal:
+        band = band & (dist >= 0)
+    if sink:
+        sinks = k_pos[None, :] < sink
+        band = band | (sinks & (dist >= 0) if causal else sinks)
+    return band
 
 
-def merge_masks(key_padding: torch.Tensor | None, attn_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Combine a `(B, Tk)` key padding mask and a `(Tq, Tk)` / `(B, H, Tq, Tk)` mask into one
-    boolean mask that broadcasts to `(B, H, Tq, Tk)`; None when both are None."""
-    mask = None
-    if key_padding is not None:
-        mask = key_padding[:, None, None, :]  # (B, 1, 1, Tk)
-    if attn_mask is not None:
-        if attn_mask.dtype != torch.bool:
-            raise TypeError("merge_masks combines boolean masks; add float biases separately")
-        mask = attn_mask if mask is None else mask & attn_mask
-    return mask
+def merge_masks(padding: torch.Tensor | None, attn_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Combine a `(B, Tk)` padding mask and a `(Tq, Tk)` / `(B, 1|H, Tq, Tk)` attention mask
+    into one mask that broadcasts to `(B, H, Tq, Tk)`: boolean when `attn_mask` is, float
+    additive (padding = -inf) when `attn_mask` is float; None when both are None."""
+    check_mask(padding, "padding_mask", allow_float=False)
+    check_mask(attn_mask, "attn_mask")
+    if padding is None:
+        return attn_mask
+    pad = padding[:, None, None, :]  # (B, 1, 1, Tk)
+    if attn_mask is None:
+        return pad
+    if attn_mask.dtype == torch.bool:
+        return pad & attn_mask
+    return torch.where(pad, attn_mask, float("-inf"))  # broadcasts to (B, 1|H, Tq, Tk)
