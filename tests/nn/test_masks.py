@@ -49,3 +49,53 @@ def test_blocks_take_masks_by_keyword_only():
     block = Encoder(cfg).layers[0]
     with pytest.raises(TypeError):
         block(torch.randn(1, 3, 16), torch.ones(1, 3, dtype=torch.bool))
+
+
+# ----------------------------------------------------------------------------- mask dtypes (issue 14)
+
+from scratchformer.errors import UserError  # noqa: E402
+from scratchformer.nn import MaskError, scaled_dot_product_attention  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_integer_masks_are_refused_on_both_paths(dtype, need_weights):
+    """An int 0/1 mask used to be *added* to the scores on the math path (padding kept ~18% of
+    the attention) and raised a raw torch error on the fused path; now one line on both."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=16, n_heads=2, d_ff=32, n_layers=1, dropout=0.0)
+    enc = Encoder(cfg).eval()
+    x = torch.randn(2, 4, 16)
+    ones = padding_mask(torch.tensor([4, 2]), 4).to(dtype)
+    for call in (lambda: enc(x, ones, need_weights=need_weights),
+                 lambda: enc(x, attn_mask=ones[:, None, None, :], need_weights=need_weights),
+                 lambda: enc.layers[0].self_attn(x, padding_mask=ones, need_weights=need_weights),
+                 lambda: scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], ones[:, None, None, :],
+                                                      need_weights=need_weights)):
+        with pytest.raises(MaskError, match=r"dtype torch\.(int|uint).*\.bool\(\)") as e:
+            call()
+        assert isinstance(e.value, UserError) and isinstance(e.value, TypeError)
+        assert "\n" not in str(e.value)
+
+
+def test_padding_mask_must_be_boolean():
+    q = torch.randn(1, 1, 3, 4)
+    with pytest.raises(MaskError, match="padding_mask.*bool"):
+        scaled_dot_product_attention(q, q, q, padding_mask=torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_float_additive_mask_equals_boolean_mask(need_weights):
+    """Documented float masks: 0 = attend, -inf = blocked; padding then gets exactly 0 weight."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    keep = padding_mask(torch.tensor([5, 2]), 5)[:, None, None, :]
+    additive = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+    a, wa = scaled_dot_product_attention(q, k, v, keep, need_weights=need_weights)
+    b, wb = scaled_dot_product_attention(q, k, v, additive, need_weights=need_weights)
+    assert (a - b).abs().max() == 0
+    if need_weights:
+        assert torch.equal(wa, wb) and wa[1, ..., 2:].abs().max() == 0  # no attention on padding
+    # a float attn_mask combines with a boolean padding_mask (padding -> -inf)
+    c, _ = scaled_dot_product_attention(q, k, v, torch.zeros(3, 5), padding_mask=keep[:, 0, 0])
+    assert (a - c).abs().max() < 1e-6
