@@ -29,7 +29,7 @@ def test_cells_are_the_cross_product_with_readable_names_and_typed_sets():
     cs = cells(axes)
     assert [c.name for c in cs] == ["n_heads=1,lr=0.001,ablation=none", "n_heads=1,lr=0.001,ablation=no-pos",
                                     "n_heads=8,lr=0.001,ablation=none", "n_heads=8,lr=0.001,ablation=no-pos"]
-    assert cs[1].sets == ("model.encoder.n_heads=1", "train.lr=0.001", 'model.encoder.position="none"')
+    assert cs[1].sets == ("model.encoder.n_heads=1", "train.lr=0.001", "model.encoder.position=none")
     assert cs[3].matches({"n_heads": 8, "ablation": "no-pos"}) and not cs[3].matches({"n_heads": 1})
     # two keys with the same last part keep their full names
     assert [a.name for a in axes_from({"a.dropout": [0], "b.dropout": [0]})] == ["a.dropout", "b.dropout"]
@@ -75,6 +75,7 @@ def test_checks_on_a_runs_table():
     assert "n = 2 vs 3" in gain.measured
     missing = evaluate_check({"column": "acc", "a": {"h": 16}, "b": {"h": 8}, "region": {">": 0}}, runs, ["h"])
     assert missing.verdict == NOT_RUN
+    assert evaluate_check({"column": "acc", "a": {"depth": 6}, "b": {"h": 8}, "region": {">": 0}}, runs, ["h"]).verdict == NOT_RUN
     div = evaluate_check({"kind": "diverged_more", "a": {"h": 32}, "b": {"h": 8}}, runs, ["h"])
     assert div.verdict == INCONCLUSIVE and "1/3 vs 0/3" in div.measured
 

@@ -32,6 +32,8 @@ def register(cli) -> None:
     p.add_argument("--out", required=True, type=Path, help="experiment folder (rerun to resume)")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, data subset (seconds; no evidence)")
     p.add_argument("--seeds", type=int, help="runs per grid point (default: the spec's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra override for every run, after the spec's (e.g. train.epochs=1 on a slow machine)")
     p.add_argument("--in-process", action="store_true", help="run every cell in this process")
     p.set_defaults(func=experiment_cmd)
 
@@ -72,7 +74,7 @@ def experiment_cmd(args) -> int:
     from ..experiments.experiment import run_experiment
 
     res = run_experiment(args.name, args.out, quick=args.quick, seeds=args.seeds,
-                         isolate=False if args.in_process else None, log=_log)
+                         isolate=False if args.in_process else None, sets=args.set, log=_log)
     print(res.report)
     return 0
 

@@ -29,11 +29,14 @@ class ExperimentResult:
 
 
 def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int | None = None,
-                   isolate: bool | None = None, log: Callable[[str], None] = print) -> ExperimentResult:
+                   isolate: bool | None = None, sets: list[str] | None = None,
+                   log: Callable[[str], None] = print) -> ExperimentResult:
     """Run (or resume) experiment `name` into `out`. `isolate`: one process per run (default:
-    yes for full runs, no in quick mode, where start-up time would dominate)."""
+    yes for full runs, no in quick mode, where start-up time would dominate). `sets`: extra
+    `--set` overrides for every run, after the spec's (e.g. a shorter run on a slow machine)."""
     spec = ExperimentSpec.load(name)
     plan = spec.resolved(quick, seeds)
+    plan.sets += list(sets or [])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -53,7 +56,8 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     result = sweep(sw, log, columns=_columns(spec), plot_columns=spec.plot, after_run=measure if spec.measures else None)
     axes = [a.name for a in sw.axes]
     outcomes = [evaluate_check(c, result.runs, axes) for c in spec.checks]
-    command = f"scratchformer experiment {spec.name}{' --quick' if quick else ''} --seeds {plan.seeds} --out {out}"
+    extra = "".join(f" --set {x}" for x in sets or [])
+    command = f"scratchformer experiment {spec.name}{' --quick' if quick else ''} --seeds {plan.seeds}{extra} --out {out}"
     report = write_report(spec, plan, result, outcomes, command, time.monotonic() - t0)
     for o in outcomes:
         log(f"{o.says}: {o.verdict} ({o.measured})")

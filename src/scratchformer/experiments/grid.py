@@ -23,6 +23,11 @@ def parse_value(raw: str):
         return raw
 
 
+def set_value(value) -> str:
+    """The text after `--set key=`: strings as they are (`rope`), everything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def label_of(value) -> str:
     """How a value appears in folder names, tables and spec selectors: `0.001`, `true`, `rope`."""
     text = value if isinstance(value, str) else json.dumps(value)
@@ -119,6 +124,6 @@ def cells(axes: list[Axis]) -> list[Cell]:
     out = []
     for combo in itertools.product(*(range(len(a.labels)) for a in axes)):
         labels = tuple((a.name, a.labels[i]) for a, i in zip(axes, combo))
-        sets = tuple(f"{k}={json.dumps(v)}" for a, i in zip(axes, combo) for k, v in a.overrides[i])
+        sets = tuple(f"{k}={set_value(v)}" for a, i in zip(axes, combo) for k, v in a.overrides[i])
         out.append(Cell(labels, sets))
     return out

@@ -43,7 +43,7 @@ def plot_vs_value(summary: pd.DataFrame, axes: list[Axis], columns: list[str], p
         if not numeric:
             ax.set_xticks(range(len(x_axis.labels)), x_axis.labels, rotation=30 if len(x_axis.labels) > 4 else 0)
         ax.set_xlabel(x_axis.name)
-        ax.set_title(_title(col))
+        ax.set_title(_title(col) + (" (s)" if col.endswith("_s") else ""))
         ax.grid(alpha=0.3)
     if others:
         panels[0][0].legend(fontsize=7)

@@ -24,6 +24,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _run_minutes(result: SweepResult) -> float:
+    walls = result.runs["wall_s"] if "wall_s" in result.runs else []
+    return float(sum(w for w in walls if w == w and w is not None)) / 60
+
+
 def verdict_table(outcomes: list[Outcome]) -> str:
     lines = ["| claim | a | b | measured | verdict |", "|---|---|---|---|---|"]
     for o in outcomes:
@@ -54,7 +59,8 @@ def write_report(spec: ExperimentSpec, plan: Plan, result: SweepResult, outcomes
         f"- mode: {mode}\n- task: {spec.task}, data: {data}\n- grid: {grid}\n"
         f"- seeds: {plan.seeds} per cell (`train.seed` = 0..{plan.seeds - 1})\n"
         f"- base recipe: `base.json`; overrides for every run: {', '.join(f'`{s}`' for s in plan.sets) or 'none'}\n"
-        f"- runs: {len(result.slots)}, wall time {seconds / 60:.1f} min on {cpu_name()} "
+        f"- runs: {len(result.slots)}, {_run_minutes(result):.1f} min of runs (sum of their wall times; "
+        f"this invocation {seconds / 60:.1f} min) on {cpu_name()} "
         f"({os.cpu_count()} cores, shared), {datetime.date.today().isoformat()}\n"
         f"- reproduce: `{command}`\n",
         "## Results\n",

@@ -101,7 +101,7 @@ def evaluate_check(check: dict, runs: pd.DataFrame, axes: list[str]) -> Outcome:
     a_name, b_name = _name(a_sel), _name(b_sel)
     says = check.get("says", "")
     for sel in (a_sel, b_sel):
-        if _select(runs, sel, axes, False).empty:
+        if any(k not in axes for k in sel) or _select(runs, sel, axes, False).empty:
             return Outcome(says, NOT_RUN, f"this grid has no cell {_name(sel)}", a_name, b_name)
     if kind == "diverged_more":
         return _diverged_more(says, _select(runs, a_sel, axes, False), _select(runs, b_sel, axes, False), a_name, b_name)

@@ -1,0 +1,55 @@
+"""Every shipped experiment in --quick mode: the report quotes the claim, its table matches the
+runs, and each check has a verdict. (Data: the registered sets, fetched once and cached.)"""
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from scratchformer.cli import main
+from scratchformer.experiments.results import fmt
+from scratchformer.experiments.spec import ExperimentSpec, available
+from scratchformer.experiments.verdict import INCONCLUSIVE, NOT_RUN, NOT_SUPPORTED, SUPPORTED
+
+VERDICTS = {SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_RUN}
+SHIPPED = available()
+
+
+def test_the_issue_s_experiments_are_shipped():
+    for name in ("norm-placement", "heads", "ffn-width", "depth", "lr-warmup", "positions", "tokenization", "efficiency"):
+        assert name in SHIPPED
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", SHIPPED)
+def test_quick_experiment_report(name, tmp_path, capsys):
+    spec = ExperimentSpec.load(name)
+    out = tmp_path / name
+    assert main(["experiment", name, "--quick", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert spec.claim["zh"] in report and spec.claim["en"] in report
+    assert "quick" in report and f"scratchformer experiment {name} --quick" in report
+
+    # the table has one row per cell of the quick grid, with the numbers of results.csv
+    plan = spec.resolved(quick=True, seeds=None)
+    summary = pd.read_csv(out / "results.csv")
+    runs = pd.read_csv(out / "runs.csv")
+    n_cells = 1
+    for values in plan.grid.values():
+        n_cells *= len(values)
+    assert len(summary) == n_cells and len(runs) == n_cells * plan.seeds
+    assert (runs["status"].isin(["done", "diverged"])).all()
+    column = next(c for c in spec.columns if f"{c}_mean" in summary.columns and summary[f"{c}_mean"].notna().all())
+    for _, row in summary.iterrows():
+        assert fmt(row[f"{column}_mean"], row[f"{column}_std"], column) in report
+    # verdicts: one line per check, each a known verdict, and at least one check actually ran
+    verdicts = re.findall(r"\| \*\*([^*]+)\*\* \|", report)
+    assert len(verdicts) == len(spec.checks) and set(verdicts) <= VERDICTS
+    assert any(v != NOT_RUN for v in verdicts), "the quick grid should exercise a check"
+    assert (out / "curves.png").exists() and (out / "metric_vs_value.png").exists()
+    assert "report:" in err
+    # a second call resumes: nothing is retrained
+    assert main(["experiment", name, "--quick", "--out", str(out)]) == 0
+    assert capsys.readouterr().err.count("finished before, skipped") == len(runs)
+    assert json.loads((out / "sweep.json").read_text())["seeds"] == plan.seeds
