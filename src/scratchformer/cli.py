@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "scratchformer.commands.pretrain",
     "scratchformer.commands.translate",
     "scratchformer.commands.lm",
+    "scratchformer.commands.diagnostics",
     "scratchformer.commands.experiments",
 ]
 

@@ -1,4 +1,4 @@
-"""`train classify`, `predict`, `evaluate` (classification runs), `attention`."""
+"""`train classify`, `predict`, `evaluate` (classification runs). Attention maps: `commands.diagnostics`."""
 from __future__ import annotations
 
 import json
@@ -27,12 +27,6 @@ def register(cli) -> None:
     p.add_argument("--json", action="store_true", help="JSON lines with all probabilities")
     p.add_argument("--top", type=int, default=3, help="probabilities shown per text")
     p.set_defaults(func=predict)
-
-    p = cli.verb("attention", help="save attention heatmaps (every layer and head) for one text")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("text")
-    p.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/attention.png)")
-    p.set_defaults(func=attention)
 
     cli.evaluators["classify"] = evaluate
 
@@ -93,14 +87,3 @@ def evaluate(args) -> int:
         print(f"confusion matrix: {args.run_dir / f'confusion_{name}.png'}")
     return 0
 
-
-def attention(args) -> int:
-    from ..tasks.classify import Classifier
-    from ..tasks.plots import plot_attention
-
-    clf = Classifier.load(args.run_dir)
-    tokens, weights = clf.attention(args.text)
-    out = args.out or args.run_dir / "attention.png"
-    plot_attention(tokens, weights, out)
-    print(out)
-    return 0

@@ -48,7 +48,8 @@ def register(cli) -> None:
     _decode_args(p)
     p.set_defaults(func=translate)
 
-    p = cli.verb("align", help="save the cross-attention heatmap (every layer and head) of a translation")
+    p = cli.verb("align", help="save the cross-attention heatmap (every layer and head) of a translation "
+                               "(with decoding flags; `attention` shows every kind of attention)")
     p.add_argument("run_dir", type=Path)
     p.add_argument("text")
     p.add_argument("--out", type=Path, default=None, help="PNG path (default: RUN/align.png)")
@@ -121,14 +122,17 @@ def evaluate(args) -> int:
 
 
 def align(args) -> int:
-    from ..tasks.plots import plot_attention
+    """Kept beside `attention RUN TEXT --view cross` because it takes the decoding flags
+    (beam, ensemble) that choose the translation whose cross-attention is drawn."""
+    from ..diagnostics.attention_plot import plot_view
+    from ..diagnostics.maps import AttentionView
     from ..tasks.translate import Translator
 
     tr = Translator.load(args.run_dir, ensemble=args.ensemble)
     src, out, weights, translation = tr.align(args.text, **_overrides(args))
     path = args.out or args.run_dir / "align.png"
-    plot_attention(src, weights, path, query_tokens=out,
-                   title=f"cross-attention (rows: output, columns: source): {args.text} -> {translation}")
+    plot_view(AttentionView("cross-attention", out, src, weights), path, mean_column=True,
+              title=f"cross-attention (rows: output, columns: source): {args.text} -> {translation}")
     print(translation)
     print(path)
     return 0

@@ -1,4 +1,5 @@
-"""Attention heatmaps: one panel per (layer, head)."""
+"""Moved: attention heatmaps live in `scratchformer.diagnostics` (attention_plot, fonts).
+These two names stay for old imports; new code imports from diagnostics directly."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,41 +8,19 @@ import torch
 
 
 def cjk_font() -> None:
-    """Use a font with CJK glyphs when the machine has one, so Chinese tokens render."""
-    from matplotlib import font_manager, rcParams
+    """Make matplotlib's default sans-serif list start with a CJK font (for the whole process)."""
+    from matplotlib import rcParams
 
-    wanted = ("Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "SimHei", "AR PL UMing CN")
-    have = {f.name for f in font_manager.fontManager.ttflist}
-    for name in wanted:
-        if name in have:
-            rcParams["font.sans-serif"] = [name, "DejaVu Sans"]
-            return
+    from ..diagnostics.fonts import font_list
+
+    rcParams["font.sans-serif"] = font_list() + list(rcParams["font.sans-serif"])
 
 
 def plot_attention(tokens: list[str], weights: list[torch.Tensor], path: str | Path,
                    query_tokens: list[str] | None = None, title: str = "") -> Path:
     """weights: per layer `(H, Tq, Tk)`. Rows = queries, columns = keys."""
-    import matplotlib
+    from ..diagnostics.attention_plot import plot_view
+    from ..diagnostics.maps import AttentionView
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cjk_font()
-    n_layers, n_heads = len(weights), weights[0].shape[0]
-    query_tokens = query_tokens or tokens
-    size = max(2.0, 0.22 * len(tokens))
-    fig, axes = plt.subplots(n_layers, n_heads, figsize=(size * n_heads, size * n_layers), squeeze=False)
-    for layer, w in enumerate(weights):
-        for head in range(n_heads):
-            ax = axes[layer][head]
-            ax.imshow(w[head].float().cpu().numpy(), cmap="viridis", vmin=0)
-            ax.set_title(f"layer {layer + 1} head {head + 1}", fontsize=8)
-            ax.set_xticks(range(len(tokens)), tokens, fontsize=6, rotation=90)
-            ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=6)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    view = AttentionView("attention", query_tokens or tokens, tokens, weights)
+    return plot_view(view, path, title=title)

@@ -1,0 +1,88 @@
+"""Tiny runs of every task, trained once per test session (a few seconds each)."""
+import random
+
+import pytest
+
+from scratchformer.cli import main
+
+SPORT, MONEY, FILL = "球赛队胜负冠军进攻", "股市涨跌银行利率基金", "今日消息新的一"
+
+
+def headlines(n, seed):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.choice(["体育", "财经"])
+        chars = SPORT if label == "体育" else MONEY
+        rows.append(("".join(rng.choice(chars + FILL) for _ in range(rng.randint(3, 12))), label))
+    return rows
+
+
+def write_tsv(path, rows):
+    path.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in rows), encoding="utf-8")
+
+
+CLASSIFY = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=4", "--set", "model.encoder.d_ff=64",
+            "--set", "model.encoder.n_layers=2", "--set", "model.encoder.dropout=0.0", "--set", "train.epochs=6",
+            "--set", "train.lr=3e-3", "--set", "data.batch_size=16", "--set", "train.progress=false"]
+
+
+@pytest.fixture(scope="session")
+def clf_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clf")
+    write_tsv(d / "train.tsv", headlines(320, 0))
+    write_tsv(d / "test.tsv", headlines(60, 1))
+    out = d / "run"
+    assert main(["train", "classify", "--data", str(d / "train.tsv"), "--test", str(d / "test.tsv"),
+                 "--out", str(out)] + CLASSIFY) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def lm_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lm")
+    rng = random.Random(0)
+    (d / "text.txt").write_text("\n".join("".join(rng.choice("天地人和春夏秋冬") for _ in range(30)) for _ in range(60)),
+                                encoding="utf-8")
+    out = d / "run"
+    assert main(["train", "lm", "--data", str(d / "text.txt"), "--out", str(out),
+                 "--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=2", "--set", "model.encoder.d_ff=64",
+                 "--set", "model.encoder.n_layers=2", "--set", "data.context=16", "--set", "data.batch_size=8",
+                 "--set", "data.eval_windows=10", "--set", "train.max_steps=20", "--set", "train.eval_every=20",
+                 "--set", "train.warmup_steps=5", "--set", "train.progress=false"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def mt_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mt")
+    rng = random.Random(0)
+    words = "ab cd ef gh ij kl".split()
+
+    def pairs(n):
+        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 5))) for _ in range(n)]
+        return "".join(f"{s}\t{s.upper()}\n" for s in src)
+
+    for name, n in (("train", 200), ("valid", 20), ("test", 20)):
+        (d / f"{name}.tsv").write_text(pairs(n))
+    out = d / "run"
+    assert main(["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
+                 "--test", str(d / "test.tsv"), "--out", str(out),
+                 "--set", "model.transformer.d_model=32", "--set", "model.transformer.n_heads=2",
+                 "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1",
+                 "--set", "data.src_tokenizer=word", "--set", "data.tgt_tokenizer=word", "--set", "data.max_tokens=300",
+                 "--set", "train.epochs=2", "--set", "train.progress=false", "--set", "average_last=1",
+                 "--set", "decode.beam=1"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def mlm_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mlm")
+    (d / "corpus.txt").write_text("\n".join(t for t, _ in headlines(120, 2)), encoding="utf-8")
+    out = d / "run"
+    assert main(["pretrain", "mlm", "--data", str(d / "corpus.txt"), "--out", str(out),
+                 "--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=2", "--set", "model.encoder.d_ff=64",
+                 "--set", "model.encoder.n_layers=1", "--set", "data.min_freq=1", "--set", "train.max_steps=6",
+                 "--set", "train.eval_every=3", "--set", "data.valid_frac=0.1", "--set", "train.progress=false"]) == 0
+    return out
