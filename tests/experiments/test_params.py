@@ -75,3 +75,17 @@ def test_params_of_a_trained_run_and_the_cli(tmp_path, capsys):
     assert main(["params", "--config", str(out / "config.json")]) == 0
     assert "closed form only" in capsys.readouterr().out
     assert main(["params"]) == 2
+
+
+def test_language_model_run_with_learned_positions_and_tied_head(tmp_path):
+    (tmp_path / "text.txt").write_text("the quick brown fox jumps over the lazy dog. " * 60)
+    out = tmp_path / "lm"
+    assert main(["train", "lm", "--data", str(tmp_path / "text.txt"), "--out", str(out),
+                 "--set", "model.encoder.d_model=16", "--set", "model.encoder.n_heads=2",
+                 "--set", "model.encoder.d_ff=24", "--set", "model.encoder.n_layers=2",
+                 "--set", "model.encoder.position=learned", "--set", "model.encoder.max_len=40",
+                 "--set", "data.context=32", "--set", "train.max_steps=1", "--set", "train.progress=false"]) == 0
+    rows, _ = params_table(out)
+    for name, counted, term in rows:
+        assert counted == term.value, name
+    assert "head" not in {name for name, _, _ in rows}  # tied to the token embedding

@@ -100,7 +100,8 @@ def closed_form(recipe: dict) -> dict[str, Term]:
     if task in ("classify", "lm", "mlm"):
         if model.get("bert"):
             raise UserError("a BERT-backbone run: its layout is BERT's; only the counted column applies")
-        t = TransformerConfig.from_dict(model.get("encoder", {}))
+        # the stack's section is "encoder" in older recipes, "transformer" in newer ones
+        t = TransformerConfig.from_dict(model.get("transformer") or model.get("encoder") or {})
         terms = _block_terms(t, t.n_layers, cross=False)
         value, formula = _embedding(t, model.get("vocab_size", 0), model.get("bigram_buckets", 0), "V")
         _add(terms, "embeddings", value, formula)
