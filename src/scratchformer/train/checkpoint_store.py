@@ -98,7 +98,8 @@ class CheckpointStore:
             if not self.run_dir.is_dir():
                 raise UserError(f"{self.run_dir} does not exist: nothing to resume, start without resume")
             raise UserError(f"{self.run_dir} holds no checkpoint ({POINTER} is missing): nothing to "
-                            "resume (did the run stop before its first save?); start without resume")
+                            "resume (did the run stop before its first save?); start it again without "
+                            "resume, with --overwrite (overwrite=True)")
         d = self.run_dir / ptr["dir"]
         ck = Checkpoint(d / WEIGHTS_FILE, d / STATE_FILE, ptr.get("step"))
         for name, size in (ptr.get("files") or {}).items():
