@@ -48,7 +48,7 @@ PROJECT_DIRS = {"checkpoints": "*", "snapshots": "step-*.safetensors", "member[0
 RUN_MARKERS = ("config.json", "train_config.json", "model.safetensors", "metrics.jsonl",
                "checkpoint.json", "checkpoints", "trainer_state.pt", "last.safetensors")
 
-_held: dict[str, list] = {}  # real path -> [file descriptor, depth]
+_held: dict[str, list] = {}  # real path -> [file descriptor, depth, pid of the holder]
 _claimed: set[str] = set()  # folders a command claimed for a fresh run in this process
 
 
@@ -70,6 +70,8 @@ def lock_run_folder(path: str | Path, what: str = "command") -> Iterator[Path]:
     """Hold an exclusive lock on the run folder `path` (created if missing) while inside."""
     path = Path(path)
     key = _key(path)
+    if key in _held and _held[key][2] != os.getpid():  # inherited by a fork: not ours
+        del _held[key]
     if key in _held:  # already ours: nested use in the same process
         _held[key][1] += 1
         try:
@@ -97,7 +99,7 @@ def lock_run_folder(path: str | Path, what: str = "command") -> Iterator[Path]:
         os.write(fd, f"{os.getpid()} {what}\n".encode())
     except OSError:
         pass  # the lock holds without the note (e.g. a full disk)
-    _held[key] = [fd, 1]
+    _held[key] = [fd, 1, os.getpid()]
     try:
         yield path
     finally:
