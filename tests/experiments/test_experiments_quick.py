@@ -53,3 +53,15 @@ def test_quick_experiment_report(name, tmp_path, capsys):
     assert main(["experiment", name, "--quick", "--out", str(out)]) == 0
     assert capsys.readouterr().err.count("finished before, skipped") == len(runs)
     assert json.loads((out / "sweep.json").read_text())["seeds"] == plan.seeds
+
+
+@pytest.mark.network
+def test_grid_and_set_overrides_shrink_a_run_and_are_recorded(tmp_path):
+    out = tmp_path / "heads"
+    assert main(["experiment", "heads", "--quick", "--seeds", "1", "--grid", "model.encoder.n_heads=2",
+                 "--set", "train.max_steps=2", "--out", str(out)]) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert list(runs["n_heads"]) == [2] and list(runs["steps"]) == [2]
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "--grid model.encoder.n_heads=2 --set train.max_steps=2" in report
+    assert "fewer than 2 finished seeds" in report or "not run" in report

@@ -34,6 +34,8 @@ def register(cli) -> None:
     p.add_argument("--seeds", type=int, help="runs per grid point (default: the spec's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra override for every run, after the spec's (e.g. train.epochs=1 on a slow machine)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="replace the values of one axis of the spec, e.g. a smaller grid")
     p.add_argument("--in-process", action="store_true", help="run every cell in this process")
     p.set_defaults(func=experiment_cmd)
 
@@ -74,7 +76,7 @@ def experiment_cmd(args) -> int:
     from ..experiments.experiment import run_experiment
 
     res = run_experiment(args.name, args.out, quick=args.quick, seeds=args.seeds,
-                         isolate=False if args.in_process else None, sets=args.set, log=_log)
+                         isolate=False if args.in_process else None, sets=args.set, grid=args.grid, log=_log)
     print(res.report)
     return 0
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 from ..errors import UserError
 from ..fileio import atomic_write_text
-from .grid import axes_from
+from .grid import axes_from, parse_grid_arg
 from .measures import MEASURES
 from .report import write_report
 from .runner import RunSlot, SweepSpec
@@ -30,13 +30,17 @@ class ExperimentResult:
 
 def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int | None = None,
                    isolate: bool | None = None, sets: list[str] | None = None,
-                   log: Callable[[str], None] = print) -> ExperimentResult:
+                   grid: list[str] | None = None, log: Callable[[str], None] = print) -> ExperimentResult:
     """Run (or resume) experiment `name` into `out`. `isolate`: one process per run (default:
     yes for full runs, no in quick mode, where start-up time would dominate). `sets`: extra
-    `--set` overrides for every run, after the spec's (e.g. a shorter run on a slow machine)."""
+    `--set` overrides for every run, after the spec's (e.g. a shorter run on a slow machine);
+    `grid`: `KEY=V1,V2` replaces the values of that axis of the spec (or adds an axis)."""
     spec = ExperimentSpec.load(name)
     plan = spec.resolved(quick, seeds)
     plan.sets += list(sets or [])
+    for item in grid or []:  # `KEY=V1,V2`: this axis takes these values (a smaller grid)
+        key, values = parse_grid_arg(item)
+        plan.grid = {**plan.grid, key: values}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -56,7 +60,7 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     result = sweep(sw, log, columns=_columns(spec), plot_columns=spec.plot, after_run=measure if spec.measures else None)
     axes = [a.name for a in sw.axes]
     outcomes = [evaluate_check(c, result.runs, axes) for c in spec.checks]
-    extra = "".join(f" --set {x}" for x in sets or [])
+    extra = "".join(f" --grid {x}" for x in grid or []) + "".join(f" --set {x}" for x in sets or [])
     command = f"scratchformer experiment {spec.name}{' --quick' if quick else ''} --seeds {plan.seeds}{extra} --out {out}"
     report = write_report(spec, plan, result, outcomes, command, time.monotonic() - t0)
     for o in outcomes:
