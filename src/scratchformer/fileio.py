@@ -95,6 +95,19 @@ def write_synced(path: str | Path, data: bytes) -> None:
         raise
 
 
+def append_text(path: str | Path, text: str) -> None:
+    """Append ``text`` to a log file (not atomic: a crash may cut the last line, which readers
+    of the log skip); a full disk raises `DiskFull`."""
+    data = text.encode("utf-8")
+    try:
+        with open(path, "ab") as f:
+            write_data(f, data)
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full(path, len(data)) from None
+        raise
+
+
 class _Counting:
     """A file wrapper that counts the bytes written through it (for the DiskFull message)."""
 

@@ -48,7 +48,7 @@ import torch
 from tqdm import tqdm
 
 from scratchformer.errors import UserError
-from scratchformer.fileio import disk_full, is_disk_full
+from scratchformer.fileio import append_text
 from scratchformer.train.checkpoint import (
     atomic_write_bytes,
     load_state,
@@ -467,14 +467,7 @@ class Trainer:
     def _append(self, row: dict) -> None:
         if not self.dist.is_main:
             return
-        line = json.dumps(row) + "\n"
-        try:
-            with open(self.run_dir / METRICS, "a") as f:
-                f.write(line)
-        except OSError as e:
-            if is_disk_full(e):
-                raise disk_full(self.run_dir / METRICS, len(line.encode())) from None
-            raise
+        append_text(self.run_dir / METRICS, json.dumps(row) + "\n")
 
     def _plot(self) -> None:
         if not self.dist.is_main:
