@@ -291,7 +291,7 @@ class LMAdapter:
             w = self._weights(torch.tensor([ids]))
         tokens = [self.lm.tokenizer.id_to_token(i) for i in ids]
         return AttentionResult(text, [AttentionView("causal self-attention", tokens, tokens, [x[0] for x in w],
-                                                    note="rows: queries, columns: keys (only earlier keys)")],
+                                                    note="rows: queries, columns: keys; a token sees only earlier ones")],
                                task=self.task)
 
     def _ids(self, text: str) -> list[int]:

@@ -23,7 +23,7 @@ def plot_view(view: AttentionView, path: str | Path, title: str = "", mean_colum
     n_tok = max(len(view.query_tokens), len(view.key_tokens))
     panel = max(2.2, 0.2 * n_tok + 0.8)
     panel = min(panel, MAX_FIG_INCHES / max(n_rows, n_cols))
-    label_size = max(3.5, min(8.0, 70.0 / max(n_tok, 1)))
+    label_size = max(4.0, min(9.0, 110.0 / max(n_tok, 1)))
     with cjk_fonts():
         fig, axes = plt.subplots(n_rows, n_cols, figsize=(panel * n_cols, panel * n_rows + 0.6), squeeze=False)
         for layer, w in enumerate(view.layers):

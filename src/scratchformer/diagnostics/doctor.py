@@ -54,7 +54,7 @@ def examine(subject: Subject, out_dir: str | Path | None = None, plots: bool = T
     bad_params = non_finite_parameters(model)
     norms = layer_norms(subject)
     found += F.layer_health(norms, bad_params)
-    numbers: dict = {"layers": norms["layers"], "views": {}}
+    numbers: dict = {"layers": norms["layers"], "layer_loss": norms["loss"], "views": {}}
 
     stats = attention_stats(subject)
     for name, vs in stats.items():

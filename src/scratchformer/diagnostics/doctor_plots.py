@@ -9,7 +9,7 @@ from .fonts import cjk_fonts
 
 
 def _heatmap(ax, m: np.ndarray, title: str, fmt: str = "{:.2f}", cmap: str = "viridis", center: bool = False,
-             vmax: float | None = 1.0) -> None:
+             vmax: float | None = 1.0, rows: str = "L") -> None:
     """Fixed colour scales (0..1 for shares), so small differences do not look dramatic."""
     if center:
         lim = max(float(np.abs(m).max()), 1e-9)
@@ -19,7 +19,7 @@ def _heatmap(ax, m: np.ndarray, title: str, fmt: str = "{:.2f}", cmap: str = "vi
     ax.imshow(m, cmap=cmap, vmin=lo, vmax=hi, aspect="auto")
     ax.set_title(title, fontsize=9)
     ax.set_xticks(range(m.shape[1]), [f"H{h + 1}" for h in range(m.shape[1])], fontsize=7)
-    ax.set_yticks(range(m.shape[0]), [f"L{i + 1}" for i in range(m.shape[0])], fontsize=7)
+    ax.set_yticks(range(m.shape[0]), [f"{rows}{i + 1}" for i in range(m.shape[0])], fontsize=7)
     if m.size <= 256:
         for (i, j), v in np.ndenumerate(m):
             t = (v - lo) / max(hi - lo, 1e-12)
@@ -77,7 +77,7 @@ def plot_report(report, out_dir: Path) -> list[Path]:
                     if li >= s.shape[0]:
                         axes[r][li].axis("off")
                         continue
-                    _heatmap(axes[r][li], s[li], f"{name}\nlayer {li + 1}: head similarity", cmap="magma")
+                    _heatmap(axes[r][li], s[li], f"{name}\nlayer {li + 1}: head similarity", cmap="magma", rows="H")
             fig.tight_layout()
             files.append(_save(fig, out_dir / "doctor_similarity.png"))
 
@@ -91,7 +91,7 @@ def plot_report(report, out_dir: Path) -> list[Path]:
                 ax.plot(x, np.where(y > 0, y, np.nan), marker="o", label=label)
             ax.set_yscale("log")
             ax.set_xticks(x, [_layer_label(r["name"]) for r in layers], fontsize=7, rotation=30, ha="right")
-            ax.set_title(f"per-layer norms on one batch (loss {report.numbers.get('base_loss', float('nan')):.3f})", fontsize=9)
+            ax.set_title(f"per-layer norms on one batch (loss {report.numbers.get('layer_loss', float('nan')):.3f})", fontsize=9)
             ax.legend(fontsize=7)
             fig.tight_layout()
             files.append(_save(fig, out_dir / "doctor_layers.png"))

@@ -161,13 +161,19 @@ def importance(base: float, delta: dict[str, torch.Tensor], together: float | No
         for li in range(d.shape[0]):
             lines.append(f"{view} layer {li + 1}: " + " ".join(f"{float(x):+.4f}" for x in d[li]))
     together_txt = "" if together is None else f"; all {len(prunable)} removed together: loss {together:.4f} ({together - base:+.4f})"
+    lower = sum(int((d < 0).sum()) for d in delta.values())
+    meaning = f"heads whose removal raises the loss by at most {tol:.4f} do not contribute on these samples"
+    if lower:
+        meaning += (f"; removing {lower} head(s) even lowers it, a sign that the model fits its training data "
+                    "more closely than these samples (overfitting)")
+    if together is not None and together - base > tol:
+        meaning += "; removed together they do cost: they stand in for one another"
     return Finding("head_importance", "note" if prunable else "ok",
-                   f"head importance: {len(prunable)} head(s) can be removed at no cost",
+                   f"head importance: {len(prunable)} head(s) can be removed one at a time at no cost",
                    f"loss {base:.4f} on the samples; loss change when one head is removed: " + "; ".join(lines)
                    + together_txt,
                    "in trained Transformers many heads can be removed with little loss (Michel et al. 2019)",
-                   f"heads whose removal changes the loss by at most {tol:.4f} do not contribute on these samples",
-                   "fewer heads or layers for this task, or head pruning; confirm on the full validation set",
+                   meaning, "fewer heads or layers, more dropout or head pruning; confirm on the full validation set",
                    prunable)
 
 
@@ -198,7 +204,7 @@ def layer_health(norms: dict, bad_params: list) -> list[Finding]:
     level = "warning" if spread > GRAD_SPREAD else "ok"
     out.append(Finding("layer_norms", level,
                        "gradients vanish or explode across layers" if level == "warning" else "activations and gradients per layer",
-                       f"loss {norms['loss']:.4f}; {table}; largest / smallest parameter gradient {spread:.3g}",
+                       f"on the first sample batch: loss {norms['loss']:.4f}; {table}; largest / smallest parameter gradient {spread:.3g}",
                        f"per-layer gradient norms within a factor {GRAD_SPREAD:g} of each other",
                        "layers whose gradient is orders of magnitude smaller barely learn (vanishing); "
                        "much larger ones make training unstable (exploding)",

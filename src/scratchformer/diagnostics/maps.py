@@ -14,6 +14,13 @@ import torch
 from ..errors import UserError
 
 
+def shown(token: str) -> str:
+    """A token as a label: whitespace made visible (a space is an empty label otherwise)."""
+    if token.strip():
+        return token
+    return "".join({" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}.get(c, "\u2423") for c in token) or "\u2205"
+
+
 @dataclass
 class AttentionView:
     name: str  # e.g. "encoder self-attention"
@@ -23,6 +30,8 @@ class AttentionView:
     note: str = ""  # e.g. "rows: output tokens, columns: source tokens"
 
     def __post_init__(self) -> None:
+        self.query_tokens = [shown(t) for t in self.query_tokens]
+        self.key_tokens = [shown(t) for t in self.key_tokens]
         self.layers = [w.detach().float().cpu() for w in self.layers]
         for i, w in enumerate(self.layers):
             if w.dim() != 3 or w.shape[1:] != (len(self.query_tokens), len(self.key_tokens)):
