@@ -5,6 +5,7 @@ Conventions: batch-first `(B, T, C)`; boolean masks mean True = may attend / rea
 """
 from .attention import KVCache, MultiHeadAttention, plain_attention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer, split_mask
+from .cache import RollingKVCache
 from .config import JsonConfig, TransformerConfig
 from .ffn import FeedForward
 from .fast_linear import Linear, linear, onednn_blocker, use_onednn
@@ -22,7 +23,7 @@ from .position import (
 __all__ = [
     "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
     "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MaskError",
-    "MultiHeadAttention", "RMSNorm", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
+    "MultiHeadAttention", "RMSNorm", "RollingKVCache", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
     "TransformerConfig", "causal_mask", "linear", "local_window_mask", "merge_masks", "onednn_blocker",
     "padding_mask", "padding_mask_from_ids", "plain_attention", "scaled_dot_product_attention",
     "sinusoidal_table", "split_mask", "use_onednn",

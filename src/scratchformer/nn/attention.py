@@ -1,4 +1,4 @@
-"""Attention as in the paper, then the variants around it, then multi-head attention.
+"""Attention as in the paper, then the variants around it.
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k + mask) · V
     # 注意力：softmax(QKᵀ/√d_k + 掩码)·V —— 查询与键的相似度经缩放、掩码、归一化，再对值加权求和
@@ -6,8 +6,9 @@
 `plain_attention` is that line written out (the "math path"). `scaled_dot_product_attention`
 adds what real inputs need around it: grouped-query heads, a lower-right causal mask, rows
 whose keys are all masked (zeros, not NaN), and torch's fused kernel when no weights are asked
-for. `MultiHeadAttention` projects Q = X·W_Q, K = X·W_K, V = X·W_V, attends per head and
-projects back with W_O (`out_proj`).
+for. `MultiHeadAttention` (multihead.py) projects Q = X·W_Q, K = X·W_K, V = X·W_V, attends
+per head and projects back with W_O; `window.py` is the same attention restricted to a local
+window in O(T·w).
 
 Shapes: q `(B, H, Tq, D)`, k/v `(B, Hkv, Tk, D)`; masks broadcast to `(B, H, Tq, Tk)`.
 Masks (see `masks.py`): `padding_mask` `(B, Tk)` bool, True = real token; `attn_mask` bool,
@@ -19,11 +20,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from .cache import KVCache
-from .fast_linear import Linear, linear
-from .masks import causal_mask, check_mask, merge_masks
+from .masks import causal_mask, merge_masks
 from .packing import PackedTokens
 
 __all__ = ["KVCache", "MultiHeadAttention", "PackedTokens", "fused_path_blocker", "plain_attention",
@@ -157,140 +156,6 @@ def _open_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, to
     return mask.masked_fill(~row_ok, 0.0), row_ok
 
 
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention for self- and cross-attention.
-
-        head_i = Attention(Q W_Q,i, K W_K,i, V W_V,i);  MultiHead = Concat(head_1..head_h) W_O
-        # 多头注意力：每个头在自己的 d_k 维子空间里做一次注意力，拼接后经 W_O 投影
-
-    W_Q, W_K, W_V are row blocks of one fused `qkv_proj` weight (the layout of
-    `nn.MultiheadAttention.in_proj_weight`; views, not copies): self-attention computes
-    Q, K, V in one matmul; cross-attention applies `W_Q` to `x` and `W_KV` (W_K and W_V
-    stacked) to `context`. With `n_kv_heads < n_heads` several query heads share one
-    key/value head (GQA).
-    """
-
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 dropout: float = 0.0, bias: bool = True):
-        super().__init__()
-        self.n_heads = n_heads
-        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        self.head_dim = d_model // n_heads  # d_k
-        self.dropout = dropout
-        q_dim, kv_dim = n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        self.split_sizes = [q_dim, kv_dim, kv_dim]
-        self.qkv_proj = Linear(d_model, q_dim + 2 * kv_dim, bias=bias)  # [W_Q; W_K; W_V]
-        self.out_proj = Linear(q_dim, d_model, bias=bias)  # W_O
-        self.impl = "auto"
-        self.last_path_reason: str | None = None  # why the fused kernel was not used
-
-    # The paper's projections by name: `linear(x, W, b)` computes x Wᵀ + b (W is (out, C)).
-    def _rows(self, start: int, stop: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        b = self.qkv_proj.bias
-        return self.qkv_proj.weight[start:stop], None if b is None else b[start:stop]
-
-    @property
-    def W_Q(self) -> torch.Tensor:
-        return self._rows(0, self.split_sizes[0])[0]  # (H·d_k, C)
-
-    @property
-    def W_K(self) -> torch.Tensor:
-        q, kv = self.split_sizes[:2]
-        return self._rows(q, q + kv)[0]  # (Hkv·d_k, C)
-
-    @property
-    def W_V(self) -> torch.Tensor:
-        return self._rows(sum(self.split_sizes[:2]))[0]  # (Hkv·d_k, C)
-
-    @property
-    def W_KV(self) -> torch.Tensor:
-        return self._rows(self.split_sizes[0])[0]  # (2·Hkv·d_k, C): W_K above W_V
-
-    @property
-    def b_Q(self) -> torch.Tensor | None:
-        return self._rows(0, self.split_sizes[0])[1]
-
-    @property
-    def b_KV(self) -> torch.Tensor | None:
-        return self._rows(self.split_sizes[0])[1]
-
-    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, d_k)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor | None = None,
-        padding_mask: torch.Tensor | None = None,
-        attn_mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-        rope=None,
-        alibi=None,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-        packed: PackedTokens | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """
-        Args:
-            x: `(B, Tq, C)` queries (and keys/values for self-attention).
-            context: `(B, Tk, C)` keys/values source for cross-attention, else None.
-            padding_mask: `(B, Tk)` bool, True = real key (Tk includes cached keys).
-            attn_mask: `(Tq, Tk)` or `(B, 1|H, Tq, Tk)`, bool (True = may attend) or float additive.
-            is_causal: lower-right causal masking (self-attention).
-            rope: a `RotaryEmbedding` applied to q and k at positions `cache.length + t`.
-            alibi: an `ALiBi` module whose bias is added to the scores.
-            cache: a `KVCache`; self-attention appends to it, cross-attention fills it once.
-            need_weights: return per-head probabilities `(B, H, Tq, Tk)`.
-            packed: self-attention only: `x` holds just the real tokens `(1, N, C)` of a
-                padded `(B, T)` batch; the output is packed the same way.
-        Returns:
-            `(B, Tq, C)` and the weights or None.
-        """
-        B, Tq, _ = x.shape
-        if packed is not None and context is not None:
-            raise ValueError("packed tokens are for self-attention only")
-        check_mask(attn_mask, "attn_mask")
-        if context is None:  # self-attention: [Q K V] = x [W_Q; W_K; W_V]ᵀ in one matmul
-            qkv = self.qkv_proj(x)  # (B, Tq, (H + 2 Hkv) d_k)
-            if packed is not None:
-                qkv = packed.unpack(qkv)  # (B, T, (H + 2 Hkv) d_k), zeros at padding
-                B, Tq = qkv.shape[:2]
-            q, k, v = qkv.split(self.split_sizes, dim=-1)
-            q = self._heads(q, self.n_heads)  # (B, H, Tq, d_k)
-            k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
-            offset = cache.length if cache is not None else 0
-            if rope is not None:
-                q, k = rope.rotate(q, offset), rope.rotate(k, offset)
-            if cache is not None:
-                k, v = cache.update(k, v)  # (B, Hkv, offset + Tq, d_k)
-        else:  # cross-attention: Q = x W_Q, [K V] = context [W_K; W_V]
-            q = self._heads(linear(x, self.W_Q, self.b_Q), self.n_heads)  # (B, H, Tq, d_k)
-            if cache is not None and cache.filled:
-                k, v = cache.get()  # memory projected once per source
-            else:
-                kv = linear(context, self.W_KV, self.b_KV)  # (B, Tk, 2 Hkv d_k)
-                k, v = (self._heads(t, self.n_kv_heads) for t in kv.split(self.split_sizes[1:], dim=-1))
-                if cache is not None:
-                    cache.set(k, v)
-        Tk = k.shape[2]
-        if alibi is not None:  # ALiBi: a distance penalty added to the scores, as a float mask
-            bias = alibi.bias(Tq, Tk, device=x.device).to(q.dtype)  # (H, Tq, Tk)
-            if is_causal:
-                bias = bias.masked_fill(~causal_mask(Tq, Tk, device=x.device), float("-inf"))
-                is_causal = False
-            if attn_mask is None:
-                attn_mask = bias
-            else:
-                attn_mask = torch.where(attn_mask, bias, float("-inf")) if attn_mask.dtype == torch.bool \
-                    else bias + attn_mask
-        self.last_path_reason = fused_path_blocker(need_weights, self.impl, q, Tk)
-        out, weights = scaled_dot_product_attention(
-            q, k, v, attn_mask, is_causal=is_causal, padding_mask=padding_mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights, impl=self.impl,
-        )
-        out = out.transpose(1, 2).reshape(B, Tq, -1)  # (B, Tq, H d_k): the heads side by side
-        if packed is not None:
-            out = packed.pack(out)  # (1, N, H d_k)
-        return self.out_proj(out), weights
+# Multi-head attention lives in multihead.py (it uses the functions above and the blocked
+# window); re-exported so `from scratchformer.nn.attention import MultiHeadAttention` works.
+from .multihead import MultiHeadAttention  # noqa: E402

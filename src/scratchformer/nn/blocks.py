@@ -17,17 +17,21 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import KVCache, MultiHeadAttention
+from .cache import KVCache, RollingKVCache
 from .config import TransformerConfig
 from .ffn import FeedForward
-from .masks import check_mask, local_window_mask
+from .masks import check_mask
+from .multihead import MultiHeadAttention
 from .norm import make_norm
 from .packing import PackedTokens
 from .position import ALiBi, RotaryEmbedding
 
 
-def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attn_dropout, cfg.bias)
+def _attention(cfg: TransformerConfig, self_attention: bool = True) -> MultiHeadAttention:
+    """`cfg.window` restricts self-attention only; cross-attention sees the whole memory."""
+    window = cfg.window if self_attention else None
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attn_dropout, cfg.bias,
+                              window=window, window_sink=cfg.window_sink, window_impl=cfg.window_impl)
 
 
 class EncoderBlock(nn.Module):
@@ -69,7 +73,7 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.norm_first = cfg.norm_first
         self.self_attn = _attention(cfg)
-        self.cross_attn = _attention(cfg)
+        self.cross_attn = _attention(cfg, self_attention=False)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout, cfg.bias)
         self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
         self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
@@ -125,10 +129,20 @@ class _Stack(nn.Module):
         """Recompute each block's activations in backward: less memory, ~30% more time."""
         self.gradient_checkpointing = enabled
 
-    def _window_mask(self, q_len: int, k_len: int, causal: bool, device):
-        if self.cfg.window is None:
-            return None
-        return local_window_mask(q_len, k_len, self.cfg.window, causal=causal, device=device)
+    def set_window(self, window: int | None, sink: int = 0, impl: str | None = None) -> None:
+        """Change the self-attention window of every layer (None = full attention), e.g. to
+        decode a model trained with full attention StreamingLLM-style (window + sinks). The
+        config keeps what the model was built with; caches made afterwards follow the new one."""
+        for layer in self.layers:
+            attn = layer.self_attn
+            attn.set_window(window, sink, attn.window_impl if impl is None else impl)
+
+    def _new_self_cache(self):
+        """A `RollingKVCache` under a window (constant memory), else a growing `KVCache`."""
+        attn = self.layers[0].self_attn if len(self.layers) else None
+        if attn is None or attn.window is None:
+            return KVCache()
+        return RollingKVCache(attn.window, attn.window_sink)
 
     def _run(self, layer, *inputs, **kwargs):
         """`layer(*inputs, **kwargs)`, recomputed in backward under gradient checkpointing."""
@@ -171,16 +185,18 @@ class Encoder(_Stack):
         to get those padded-row values (e.g. to compare every position with another model)."""
         self.pack_padding = enabled
 
+    def new_caches(self) -> list:
+        """One cache per layer for incremental decoding with `is_causal=True`: a
+        `RollingKVCache` (the last `window` positions + sinks) when the attention is windowed,
+        else a `KVCache`."""
+        return [self._new_self_cache() for _ in self.layers]
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
                 caches: list[KVCache] | None = None, need_weights: bool = False, *,
                 padding_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
         """x: `(B, T, C)` -> `(B, T, C)`, or `((B, T, C), [weights per layer])` with
         `need_weights=True`."""
         padding_mask, attn_mask = split_mask(mask, padding_mask, attn_mask)
-        past = caches[0].length if caches else 0
-        window = self._window_mask(x.shape[1], past + x.shape[1], is_causal, x.device)
-        if window is not None:
-            attn_mask = window if attn_mask is None else attn_mask & window
         packed = None
         if self.pack_padding and padding_mask is not None and not caches and not bool(padding_mask.all()):
             packed = PackedTokens(padding_mask)
@@ -202,8 +218,8 @@ class DecoderCache:
     """Per-layer caches of a decoder: self-attention keys/values grow one step at a time,
     cross-attention keys/values are computed once from the encoder memory."""
 
-    def __init__(self, n_layers: int):
-        self.self_attn = [KVCache() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, new_self_cache=KVCache):
+        self.self_attn = [new_self_cache() for _ in range(n_layers)]
         self.cross_attn = [KVCache() for _ in range(n_layers)]
 
     @property
@@ -223,7 +239,7 @@ class Decoder(_Stack):
         self.layers = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.decoder_layers))
 
     def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.layers))
+        return DecoderCache(len(self.layers), self._new_self_cache)
 
     def forward(self, x, memory, self_mask=None, memory_mask=None, is_causal=True,
                 cache: DecoderCache | None = None, need_weights=False, *,
@@ -238,10 +254,6 @@ class Decoder(_Stack):
         Returns `(B, T, C)`, or with `need_weights` also `[(self_w, cross_w) per layer]`.
         """
         padding_mask, attn_mask = split_mask(self_mask, padding_mask, attn_mask)
-        past = cache.length if cache is not None else 0
-        window = self._window_mask(x.shape[1], past + x.shape[1], is_causal, x.device)
-        if window is not None:
-            attn_mask = window if attn_mask is None else attn_mask & window
         all_weights = []
         for i, layer in enumerate(self.layers):
             x, w = self._run(layer, x, memory, padding_mask=padding_mask, attn_mask=attn_mask,

@@ -40,11 +40,80 @@ class KVCache:
         self.length = need
         return self._k[:, :, :need], self._v[:, :, :need]
 
+    contiguous = True  # the keys `update` returns are positions 0 .. length-1
+
+    def positions(self, device=None) -> torch.Tensor:
+        """`(Tk,)` absolute positions of the keys the last `update` returned."""
+        return torch.arange(self.length, device=device)
+
     def set(self, k: torch.Tensor, v: torch.Tensor) -> None:
         self._k, self._v, self.length = k, v, k.shape[2]
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` (beam search: follow the surviving hypotheses)."""
+        if self._k is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
+
+
+class RollingKVCache:
+    """A KV cache for sliding-window attention: memory constant however long decoding runs.
+
+    With a window of w, a new query at position p sees keys p-w .. p, so only the last w
+    positions need to be kept (plus the first `sink` ones: StreamingLLM's attention sinks,
+    Xiao et al. 2023, which a windowed model keeps visible). `update` returns the keys the new
+    queries may need (the kept ones and the new ones) and then drops what no later query will
+    see, so at most `sink + window` positions stay between steps. Positions stay absolute
+    (`length` = positions seen), so RoPE and learned positions go on counting; the attention
+    builds its window mask from `positions()`. Use it with the same window and sink as the
+    attention it serves (`Encoder.new_caches()` / `Decoder.new_cache()` do).
+    """
+
+    def __init__(self, window: int, sink: int = 0) -> None:
+        self.window, self.sink = window, sink
+        self._k: torch.Tensor | None = None  # (B, Hkv, kept, D): sinks, then the recent positions
+        self._v: torch.Tensor | None = None
+        self.length = 0
+        self._recent = 0  # first kept position after the sinks
+        self._returned_recent = 0  # the same, for the keys the last `update` returned
+
+    @property
+    def filled(self) -> bool:
+        return self._k is not None
+
+    @property
+    def contiguous(self) -> bool:
+        """True while nothing was dropped: the keys returned are positions 0 .. length-1."""
+        return self._returned_recent <= self.sink
+
+    @property
+    def kept(self) -> int:
+        return 0 if self._k is None else self._k.shape[2]
+
+    def positions(self, device=None) -> torch.Tensor:
+        """`(Tk,)` absolute positions of the keys the last `update` returned."""
+        r = self._returned_recent
+        return torch.cat([torch.arange(min(self.sink, r), device=device), torch.arange(r, self.length, device=device)])
+
+    def update(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append `(B, Hkv, T, D)`; return the kept and new keys/values, then drop the old."""
+        k = k_new if self._k is None else torch.cat([self._k, k_new], 2)  # (B, Hkv, kept + T, D)
+        v = v_new if self._v is None else torch.cat([self._v, v_new], 2)
+        self.length += k_new.shape[2]
+        old, new = self._recent, max(self._recent, self.length - self.window)
+        self._returned_recent = old
+        # stored: positions [0, min(sink, old)) then [old, length); keep [0, min(sink, new)), [new, length)
+        n_sink, start = min(self.sink, new), new - old + min(self.sink, old)
+        if start > n_sink:
+            self._k = torch.cat([k[:, :, :n_sink], k[:, :, start:]], 2)
+            self._v = torch.cat([v[:, :, :n_sink], v[:, :, start:]], 2)
+        else:
+            self._k, self._v = k, v
+        self._recent = new
+        return k, v
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows `index` (beam search: follow the surviving hypotheses)."""

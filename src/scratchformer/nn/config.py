@@ -69,6 +69,7 @@ class JsonConfig:
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("sinusoidal", "learned", "rope", "alibi", "none")
+WINDOW_IMPLS = ("blocked", "band")
 
 
 @dataclass
@@ -98,6 +99,8 @@ class TransformerConfig(JsonConfig):
     max_len: int = 512
     rope_base: float = 10000.0
     window: int | None = None  # local attention: each query sees keys within this distance
+    window_sink: int = 0  # with a window: the first keys stay visible to all (StreamingLLM sinks)
+    window_impl: str = "blocked"  # blocked: O(T·window) (nn/window.py); band: T×T band mask (reference)
 
     def __post_init__(self) -> None:
         if self.d_model <= 0 or self.n_heads <= 0 or self.n_layers < 0 or self.d_ff <= 0:
@@ -122,6 +125,10 @@ class TransformerConfig(JsonConfig):
             raise UserError(f"RoPE needs an even head dimension, got {self.head_dim}")
         if self.window is not None and self.window < 0:
             raise UserError("window must be >= 0")
+        if self.window_sink < 0:
+            raise UserError("window_sink must be >= 0")
+        if self.window_impl not in WINDOW_IMPLS:
+            raise UserError(f"window_impl {self.window_impl!r} unknown; choose one of {WINDOW_IMPLS}")
 
     @property
     def head_dim(self) -> int:

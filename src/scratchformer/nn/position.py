@@ -123,9 +123,12 @@ class ALiBi(nn.Module):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def bias(self, q_len: int, k_len: int, device=None) -> torch.Tensor:
-        """`(H, Tq, Tk)` float32 additive bias, lower-right aligned like `causal_mask`."""
-        q_pos = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
-        k_pos = torch.arange(k_len, device=device)[None, :]
-        dist = (q_pos - k_pos).abs().float()  # (Tq, Tk)
+    def bias(self, q_len: int, k_len: int, device=None, k_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """`(H, Tq, Tk)` float32 additive bias, lower-right aligned like `causal_mask`. `k_pos`:
+        the keys' absolute positions `(Tk,)` when they are not 0..Tk-1 (a rolling KV cache);
+        the queries are then the last `q_len` of them."""
+        if k_pos is None:
+            k_pos = torch.arange(k_len, device=device)
+        q_pos = k_pos[k_len - q_len:, None]  # (Tq, 1)
+        dist = (q_pos - k_pos[None, :]).abs().float()  # (Tq, Tk)
         return -self.slopes.to(device)[:, None, None] * dist  # (H, Tq, Tk)
