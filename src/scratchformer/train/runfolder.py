@@ -165,6 +165,14 @@ def _contents(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if p.name != LOCK) if path.is_dir() else []
 
 
+def _resumable(path: Path) -> bool:
+    """A checkpoint here or in an ensemble member, or an ensemble's list of finished members."""
+    from scratchformer.train.checkpoint_store import has_checkpoint
+
+    members = [p for p in path.glob("member[0-9]*") if p.is_dir()]
+    return has_checkpoint(path) or (path / "members.json").exists() or any(map(has_checkpoint, members))
+
+
 def claim_run_folder(path: str | Path, resume: bool, overwrite: bool) -> None:
     """Check (and with `overwrite`, clear) the `--out` folder of a `train` verb; call it
     while holding `lock_run_folder(path)`. One-line UserErrors say what to do instead."""
@@ -175,9 +183,10 @@ def claim_run_folder(path: str | Path, resume: bool, overwrite: bool) -> None:
         if not path.exists():
             raise UserError(f"--resume: {path} does not exist; give the --out of an earlier run, "
                             "or drop --resume to start a new one")
-        if not (path / "config.json").exists():
-            raise UserError(f"--resume: {path} holds no run (no config.json); give the --out of an "
-                            "earlier run, or drop --resume to start a new one")
+        if not _resumable(path):
+            raise UserError(f"--resume: {path} holds no run to resume (no checkpoint); give the --out "
+                            "of an earlier run, or start a new one without --resume (--overwrite to "
+                            "replace what is there)")
         return
     if path.exists() and not path.is_dir():
         raise UserError(f"--out {path} is a file, not a folder; choose another --out")
