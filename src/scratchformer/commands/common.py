@@ -119,6 +119,8 @@ def run_folder_guard(args) -> Iterator[None]:
         yield
         return
     if getattr(args, "claims_out", False):
+        if args.resume:  # a missing --out: say so before the lock creates the folder
+            claim_run_folder(args.out, args.resume, args.overwrite)
         with lock_run_folder(args.out, args.verb):
             claim_run_folder(args.out, args.resume, args.overwrite)
             yield
