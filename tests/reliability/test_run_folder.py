@@ -225,3 +225,22 @@ def test_cli_refuses_a_non_empty_out_and_overwrite_keeps_other_files(tmp_path, c
     assert _snapshot(out) == before
     assert _cli_train(out, "--overwrite") == 0
     assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").exists()
+
+
+# ---------------------------------------------------------------------------- the machine's errors
+@pytest.mark.parametrize("exc, expected", [
+    (OSError(28, "No space left on device", "/data/run/test_metrics.json"),
+     "error: no space left on the device writing /data/run/test_metrics.json: it needs more space"),
+    (PermissionError(13, "Permission denied", "/data/run/model.safetensors"),
+     "error: /data/run/model.safetensors: Permission denied"),
+])
+def test_an_os_error_from_any_command_is_one_line(monkeypatch, capsys, exc, expected):
+    import scratchformer.data.registry as registry
+
+    def broken():
+        raise exc
+
+    monkeypatch.setattr(registry, "format_table", broken)
+    assert main(["datasets"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
