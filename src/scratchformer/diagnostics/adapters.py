@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..nn.attention import MultiHeadAttention
+from .capture import attention_of
 from .maps import AttentionResult, AttentionView
 from .subject import AttentionBatch, EmbeddingTable, Subject
 
@@ -211,9 +212,11 @@ class MLMAdapter:
         return "[MASK]" if i == self.recipe.model.mask_id else self.tok.id_to_token(i)
 
     def _weights(self, ids, bis):
-        m = self.model
-        _, w = m.encoder(m.embed(ids, bis), ids != PAD, need_weights=True)
-        return w
+        from ..models.mlm import IGNORE
+
+        with attention_of(self.model.encoder) as got:  # no position chosen: only the encoder runs for real
+            self.model(ids, torch.full_like(ids, IGNORE), bis)
+        return got.weights
 
     def attention(self, text: str) -> AttentionResult:
         ids, bis = self._encode(text)
@@ -280,9 +283,9 @@ class LMAdapter:
         self.lm = LanguageModel.load(run_dir)
 
     def _weights(self, ids: torch.Tensor):
-        m = self.lm.model  # task API: LanguageModel.attention(ids)
-        _, w = m.encoder(m.embed(ids), is_causal=ids.shape[1] > 1, need_weights=True)
-        return w
+        with attention_of(self.lm.model.encoder) as got:  # task API: LanguageModel.attention(ids)
+            self.lm.model(ids)
+        return got.weights
 
     def attention(self, text: str) -> AttentionResult:
         ids, _ = self.lm.encode_prompt(text)
@@ -343,12 +346,10 @@ class TranslateAdapter:
 
     def _forward(self, src: torch.Tensor, tgt_in: torch.Tensor):
         """Logits and the three kinds of attention (task API: Translator.attention)."""
-        from ..models.seq2seq import hashed_bigrams
-
         m = self.model
-        src_mask = src != PAD
-        bigrams = hashed_bigrams(src, m.cfg.src_bigram_buckets) if m.cfg.src_bigram_buckets else None
-        memory, enc_w = m.transformer.encoder(m.src_embed(src, bigrams), src_mask, need_weights=True)
+        with attention_of(m.transformer.encoder) as enc:
+            memory, src_mask = m.encode(src)
+        enc_w = enc.weights
         logits, dec = m.decode(tgt_in, memory, src_mask, need_weights=True)
         return logits, enc_w, [s for s, _ in dec], [c for _, c in dec]
 
