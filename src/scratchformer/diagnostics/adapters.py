@@ -240,7 +240,9 @@ class MLMAdapter:
         if data:
             lines = [t.strip() for t in Path(data).read_text(encoding="utf-8").split("\n") if t.strip()]
             return lines, train, Path(data).name
-        return (valid if split != "train" else train), train, f"the {'train' if split == 'train' else 'held-out'} documents"
+        if split == "test":
+            raise UserError("an MLM run holds out validation documents only: use --split valid (or train) or --data FILE")
+        return (valid if split == "valid" else train), train, f"the {split} documents"
 
     def subject(self, data: str | None, split: str, n: int) -> Subject:
         from ..models.mlm import mask_tokens
@@ -304,6 +306,8 @@ class LMAdapter:
         from ..tasks.lm import load_lm_text
 
         recipe, model = self.lm.recipe, self.lm.model
+        if split == "test" and not data:
+            raise UserError("a language-model run has a train and a valid text, no test split: use --split valid or --data FILE")
         text = load_lm_text(recipe.data)  # task API: the run's text, split as in training
         if data:
             sample_text, name = Path(data).read_text(encoding="utf-8"), Path(data).name
