@@ -40,7 +40,7 @@ def make_model(vocab: int, cfg: TransformerConfig) -> tuple[nn.Module, str]:
     try:
         from scratchformer.models.language_model import DecoderLM, LMConfig
 
-        return DecoderLM(LMConfig(vocab_size=vocab, encoder=cfg)).eval(), "scratchformer.models.language_model.DecoderLM"
+        return DecoderLM(LMConfig(vocab_size=vocab, transformer=cfg)).eval(), "scratchformer.models.language_model.DecoderLM"
     except Exception as e:  # the LM is someone else's module: fall back, say so
         return TinyLM(vocab, cfg).eval(), f"benchmarks.generation.TinyLM (DecoderLM unavailable: {type(e).__name__})"
 

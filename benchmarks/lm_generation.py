@@ -29,7 +29,7 @@ VOCAB = 85
 def build(size: dict, window: int, seed: int = 0) -> LanguageModel:
     torch.manual_seed(seed)
     enc = TransformerConfig(**size, dropout=0.0, activation="gelu", position="rope", max_len=window)
-    cfg = LMConfig(vocab_size=VOCAB, encoder=enc)
+    cfg = LMConfig(vocab_size=VOCAB, transformer=enc)
     recipe = LMRecipe(data=LMDataConfig(context=window), model=cfg)
     return LanguageModel(DecoderLM(cfg), None, recipe)  # generate_ids needs no tokenizer
 

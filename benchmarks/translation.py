@@ -5,7 +5,7 @@ The model is `scratchformer.models.seq2seq.Seq2Seq` at the size of recipes/hsk-b
 of 2000, tied output, dropout 0), randomly initialised with a fixed seed, in eval mode. Sources:
 a batch of random-id sentences whose lengths are drawn like the Chinese side of hsk-zh-en
 with its char tokenizer (measured there: 8.7 characters on average, 5th-95th percentile 6..12,
-3..18), each followed by <eos> and right-padded, decoded as one batch by `scratchformer.tasks.decoding.decode`:
+3..18), each followed by <eos> and right-padded, decoded as one batch by `scratchformer.tasks.translate.decoding.decode`:
   - greedy_cached / greedy_uncached: beam 1, `use_cache` True / False;
   - beam5_cached / beam5_uncached: beam 5 (length penalty 1, early stop), `use_cache` True / False.
 A random model emits <eos> at random steps, which would give each variant different work, so
@@ -41,7 +41,7 @@ from scratchformer.data.tokenizers import EOS_ID, NUM_SPECIALS, PAD_ID
 from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig
 from scratchformer.nn import MultiHeadAttention, TransformerConfig
 from scratchformer.nn.position import sinusoidal_table
-from scratchformer.tasks.decoding import DecodeConfig, decode
+from scratchformer.tasks.translate.decoding import DecodeConfig, decode
 
 from . import common
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .commands.common import load_recipe
+from .tasks.runs import resolve_recipe
 from .tasks.classify import Classifier, ClassifyRecipe, train_classifier
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "thucnews-demo.json"
@@ -20,7 +20,7 @@ EXAMPLES = [
 
 def main(out: str = "runs/demo") -> int:
     log = lambda m: print(m, flush=True)  # noqa: E731
-    recipe = load_recipe(ClassifyRecipe, str(RECIPE), [])
+    recipe = resolve_recipe(ClassifyRecipe, config=str(RECIPE))
     log(f"recipe {RECIPE.name}: THUCNews headlines, char-level encoder + hashed bigrams")
     result = train_classifier(recipe, out, log=log)
     clf = Classifier.load(out)

@@ -49,13 +49,13 @@ def test_train_classify_init_minilm_round_trip(minilm, tmp_path, monkeypatch):
     data.write_text("text\tlabel\n" + "\n".join(rows * 2) + "\n")
     seen = {}
 
-    class Spy(classify_mod.Trainer):
+    class Spy(classify_mod.pipeline.Trainer):
         def fit(self, resume=False):
             seen.update({k: v.detach().clone() for k, v in self.model.state_dict().items()})
             seen["lrs"] = sorted((g["lr_scale"], g["lr"]) for g in self.optimizer.param_groups)
             return super().fit(resume)
 
-    monkeypatch.setattr(classify_mod, "Trainer", Spy)
+    monkeypatch.setattr(classify_mod.pipeline, "Trainer", Spy)
     out = tmp_path / "run"
     rc = main(["train", "classify", "--data", str(data), "--valid", str(data), "--test", str(data),
                "--init", "minilm", "--out", str(out), "--set", "train.max_steps=1", "--set", "train.epochs=null",

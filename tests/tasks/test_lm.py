@@ -25,7 +25,7 @@ def tiny_lm(position="rope", vocab=40, max_len=32, context=24, seed=0) -> Langua
     torch.manual_seed(seed)
     enc = TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0, activation="gelu",
                             position=position, max_len=max_len)
-    cfg = LMConfig(vocab_size=vocab, encoder=enc)
+    cfg = LMConfig(vocab_size=vocab, transformer=enc)
     tok = CharTokenizer(["<pad>", "<unk>", "<bos>", "<eos>", "<cls>"] + [chr(97 + i) for i in range(vocab - NUM_SPECIALS)])
     recipe = LMRecipe(data=LMDataConfig(context=context), model=cfg)
     return LanguageModel(DecoderLM(cfg), tok, recipe)

@@ -118,13 +118,13 @@ def test_pretrain_then_init_classify_transfers_the_weights(tmp_path, monkeypatch
 
     seen = {}
 
-    class Spy(classify_mod.Trainer):  # record the classifier's weights before its first step
+    class Spy(classify_mod.pipeline.Trainer):  # record the classifier's weights before its first step
         def fit(self, resume=False):
             seen.update({k: v.detach().clone() for k, v in self.model.state_dict().items()})
             seen["lr_scales"] = sorted({g["lr_scale"] for g in self.optimizer.param_groups})
             return super().fit(resume)
 
-    monkeypatch.setattr(classify_mod, "Trainer", Spy)
+    monkeypatch.setattr(classify_mod.pipeline, "Trainer", Spy)
     clf = tmp_path / "clf"
     rc = main(["train", "classify", "--data", str(tmp_path / "train.tsv"), "--init", str(mlm), "--out", str(clf),
                "--set", "train.epochs=1", "--set", "train.progress=false", "--set", "model.encoder_lr_scale=0.1",

@@ -11,11 +11,13 @@ import torch.nn.functional as F
 from scratchformer.cli import main
 from scratchformer.data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
 from scratchformer.errors import UserError
-from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, Seq2SeqEnsemble, hashed_bigrams, token_dropout
+from scratchformer.data.bigrams import id_bigrams_batch as hashed_bigrams
+from scratchformer.models.embedding import token_dropout
+from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, Seq2SeqEnsemble
 from scratchformer.nn import TransformerConfig
-from scratchformer.tasks.decoding import DecodeConfig, beam_search, greedy_decode, length_limits
+from scratchformer.tasks.translate.decoding import DecodeConfig, beam_search, greedy_decode, length_limits
 from scratchformer.tasks.translate import (
-    ParallelSplit, TranslateDataConfig, TranslateRecipe, TranslationTask, Translator,
+    EncodedSplit, TranslateDataConfig, TranslateRecipe, TranslationTask, Translator,
     average_checkpoints, corpus_scores, load_translation)
 from scratchformer.train.checkpoint import save_weights
 
@@ -194,7 +196,7 @@ def test_loss_is_label_smoothed_sum_over_real_target_tokens():
         def encode_batch(self, texts, add_bos=False, add_eos=False):
             return [[2] * add_bos + [7 + len(t) % 5] * (3 + i) + [3] * add_eos for i, t in enumerate(texts)]
 
-    split = ParallelSplit(pairs, Tok(), Tok(), recipe.data, shuffle=False)
+    split = EncodedSplit(pairs, Tok(), Tok(), recipe.data, shuffle=False)
     (b,) = split.batches(0)
     loss, extra = task.loss_sum(b)
     real = b.tgt_out != PAD_ID
@@ -214,7 +216,7 @@ def test_batches_respect_the_token_budget():
         def encode_batch(self, texts, add_bos=False, add_eos=False):
             return [[2] * add_bos + [9] * len(t.split()) + [3] * add_eos for t in texts]
 
-    split = ParallelSplit(pairs, Tok(), Tok(), dc, shuffle=True, seed=0)
+    split = EncodedSplit(pairs, Tok(), Tok(), dc, shuffle=True, seed=0)
     seen = []
     for b in split.batches(1):
         assert b.src.shape[0] * max(b.src.shape[1], b.tgt_in.shape[1]) <= 120
@@ -255,7 +257,7 @@ def test_user_files_tsv_or_two_aligned_files(tmp_path):
 
 def test_token_dropout_only_hits_ordinary_tokens_in_training():
     ids = torch.tensor([[2, 7, 8, 9, 3, 0, 0]] * 50)
-    dropped = token_dropout(ids, 0.5)
+    dropped, _ = token_dropout(ids, 0.5)
     specials = ids < 5
     assert torch.equal(dropped[specials], ids[specials])
     hit = dropped[~specials] == 1  # <unk>

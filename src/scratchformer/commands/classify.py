@@ -38,12 +38,9 @@ def _col(v):
 def train(args) -> int:
     from ..tasks.classify import ClassifyRecipe, train_classifier
 
-    recipe = recipe_for_run(ClassifyRecipe, args)
-    dc = recipe.data
-    dc.text_col = _col(args.text_col) if args.text_col else dc.text_col
-    dc.label_col = _col(args.label_col) if args.label_col else dc.label_col
-    if args.init and not args.resume:
-        recipe.model.init = args.init
+    recipe = recipe_for_run(ClassifyRecipe, args, {
+        "data.text_col": _col(args.text_col), "data.label_col": _col(args.label_col),
+        "model.init": None if args.resume else args.init})
     result = train_classifier(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
     print(json.dumps({"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
                       "best_valid": result["train"].get("best_metric")}, ensure_ascii=False))
@@ -68,8 +65,7 @@ def predict(args) -> int:
 def evaluate(args) -> int:
     from ..data.readers import read_labeled_file
     from ..tasks.classify import Classifier
-    from ..tasks.data_source import load_classification
-    from ..tasks.metrics import format_report
+    from ..tasks.classify import format_report, load_classification
 
     clf = Classifier.load(args.run_dir)
     if args.data:

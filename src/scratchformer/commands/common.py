@@ -4,76 +4,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import json
 import sys
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import UserError
-
-
-def set_dotted(d: dict, key: str, raw: str) -> None:
-    """`model.encoder.d_model=128` -> d["model"]["encoder"]["d_model"] = 128 (JSON value, or a
-    plain string when the value is not JSON)."""
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    parts = key.split(".")
-    node = d
-    for i, part in enumerate(parts[:-1]):
-        if not isinstance(node.get(part), dict):
-            raise UserError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a section of the config")
-        node = node[part]
-    if parts[-1] not in node:
-        raise UserError(f"--set {key}: no option {parts[-1]!r} here; known: {', '.join(sorted(node))}")
-    node[parts[-1]] = value
+from ..tasks.runs import resolve_recipe
 
 
 def load_recipe(cls, config: str | None, sets: list[str], base=None):
-    """The default recipe (or `base`), then the --config file, then each --set, validated."""
-    d = (base if base is not None else cls()).to_dict()
-    if config:
-        try:
-            override = json.loads(Path(config).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"config file {config} does not exist") from None
-        except json.JSONDecodeError as e:
-            raise UserError(f"{config}:{e.lineno}: not valid JSON ({e.msg})") from None
-        merge(d, override, config)
-    for item in sets or []:
-        if "=" not in item:
-            raise UserError(f"--set expects key=value, got {item!r}")
-        key, raw = item.split("=", 1)
-        set_dotted(d, key.strip(), raw.strip())
-    return cls.from_dict(d)
+    """The default recipe (or `base`), then the --config file, then each typed --set."""
+    return resolve_recipe(cls, config, sets, base=base)
 
 
-def recipe_for_run(cls, args):
-    """The recipe of a `train` verb: on --resume the saved config of the run directory is the
-    base; then --config and --set (`load_recipe`); then --data/--valid/--test where the verb
-    has them."""
+def recipe_for_run(cls, args, flags: dict | None = None):
+    """The recipe of a `train` verb, resolved once (see `tasks.runs.resolve_recipe`): on
+    --resume the saved recipe of the run directory is the base; then --config, --set, and
+    the verb's flags (--data/--valid/--test where it has them, plus `flags`: dotted key ->
+    value, None = not given)."""
     base = None
     if args.resume and (args.out / "config.json").exists():
         base = cls.load_json(args.out / "config.json")
-    recipe = load_recipe(cls, args.config, args.set, base)
-    data = recipe.data
-    if getattr(args, "data", None) and hasattr(data, "dataset"):
-        data.dataset = args.data
+    given = dict(flags or {})
+    fields = cls.hints()["data"].hints() if "data" in cls.hints() else {}
+    if getattr(args, "data", None) and "dataset" in fields:
+        given["data.dataset"] = args.data
     for name in ("valid", "test"):
         if getattr(args, name, None):
-            setattr(data, f"{name}_file", getattr(args, name))
-    return recipe
-
-
-def merge(base: dict, override: dict, where: str) -> None:
-    for k, v in override.items():
-        if k not in base:
-            raise UserError(f"{where}: unknown option {k!r}; known: {', '.join(sorted(base))}")
-        if isinstance(v, dict) and isinstance(base[k], dict) and k != "dataset_options":
-            merge(base[k], v, f"{where}:{k}")
-        else:
-            base[k] = v
+            given[f"data.{name}_file"] = getattr(args, name)
+    return resolve_recipe(cls, args.config, args.set, given, base)
 
 
 def read_inputs(texts: list[str], file: str | None) -> list[str]:

@@ -99,11 +99,11 @@ def translate(args) -> int:
 
 
 def evaluate(args) -> int:
-    from ..tasks.translate import Translator, _parallel, load_translation
+    from ..tasks.translate import Translator, load_translation, read_parallel_spec
 
     tr = Translator.load(args.run_dir, ensemble=args.ensemble)
     if args.data:
-        pairs, name = _parallel(args.data), Path(args.data.split(",")[0]).stem
+        pairs, name = read_parallel_spec(args.data), Path(args.data.split(",")[0]).stem
     else:
         pairs, name = getattr(load_translation(tr.recipe.data), args.split), args.split
     if args.ensemble:

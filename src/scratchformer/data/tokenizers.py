@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
-PAD, UNK, BOS, EOS, CLS = "<pad>", "<unk>", "<bos>", "<eos>", "<cls>"
-SPECIAL_TOKENS = [PAD, UNK, BOS, EOS, CLS]
-PAD_ID, UNK_ID, BOS_ID, EOS_ID, CLS_ID = range(5)
-NUM_SPECIALS = len(SPECIAL_TOKENS)
+from .bigrams import char_bigrams, check_buckets, id_bigrams
+from .specials import BOS, BOS_ID, CLS, CLS_ID, EOS, EOS_ID, NUM_SPECIALS, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID  # noqa: F401
 FORMAT_VERSION = 1
 
 _REGISTRY: dict[str, type["Tokenizer"]] = {}
@@ -182,8 +179,7 @@ class CharTokenizer(_VocabTokenizer):
 
     def __init__(self, tokens: Sequence[str], lowercase: bool = False, bigram_buckets: int = 0):
         super().__init__(tokens, lowercase)
-        if bigram_buckets == 1 or bigram_buckets < 0:
-            raise ValueError("bigram_buckets must be 0 (off) or >= 2 (bucket 0 is for specials)")
+        check_buckets(bigram_buckets)
         self.bigram_buckets = bigram_buckets
 
     @classmethod
@@ -207,9 +203,7 @@ class CharTokenizer(_VocabTokenizer):
         n = self.bigram_buckets
         if n < 2:
             raise ValueError("this CharTokenizer was built without bigram_buckets")
-        chars = self._split(text)
-        prev = [""] + chars[:-1]
-        ids = [1 + zlib.crc32((p + c).encode("utf-8")) % (n - 1) for p, c in zip(prev, chars)]
+        ids = char_bigrams(self._split(text), n)
         return [0] * add_cls + [0] * add_bos + ids + [0] * add_eos
 
     def _state(self) -> dict:
@@ -406,3 +400,14 @@ __all__ = [
     "Tokenizer", "CharTokenizer", "WordTokenizer", "BPETokenizer", "WordPieceTokenizer",
     "build_tokenizer", "auto_kind", "cjk_fraction",
 ]
+
+
+def encode_with_bigrams(tok: Tokenizer, text: str, bigram_buckets: int) -> tuple[list[int], list[int] | None]:
+    """ids and, when `bigram_buckets`, aligned hashed bigram ids: character bigrams for a char
+    tokenizer built with those buckets, token-id bigrams otherwise (see `data.bigrams`)."""
+    ids = tok.encode(text)
+    if not bigram_buckets:
+        return ids, None
+    if hasattr(tok, "encode_bigrams") and getattr(tok, "bigram_buckets", 0) == bigram_buckets:
+        return ids, tok.encode_bigrams(text)
+    return ids, id_bigrams(ids, bigram_buckets)

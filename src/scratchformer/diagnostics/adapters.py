@@ -174,10 +174,8 @@ class ClassifyAdapter:
 
 
 def _classification_data(dc):
-    try:  # task API: the classification package's data loader
-        from ..tasks.classify import load_classification
-    except ImportError:
-        from ..tasks.data_source import load_classification
+    from ..tasks.classify import load_classification
+
     return load_classification(dc)
 
 
@@ -202,7 +200,7 @@ class MLMAdapter:
         self.specials = {CLS: "<cls>", BOS: "<bos>", EOS: "<eos>"}
 
     def _encode(self, text: str) -> tuple[list[int], list[int] | None]:
-        from ..tasks.mlm import encode_with_bigrams
+        from ..data.tokenizers import encode_with_bigrams
 
         ids, bis = encode_with_bigrams(self.tok, text, self.recipe.model.bigram_buckets)
         n = self.recipe.data.max_len
@@ -376,9 +374,8 @@ class TranslateAdapter:
     def _pairs(self, data: str | None, split: str):
         from ..tasks import translate
 
-        if data:  # task API: read_parallel_spec (formerly _parallel)
-            read = getattr(translate, "read_parallel_spec", None) or getattr(translate, "_parallel")
-            return read(data), Path(data).name
+        if data:
+            return translate.read_parallel_spec(data), Path(data).name
         return getattr(translate.load_translation(self.tr.recipe.data), split), f"the {split} split"
 
     def _encode_pair(self, s: str, t: str) -> tuple[list[int], list[int], list[int]]:

@@ -24,7 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, LayerNorm, Linear, TransformerConfig
+from ..config import JsonConfig
+from ..nn import Encoder, LayerNorm, Linear, TransformerConfig
+from .pooling import mean_pool
 
 # HF `hidden_act` -> our FeedForward activation. "gelu" in BERT is the exact erf GELU.
 _HF_ACTIVATIONS = {
@@ -246,18 +248,6 @@ class BertEncoder(nn.Module):
         finally:
             self.train(was_training)
         return out
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean of the real tokens' vectors: `(B, T, C)`, mask `(B, T)` (1 = real) -> `(B, C)`.
-
-    The same arithmetic as sentence-transformers' Pooling (sum / clamp(count, 1e-9)), so a
-    row of all padding gives zeros, not NaN.
-    """
-    if attention_mask is None:
-        return hidden.mean(dim=1)
-    m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-    return (hidden * m).sum(dim=1) / torch.clamp(m.sum(dim=1), min=1e-9)
 
 
 __all__ = ["BertConfig", "BertEmbeddings", "BertPooler", "BertEncoder", "mean_pool"]

@@ -18,13 +18,12 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, Linear, TransformerConfig
+from ..config import JsonConfig
+from ..nn import Encoder, Linear, TransformerConfig
 from .bert import BertConfig, BertEncoder
-from .embedding import Embeddings
+from .embedding import Embeddings, token_dropout
+from .pooling import POOLINGS, masked_pool, pool_segments
 
-POOLINGS = ("mean", "cls", "max")
-NUM_SPECIALS = 5  # <pad> <unk> <bos> <eos> <cls>: the fixed ids of our tokenizers
-UNK_ID = 1
 
 
 @dataclass
@@ -61,16 +60,6 @@ class ClassifierConfig(JsonConfig):
         return self.bert.hidden_size if self.bert is not None else self.encoder.d_model
 
 
-def masked_pool(h: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
-    """h `(B, T, C)`, mask `(B, T)` True = real -> `(B, C)`."""
-    if how == "cls":
-        return h[:, 0]
-    m = mask[..., None].to(h.dtype)  # (B, T, 1)
-    if how == "mean":
-        return (h * m).sum(1) / m.sum(1).clamp(min=1.0)
-    return h.masked_fill(~mask[..., None], float("-inf")).amax(1).nan_to_num(0.0, neginf=0.0)
-
-
 class EncoderClassifier(nn.Module):
     def __init__(self, cfg: ClassifierConfig):
         super().__init__()
@@ -100,19 +89,11 @@ class EncoderClassifier(nn.Module):
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         (self.bert if self.cfg.bert is not None else self.encoder).set_gradient_checkpointing(enabled)
 
-    def _drop_tokens(self, ids, bigrams):
-        """Word dropout: real tokens become <unk> (and lose their bigram) with p = token_dropout."""
-        drop = (torch.rand(ids.shape, device=ids.device) < self.cfg.token_dropout) & (ids >= NUM_SPECIALS)
-        ids = ids.masked_fill(drop, UNK_ID)
-        if bigrams is not None:
-            bigrams = bigrams.masked_fill(drop, 0)
-        return ids, bigrams
-
     def features(self, ids, bigrams=None, need_weights=False):
         """ids `(S, T)` -> pooled `(S, C)` (and per-layer attention weights on request)."""
         mask = ids != 0  # (S, T), <pad> = 0 (also BERT's [PAD])
-        if self.training and self.cfg.token_dropout > 0:
-            ids, bigrams = self._drop_tokens(ids, bigrams)
+        if self.training and self.cfg.token_dropout > 0:  # word dropout: real tokens -> <unk>
+            ids, bigrams = token_dropout(ids, self.cfg.token_dropout, bigrams)
         if self.cfg.bert is not None:
             out = self.bert(ids, attention_mask=mask, need_weights=need_weights)
         else:
@@ -129,14 +110,3 @@ class EncoderClassifier(nn.Module):
         if doc_index is not None:
             seg = pool_segments(seg, doc_index, n_docs, self.cfg.segment_pooling)  # (n_docs, C)
         return self.head(seg)
-
-
-def pool_segments(seg: torch.Tensor, doc_index: torch.Tensor, n_docs: int, how: str) -> torch.Tensor:
-    """`(S, C)` segment vectors -> `(n_docs, C)` by mean or max over each document's segments."""
-    index = doc_index[:, None].expand_as(seg)
-    if how == "max":
-        init = seg.new_full((n_docs, seg.shape[1]), float("-inf"))
-        return init.scatter_reduce(0, index, seg, reduce="amax", include_self=True)
-    total = seg.new_zeros(n_docs, seg.shape[1]).index_add(0, doc_index, seg)
-    count = torch.bincount(doc_index, minlength=n_docs).clamp(min=1).to(seg.dtype)
-    return total / count[:, None]

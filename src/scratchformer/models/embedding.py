@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from ..data.specials import NUM_SPECIALS, UNK_ID
 from ..nn import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TransformerConfig
 
 
@@ -42,3 +43,13 @@ class Embeddings(nn.Module):
         if self.position is not None:
             x = self.position(x, offset)
         return self.dropout(x)
+
+
+def token_dropout(ids: torch.Tensor, p: float, bigrams: torch.Tensor | None = None):
+    """Word dropout (training only; Sennrich & Zhang 2019: a strong regulariser on small data):
+    each ordinary token (not <pad>/<bos>/<eos>/...) becomes <unk> with probability p, and its
+    bigram id (if any) becomes 0. Returns `(ids, bigrams)`."""
+    if p <= 0:
+        return ids, bigrams
+    hit = (torch.rand(ids.shape, device=ids.device) < p) & (ids >= NUM_SPECIALS)  # (B, T)
+    return ids.masked_fill(hit, UNK_ID), None if bigrams is None else bigrams.masked_fill(hit, 0)

@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, KVCache, Linear, TransformerConfig
+from ..config import JsonConfig
+from ..nn import Encoder, KVCache, Linear, TransformerConfig
 from .embedding import Embeddings
 
 
-def _gpt_encoder() -> TransformerConfig:
+def _gpt_stack() -> TransformerConfig:
     # nanoGPT's CPU shakespeare size; RoPE by default (no hard length limit, no position table)
     return TransformerConfig(d_model=128, n_heads=4, d_ff=512, n_layers=4, dropout=0.0,
                              activation="gelu", norm_first=True, position="rope", max_len=256)
@@ -33,18 +34,22 @@ def _gpt_encoder() -> TransformerConfig:
 
 @dataclass
 class LMConfig(JsonConfig):
-    """A GPT: `encoder.position` picks rope (default) / learned / sinusoidal / alibi / none;
-    for `learned`, `encoder.max_len` is the hard limit on the context the model can see."""
+    """A GPT: `transformer.position` picks rope (default) / learned / sinusoidal / alibi / none;
+    for `learned`, `transformer.max_len` is the hard limit on the context the model can see.
+    (`transformer` was called `encoder` before; recipes and `--set` keys using that name
+    still work.)"""
+
+    RENAMED = {"encoder": "transformer"}
 
     vocab_size: int = 0
-    encoder: TransformerConfig = field(default_factory=_gpt_encoder)
+    transformer: TransformerConfig = field(default_factory=_gpt_stack)
     tie_embeddings: bool = True  # output head = token embedding matrix (transposed)
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (see module doc)
     init_std: float = 0.02  # GPT-2 initialisation; 0 keeps torch's default initialisation
 
     def __post_init__(self) -> None:
-        if not self.encoder.norm_first:
-            raise UserError("the language model is Pre-LN; set model.encoder.norm_first=true")
+        if not self.transformer.norm_first:
+            raise UserError("the language model is Pre-LN; set model.transformer.norm_first=true")
         if self.init_std < 0:
             raise UserError("model.init_std must be >= 0 (0 keeps torch's default initialisation)")
 
@@ -62,7 +67,7 @@ class DecoderLM(nn.Module):
         if cfg.vocab_size <= 0:
             raise UserError("model.vocab_size is not set (it comes from the tokenizer)")
         self.cfg = cfg
-        ec = cfg.encoder
+        ec = cfg.transformer
         self.embed = Embeddings(cfg.vocab_size, ec, scale=cfg.embed_scale)
         self.encoder = Encoder(ec)
         self.head = Linear(ec.d_model, cfg.vocab_size, bias=False)
@@ -72,7 +77,7 @@ class DecoderLM(nn.Module):
             self.head.weight = self.embed.tokens.weight  # one Parameter, two uses
 
     def _init_gpt2(self, std: float) -> None:
-        residual_std = std / math.sqrt(2 * max(self.cfg.encoder.n_layers, 1))
+        residual_std = std / math.sqrt(2 * max(self.cfg.transformer.n_layers, 1))
         for name, m in self.named_modules():
             if isinstance(m, nn.Linear):
                 is_residual = name.endswith("self_attn.out_proj") or name.endswith("ffn.linear_out")
@@ -88,10 +93,10 @@ class DecoderLM(nn.Module):
     @property
     def max_positions(self) -> int | None:
         """Hard limit on positions (learned table), or None (rope / sinusoidal / alibi / none)."""
-        return self.cfg.encoder.max_len if self.cfg.encoder.position == "learned" else None
+        return self.cfg.transformer.max_len if self.cfg.transformer.position == "learned" else None
 
     def new_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in range(self.cfg.encoder.n_layers)]
+        return [KVCache() for _ in range(self.cfg.transformer.n_layers)]
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         self.encoder.set_gradient_checkpointing(enabled)

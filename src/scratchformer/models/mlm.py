@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..nn import Encoder, JsonConfig, LayerNorm, Linear, TransformerConfig
+from ..config import JsonConfig
+from ..data.specials import NUM_SPECIALS
+from ..nn import Encoder, LayerNorm, Linear, TransformerConfig
 from .embedding import Embeddings
 
 IGNORE = -100  # label of positions that are not predicted (F.cross_entropy's ignore_index)
@@ -35,14 +37,14 @@ IGNORE = -100  # label of positions that are not predicted (F.cross_entropy's ig
 class MLMConfig(JsonConfig):
     vocab_size: int = 0  # tokenizer vocabulary + 1 (the mask token)
     mask_id: int = 0  # = tokenizer vocabulary size
-    n_specials: int = 5  # ids below this are special (<pad> <unk> <bos> <eos> <cls>): never chosen
+    n_specials: int = NUM_SPECIALS  # ids below this are special (<pad> <unk> <bos> <eos> <cls>): never chosen
     encoder: TransformerConfig = field(default_factory=lambda: TransformerConfig(
         d_model=128, n_heads=4, d_ff=512, n_layers=2, dropout=0.1, norm_first=True,
         activation="gelu", position="sinusoidal"))
     bigram_buckets: int = 0
 
 
-def mask_tokens(ids: torch.Tensor, mask_id: int, vocab_size: int, n_specials: int = 5,
+def mask_tokens(ids: torch.Tensor, mask_id: int, vocab_size: int, n_specials: int = NUM_SPECIALS,
                 mask_prob: float = 0.15, span: int = 1,
                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking. ids `(B, T)` -> `(inputs, labels)`, both `(B, T)`; `vocab_size` is the

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..data.tokenizers import NUM_SPECIALS, UNK_ID
+from ..data.bigrams import id_bigrams_batch
 from ..errors import UserError
-from ..nn import DecoderCache, JsonConfig, Linear, Transformer, TransformerConfig
-from .embedding import Embeddings
+from ..config import JsonConfig
+from ..nn import DecoderCache, Linear, Transformer, TransformerConfig
+from .embedding import Embeddings, token_dropout
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Seq2Seq(nn.Module):
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src `(B, S)` ids -> memory `(B, S, C)` and its padding mask `(B, S)` (True = real)."""
         src_mask = src != 0  # <pad> = 0
-        bigrams = hashed_bigrams(src, self.cfg.src_bigram_buckets) if self.cfg.src_bigram_buckets else None
+        bigrams = id_bigrams_batch(src, self.cfg.src_bigram_buckets) if self.cfg.src_bigram_buckets else None
         return self.transformer.encoder(self.src_embed(src, bigrams), src_mask), src_mask
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
@@ -96,31 +97,15 @@ class Seq2Seq(nn.Module):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""
         if self.training:
-            src = token_dropout(src, self.cfg.src_token_dropout)
-            tgt_in = token_dropout(tgt_in, self.cfg.tgt_token_dropout)
+            src, _ = token_dropout(src, self.cfg.src_token_dropout)
+            tgt_in, _ = token_dropout(tgt_in, self.cfg.tgt_token_dropout)
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 
 
-def hashed_bigrams(ids: torch.Tensor, buckets: int) -> torch.Tensor:
-    """`(B, S)` ids -> `(B, S)` bucket of (previous id, id) in [1, buckets); 0 at specials
-    (padding, <eos>, <unk>), so they add nothing. Deterministic integer hashing."""
-    prev = torch.nn.functional.pad(ids[:, :-1], (1, 0), value=0)  # (B, S), 0 before the first
-    h = (prev * 1_000_003 + ids) % (buckets - 1) + 1
-    return h.masked_fill(ids < NUM_SPECIALS, 0)
-
-
-def token_dropout(ids: torch.Tensor, p: float) -> torch.Tensor:
-    """Replace each ordinary token (not <pad>/<bos>/<eos>/...) by <unk> with probability p."""
-    if p <= 0:
-        return ids
-    hit = (torch.rand(ids.shape, device=ids.device) < p) & (ids >= NUM_SPECIALS)
-    return ids.masked_fill(hit, UNK_ID)
-
-
 class Seq2SeqEnsemble(nn.Module):
     """Several `Seq2Seq` models over the same vocabularies, decoded as one: at every step the
-    decoder (`scratchformer.tasks.decoding`) averages the members' next-token probabilities,
+    decoder (`scratchformer.tasks.translate.decoding`) averages the members' next-token probabilities,
     log(mean_i p_i), the ensemble of the Transformer paper's WMT systems and of fairseq.
     Members may differ in size and depth; they are usually the same recipe with other seeds."""
 

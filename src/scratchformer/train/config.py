@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from scratchformer.errors import UserError
-from scratchformer.nn.config import JsonConfig
+from scratchformer.config import JsonConfig
 
 SCHEDULES = ("cosine", "noam", "linear", "constant")
 PRECISIONS = ("fp32", "bf16", "fp16")

@@ -1,7 +1,10 @@
-"""Classification metrics from a confusion matrix (accuracy, per-class and macro F1)."""
+"""Classification reports: accuracy, per-class and macro F1 from a confusion matrix, the
+confusion plot, and the one report writer every evaluation goes through."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,3 +70,29 @@ def plot_confusion(cm: np.ndarray, labels: list[str], path: str | Path, title: s
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def write_report(preds: np.ndarray, gold: np.ndarray, labels: list[str], loss: float,
+                 out_dir: Path | None, name: str, meta: dict | None = None,
+                 order: np.ndarray | None = None, extra: dict | None = None) -> dict[str, Any]:
+    """The report of one split: `<name>_metrics.json` and `confusion_<name>.png` in `out_dir`
+    (when given). `order[i]` is the split index of prediction i (None: the split's order);
+    `meta["<name>_in_train"]` lists split indices whose text also occurs in train (e.g.
+    rotten-tomatoes), reported apart as `accuracy_without_train_overlap`."""
+    cm = confusion_matrix(gold, preds, len(labels))
+    rep = report(cm, labels)
+    rep["loss"] = loss
+    rep["n"] = int(len(gold))
+    overlap = (meta or {}).get(f"{name}_in_train")
+    if overlap:
+        keep = np.ones(len(gold), bool)
+        keep[np.asarray(overlap)] = False
+        kept = keep if order is None else keep[order]
+        rep["accuracy_without_train_overlap"] = float((preds[kept] == gold[kept]).mean())
+    rep.update(extra or {})
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        (out_dir / f"{name}_metrics.json").write_text(json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
+        plot_confusion(cm, labels, out_dir / f"confusion_{name}.png",
+                       f"{name}: accuracy {rep['accuracy']:.3f}, macro-F1 {rep['macro_f1']:.3f}")
+    return rep

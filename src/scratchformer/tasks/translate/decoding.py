@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
-from ..errors import UserError
-from ..nn import JsonConfig
+from ...data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
+from ...errors import UserError
+from ...config import JsonConfig
 
 
 @dataclass

@@ -1,0 +1,140 @@
+"""The inference API of classification: `Classifier.load(run_dir).predict([...])`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ...errors import UserError
+from ...models.classifier import EncoderClassifier
+from ...train.checkpoint import load_weights
+from ..runs import WEIGHTS, RunDir
+from .data import ClassifyBatch, EncodedSplit, collate, encoder_for, load_tokenizer
+from .recipe import ClassifyRecipe
+from .report import write_report
+from .task import ClassificationTask
+
+
+class Classifier:
+    """A trained classifier, loaded from its run directory.
+
+    >>> clf = Classifier.load("runs/thucnews")
+    >>> clf.predict(["火箭队击败湖人队"])[0]["label"]
+    'sports'
+    """
+
+    def __init__(self, model: EncoderClassifier, tokenizer, labels: list[str], recipe: ClassifyRecipe):
+        self.model, self.tokenizer, self.labels, self.recipe = model.eval(), tokenizer, labels, recipe
+        self.task = ClassificationTask(model, recipe, tokenizer, labels)
+        self._encode = encoder_for(recipe, tokenizer)
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "Classifier":
+        """A finished run directory; an ensemble run gives an `EnsembleClassifier`."""
+        run = RunDir(run_dir)
+        if run.is_ensemble:
+            recipe = run.load_recipe(ClassifyRecipe, "classify", (), "classification")
+            members = [cls.load(run.member(i).path) for i in range(recipe.ensemble)]
+            return EnsembleClassifier(members, recipe)
+        recipe = run.load_recipe(ClassifyRecipe, "classify", ("tokenizer.json", "labels.json", WEIGHTS),
+                                 "classification")
+        labels = run.load_labels()
+        if len(labels) != recipe.model.n_classes:
+            raise UserError(f"{run / 'labels.json'} lists {len(labels)} labels but {run / 'config.json'} "
+                            f"has a {recipe.model.n_classes}-class head: the run folder is inconsistent")
+        tokenizer = load_tokenizer(run.path, recipe.model)
+        if recipe.model.bert is None and tokenizer.vocab_size > recipe.model.vocab_size:  # ids would not fit
+            raise UserError(f"{run / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but "
+                            f"{run / 'config.json'} only a {recipe.model.vocab_size}-row embedding: "
+                            "the run folder is inconsistent")
+        model = EncoderClassifier(recipe.model)
+        load_weights(model, run / WEIGHTS)
+        return cls(model, tokenizer, labels, recipe)
+
+    def _batch(self, texts: Sequence[str]) -> ClassifyBatch:
+        docs = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise UserError(f"text {i + 1} is empty: there is nothing to classify")
+            docs.append(self._encode(text))
+        return collate(docs, [0] * len(docs), self._encode.bigrams)
+
+    @torch.no_grad()
+    def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """`(N, n_classes)` probabilities."""
+        if isinstance(texts, str):
+            texts = [texts]
+        out = []
+        for i in range(0, len(texts), batch_size):
+            logits = self.task.logits(self._batch(texts[i : i + batch_size]))
+            out.append(torch.softmax(logits.float(), -1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
+
+    def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict[str, Any]]:
+        """One dict per text: `label`, its `score`, and `probs` for every label."""
+        probs = self.predict_proba(texts, batch_size)
+        return [{"label": self.labels[int(p.argmax())], "score": float(p.max()),
+                 "probs": {lab: float(x) for lab, x in zip(self.labels, p)}} for p in probs]
+
+    def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
+                 name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
+        _check_labels(pairs, self.labels)
+        split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
+                             self.recipe.data, shuffle=False)
+        return self.task.report(split, Path(out_dir) if out_dir else None, name, meta)
+
+    @torch.no_grad()
+    def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """`(N, n_classes)` probabilities for labelled pairs, in their order (empty texts allowed,
+        as in evaluation)."""
+        split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
+                             self.recipe.data, shuffle=False)
+        out = np.zeros((len(pairs), len(self.labels)))
+        for idx, b in zip(split.sampler.epoch_batches(0), split.batches(0)):
+            out[np.asarray(idx)] = torch.softmax(self.task.logits(b).float(), -1).numpy()
+        return out
+
+    @torch.no_grad()
+    def attention(self, text: str) -> tuple[list[str], list[torch.Tensor]]:
+        """Tokens of the first segment and per-layer attention weights `(H, T, T)`."""
+        batch = self._batch([text])
+        ids = batch.ids[:1]
+        _, weights = self.model.features(ids, None if batch.bigrams is None else batch.bigrams[:1], need_weights=True)
+        tokens = [self.tokenizer.id_to_token(int(i)) for i in ids[0]]
+        return tokens, [w[0] for w in weights]
+
+
+def _check_labels(pairs, labels) -> None:
+    unknown = sorted({lab for _, lab in pairs} - set(labels))
+    if unknown:
+        raise UserError(f"labels {unknown[:5]} were not seen in training; known labels: {labels}")
+
+
+class EnsembleClassifier:
+    """Several classifiers (the members of an `ensemble` run): the mean of their probabilities.
+    The same interface as `Classifier` (predict, predict_proba, evaluate, attention of member 1)."""
+
+    def __init__(self, members: list[Classifier], recipe: ClassifyRecipe):
+        self.members, self.recipe = members, recipe
+        self.labels, self.tokenizer, self.model = members[0].labels, members[0].tokenizer, members[0].model
+        if any(m.labels != self.labels for m in members):
+            raise UserError("ensemble members were trained with different label sets")
+
+    def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return np.mean([m.predict_proba(texts, batch_size) for m in self.members], axis=0)
+
+    predict = Classifier.predict
+
+    def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
+                 name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
+        _check_labels(pairs, self.labels)
+        probs = np.mean([m.split_proba(pairs) for m in self.members], axis=0)  # (N, K)
+        gold = np.asarray([self.labels.index(lab) for _, lab in pairs], dtype=np.int64)
+        loss = float(-np.log(np.clip(probs[np.arange(len(gold)), gold], 1e-12, None)).mean()) if len(gold) else 0.0
+        return write_report(probs.argmax(-1), gold, self.labels, loss, Path(out_dir) if out_dir else None,
+                            name, meta, extra={"members": len(self.members)})
+
+    def attention(self, text: str):
+        return self.members[0].attention(text)

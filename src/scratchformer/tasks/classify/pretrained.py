@@ -1,0 +1,77 @@
+"""`train classify --init`: start from a pretrained backbone (a `pretrain mlm` run of ours or a
+Hugging Face BERT checkpoint such as 'minilm')."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...data.tokenizers import Tokenizer
+from ...errors import UserError
+from ...models.classifier import ClassifierConfig, EncoderClassifier
+from ..runs import RunDir
+
+
+@dataclass
+class InitSource:
+    """A pretrained backbone for `train classify --init`: its tokenizer, the weights under the
+    classifier's parameter names, and the architecture the classifier must take to hold them.
+
+    One path for both layouts: a `pretrain mlm` run of ours (`embed.*`, `encoder.*`) and a
+    Hugging Face BERT checkpoint ('minilm' or a folder; `bert.*`)."""
+
+    name: str
+    kind: str  # "mlm" | "bert"
+    tokenizer: Any
+    state: dict[str, torch.Tensor]
+    vocab_size: int
+    bigram_buckets: int
+    encoder: Any  # TransformerConfig (mlm) or BertConfig (bert)
+
+    def configure(self, m: ClassifierConfig) -> None:
+        """Give `m` the checkpoint's architecture; dropout stays the recipe's own
+        (`model.encoder.dropout`, `model.encoder.attn_dropout`)."""
+        m.init, m.vocab_size = self.name, self.vocab_size
+        if self.kind == "bert":
+            m.bert = self.encoder.replace(add_pooler=False, hidden_dropout_prob=m.encoder.dropout,
+                                          attention_probs_dropout_prob=m.encoder.attn_dropout)
+            m.encoder = m.bert.to_transformer_config()  # for the record: the stack BERT runs
+            m.bigram_buckets = 0
+        else:
+            m.encoder = self.encoder.replace(dropout=m.encoder.dropout, attn_dropout=m.encoder.attn_dropout)
+            m.bigram_buckets, m.bert = self.bigram_buckets, None
+
+    def load_into(self, model: EncoderClassifier) -> None:
+        missing, unexpected = model.load_state_dict(self.state, strict=False)
+        missing = [k for k in missing if not k.startswith("head.")]
+        if missing or unexpected:
+            raise UserError(f"--init {self.name}: weights do not fit the classifier "
+                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def load_init(name: str) -> InitSource:
+    """`name`: a `scratchformer pretrain mlm` run directory, or a BERT checkpoint
+    ('minilm', or a folder in the Hugging Face layout)."""
+    run = Path(name)
+    task = RunDir(run).task_name() if (run / "config.json").is_file() else None
+    if task == "mlm" and (run / "tokenizer.json").is_file():
+        from ..mlm import MLMRecipe
+
+        if not (run / "model.safetensors").is_file():
+            raise UserError(f"--init {name}: the pretraining run has no model.safetensors yet")
+        from safetensors.torch import load_file
+
+        mlm = MLMRecipe.load_json(run / "config.json")
+        state = {k: v for k, v in load_file(str(run / "model.safetensors")).items()
+                 if k.startswith(("embed.", "encoder."))}
+        return InitSource(str(name), "mlm", Tokenizer.load(run / "tokenizer.json"), state,
+                          mlm.model.vocab_size, mlm.model.bigram_buckets, mlm.model.encoder)
+    if task:
+        raise UserError(f"--init {name}: that run is not a `pretrain mlm` run (nor a BERT checkpoint)")
+    from ...interop.hf_bert import load_hf_bert
+
+    bert, tok = load_hf_bert(name)
+    state = {f"bert.{k}": v for k, v in bert.state_dict().items() if not k.startswith("pooler.")}
+    return InitSource(str(name), "bert", tok, state, bert.config.vocab_size, 0, bert.config)

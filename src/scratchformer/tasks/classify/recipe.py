@@ -1,0 +1,51 @@
+"""The classification recipe: every setting of a `train classify` run (saved as config.json)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...config import JsonConfig
+from ...errors import UserError
+from ...models.classifier import ClassifierConfig
+from ...train import TrainConfig
+from ..runs import Recipe, check_ensemble
+
+
+@dataclass
+class ClassifyDataConfig(JsonConfig):
+    dataset: str = "thucnews"  # a registered data set, or the path of the user's training file
+    dataset_options: dict = field(default_factory=dict)  # e.g. {"fields": "title"} for inews
+    valid_file: str | None = None
+    test_file: str | None = None
+    text_col: str | int | None = None
+    label_col: str | int | None = None
+    tokenizer: str = "auto"  # char | word | bpe | wordpiece | auto (char for CJK text, else bpe)
+    vocab_size: int = 8000  # bpe / wordpiece
+    min_freq: int = 1  # char / word: rarer tokens become <unk>
+    lowercase: bool = False
+    max_len: int = 128  # tokens per segment, <cls> included
+    long_mode: str = "truncate"  # truncate | segments (encode each window, pool per document)
+    truncate_keep: str = "head"  # head | tail | head+tail
+    max_segments: int = 8
+    batch_size: int = 64
+    max_tokens: int | None = None  # token budget per batch instead of batch_size
+    label_smoothing: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.long_mode not in ("truncate", "segments"):
+            raise UserError(f"long_mode must be 'truncate' or 'segments', got {self.long_mode!r}")
+        if self.max_len < 2:
+            raise UserError("max_len must be at least 2")
+
+
+@dataclass
+class ClassifyRecipe(Recipe):
+    """Everything a classification run needs; saved as the run's config.json."""
+
+    task: str = "classify"
+    data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
+    model: ClassifierConfig = field(default_factory=ClassifierConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, metric="accuracy", metric_mode="max"))
+    ensemble: int = 1  # >1: train members with seeds seed, seed+1, ...; predict with their mean probabilities
+
+    def __post_init__(self) -> None:
+        check_ensemble(self.ensemble)

@@ -1,0 +1,70 @@
+"""The Trainer's view of classification (docs/contracts.md): batch -> loss, metrics, report."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...data.tokenizers import PAD_ID, Tokenizer
+from ...models.classifier import EncoderClassifier
+from ..runs import RunDir, eval_mode
+from .data import ClassifyBatch, EncodedSplit, save_tokenizer
+from .recipe import ClassifyRecipe
+from .report import confusion_matrix, report, write_report
+
+
+class ClassificationTask:
+    """The Trainer's view of classification (see docs/contracts.md)."""
+
+    def __init__(self, model: EncoderClassifier, recipe: ClassifyRecipe, tokenizer: Tokenizer,
+                 labels: list[str], given: ClassifyRecipe | None = None):
+        self.model, self.recipe, self.tokenizer, self.labels = model, recipe, tokenizer, labels
+        self.given = given  # the recipe as the user gave it (recipe.json), if known
+
+    def logits(self, b: ClassifyBatch) -> torch.Tensor:
+        return self.model(b.ids, b.bigrams, b.doc_index, len(b.labels))
+
+    def count(self, b: ClassifyBatch) -> int:
+        return len(b.labels)
+
+    def batch_tokens(self, b: ClassifyBatch) -> int:
+        return int((b.ids != PAD_ID).sum())
+
+    def loss_sum(self, b: ClassifyBatch):
+        logits = self.logits(b).float()
+        loss = F.cross_entropy(logits, b.labels, reduction="sum",
+                               label_smoothing=self.recipe.data.label_smoothing)
+        return loss, {"accuracy": float((logits.argmax(-1) == b.labels).sum())}
+
+    def predictions(self, batches) -> tuple[np.ndarray, np.ndarray, float]:
+        preds, gold, loss = [], [], 0.0
+        for b in batches:
+            logits = self.logits(b).float()
+            loss += float(F.cross_entropy(logits, b.labels, reduction="sum"))
+            preds.append(logits.argmax(-1).cpu().numpy())
+            gold.append(b.labels.cpu().numpy())
+        preds, gold = np.concatenate(preds), np.concatenate(gold)
+        return preds, gold, loss / max(len(gold), 1)
+
+    def evaluate(self, batches) -> dict[str, float]:
+        preds, gold, loss = self.predictions(batches)
+        rep = report(confusion_matrix(gold, preds, len(self.labels)), self.labels)
+        return {"loss": loss, "accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"]}
+
+    def save(self, run_dir: Path) -> None:
+        run = RunDir(run_dir)
+        run.save_recipe(self.recipe, self.given)
+        save_tokenizer(self.tokenizer, run.path)
+        run.save_labels(self.labels)
+
+    def report(self, split: EncodedSplit, out_dir: Path | None, name: str,
+               meta: dict | None = None) -> dict[str, Any]:
+        """Full report on one split; writes `<name>_metrics.json` and `confusion_<name>.png`."""
+        with eval_mode(self.model):
+            preds, gold, loss = self.predictions(split.batches(0))
+        # EncodedSplit batches are length-sorted: prediction i is split item order[i]
+        order = np.concatenate([np.asarray(b) for b in split.sampler.epoch_batches(0)])
+        return write_report(preds, gold, self.labels, loss, out_dir, name, meta, order)

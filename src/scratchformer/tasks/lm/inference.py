@@ -1,0 +1,168 @@
+"""The inference API of language models: `LanguageModel.load(run_dir).generate(...)`."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ...data.tokenizers import NUM_SPECIALS, UNK_ID, Tokenizer
+from ...errors import UserError
+from ...models.language_model import DecoderLM
+from ...train.checkpoint import load_weights
+from ..runs import RunDir
+from .data import encode_text, fixed_windows
+from .recipe import LMRecipe
+from .sampling import _IncrementalDecoder, check_sampling, sample_next
+from .data import chars_per_token
+from .task import LMTask, evaluate_windows
+
+
+class LanguageModel:
+    """A trained language model, loaded from its run directory.
+
+    >>> lm = LanguageModel.load("runs/shakespeare")
+    >>> print(lm.generate("ROMEO:", max_new_tokens=200, temperature=0.8, top_k=40, seed=0))
+
+    `model` is the `DecoderLM` (an `nn.Module`: ids `(B, T)` -> logits `(B, T, V)`).
+    """
+
+    def __init__(self, model: DecoderLM, tokenizer: Tokenizer, recipe: LMRecipe):
+        self.model, self.tokenizer, self.recipe = model.eval(), tokenizer, recipe
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "LanguageModel":
+        run_dir = Path(run_dir)
+        recipe = RunDir(run_dir).load_recipe(LMRecipe, "lm", ("tokenizer.json", "model.safetensors"), "language-model")
+        model = DecoderLM(recipe.model)
+        load_weights(model, run_dir / "model.safetensors")
+        return cls(model, Tokenizer.load(run_dir / "tokenizer.json"), recipe)
+
+    @property
+    def context(self) -> int:
+        """The window the model was trained on (the default generation window)."""
+        return self.recipe.data.context
+
+    def resolve_window(self, window: int | None) -> int:
+        window = self.context if window is None else window
+        if window < 1:
+            raise UserError(f"window must be >= 1, got {window}")
+        limit = self.model.max_positions
+        if limit is not None and window > limit:
+            raise UserError(f"this model has learned positions up to max_len={limit}; "
+                            f"window={window} is too long (use <= {limit})")
+        return window
+
+    def encode_prompt(self, prompt: str) -> tuple[list[int], list[str]]:
+        """Prompt ids and the characters that are not in the vocabulary (they become <unk>)."""
+        if not isinstance(prompt, str) or prompt == "":
+            raise UserError("the prompt is empty; give some text to continue, e.g. --prompt 'ROMEO:' "
+                            "(a newline works too: --prompt $'\\n')")
+        ids = self.tokenizer.encode(prompt)
+        unknown: list[str] = []
+        if UNK_ID in ids and self.tokenizer.kind == "char":
+            unknown = sorted({c for c, i in zip(prompt, ids) if i == UNK_ID})
+        elif UNK_ID in ids:
+            unknown = ["?"]
+        return ids, unknown
+
+    @torch.no_grad()
+    def generate_ids(self, ids: list[int], max_new_tokens: int, temperature: float = 1.0,
+                     top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                     use_cache: bool = True, window: int | None = None,
+                     on_token: Callable[[int], None] | None = None) -> list[int]:
+        """Continue `ids` by up to `max_new_tokens` ids (returned without the prompt).
+        Special tokens (<pad> <unk> <bos> <eos> <cls>) are never generated."""
+        check_sampling(temperature, top_k, top_p)
+        if max_new_tokens < 0:
+            raise UserError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if not ids:
+            raise UserError("the prompt encodes to no tokens; give some text to continue")
+        window = self.resolve_window(window)
+        gen = torch.Generator()
+        if seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(int(seed))
+        model = self.model
+        seq = list(ids)
+        out: list[int] = []
+        keep = max(1, window - window // 4)  # tokens kept when the cached path crops
+
+        def next_logits_uncached() -> torch.Tensor:
+            x = torch.tensor([seq[-window:]])  # (1, T <= window)
+            return model(x)[:, -1]  # (1, V)
+
+        caches = None
+        if use_cache and max_new_tokens > 0:
+            caches = model.new_caches()
+            logits = model(torch.tensor([seq[-window:]]), caches)[:, -1]  # prefill
+        for step in range(max_new_tokens):
+            if caches is None:
+                logits = next_logits_uncached()
+            logits = logits.clone()
+            logits[:, :NUM_SPECIALS] = float("-inf")  # never emit specials
+            token = int(sample_next(logits, temperature, top_k, top_p, gen)[0])
+            seq.append(token)
+            out.append(token)
+            if on_token is not None:
+                on_token(token)
+            if caches is None or step == max_new_tokens - 1:
+                continue
+            if caches[0].length + 1 > window:  # the window is full: crop, re-prefill
+                caches = model.new_caches()
+                logits = model(torch.tensor([seq[-keep:]]), caches)[:, -1]
+            else:
+                logits = model(torch.tensor([[token]]), caches)[:, -1]  # (1, V)
+        return out
+
+    def generate(self, prompt: str, max_new_tokens: int = 200, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                 use_cache: bool = True, stream: Callable[[str], None] | None = None,
+                 window: int | None = None, warn: Callable[[str], None] | None = None) -> str:
+        """The continuation of `prompt` (without the prompt). `stream(text)` is called with each
+        new piece of text as soon as it is generated. temperature 0 = greedy. `warn` receives
+        notes about the prompt (default: `warnings.warn`)."""
+        warn = warn or (lambda m: warnings.warn(m, stacklevel=3))
+        ids, unknown = self.encode_prompt(prompt)
+        if unknown:
+            shown = " ".join(repr(c) for c in unknown[:10])
+            warn(f"{len(unknown)} character(s) of the prompt are not in the model's vocabulary and "
+                 f"become <unk>: {shown}")
+        w = self.resolve_window(window)
+        if len(ids) > w:
+            warn(f"the prompt has {len(ids)} tokens; the model sees only the last {w}")
+        dec = _IncrementalDecoder(self.tokenizer)
+        pieces: list[str] = []
+
+        def on_token(token: int) -> None:
+            piece = dec.push(token)
+            if piece:
+                pieces.append(piece)
+                if stream is not None:
+                    stream(piece)
+
+        self.generate_ids(ids, max_new_tokens, temperature, top_k, top_p, seed, use_cache, w, on_token)
+        tail = dec.flush()
+        if tail:
+            pieces.append(tail)
+            if stream is not None:
+                stream(tail)
+        return "".join(pieces)
+
+    @torch.no_grad()
+    def evaluate_text(self, text: str, batch_size: int | None = None,
+                      max_windows: int | None = None) -> dict[str, float]:
+        """loss / perplexity / bpc of the model on `text`: all non-overlapping windows of
+        `context` tokens, or `max_windows` of them evenly spaced."""
+        ids = encode_text(self.tokenizer, text)
+        ctx = self.context
+        if len(ids) <= ctx + 1:
+            raise UserError(f"the text has {len(ids)} tokens; evaluation needs more than one window of {ctx}")
+        task = LMTask(self.model, self.recipe, self.tokenizer, chars_per_token(self.tokenizer, text, ids))
+        batches = fixed_windows(ids, ctx, batch_size or self.recipe.data.eval_batch_size, max_windows)
+        res = evaluate_windows(task, batches)
+        res["unk_rate"] = float(np.mean(ids == UNK_ID))
+        return res

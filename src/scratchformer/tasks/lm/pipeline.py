@@ -1,0 +1,78 @@
+"""`train lm`: load the text, build tokenizer and model, train, evaluate the best checkpoint
+on every validation window (`valid_metrics.json`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...data.tokenizers import UNK_ID, Tokenizer
+from ...errors import UserError
+from ...models.language_model import DecoderLM
+from ...train import Trainer
+from ...train.checkpoint import load_weights
+from ..runs import count_parameters
+from .data import EncodedSplit, build_lm_tokenizer, chars_per_token, encode_text, fixed_windows, load_lm_text
+from .recipe import LMRecipe
+from .task import LMTask, evaluate_windows
+
+
+def _check_model_fits(recipe: LMRecipe) -> None:
+    ec, ctx = recipe.model.transformer, recipe.data.context
+    if ec.position == "learned" and ec.max_len < ctx:
+        raise UserError(f"learned positions: model.transformer.max_len={ec.max_len} is shorter than "
+                        f"data.context={ctx}; set model.transformer.max_len >= {ctx}")
+
+
+def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=print) -> dict[str, Any]:
+    """Load the text, build tokenizer and model, train, then evaluate the best checkpoint on
+    every validation window (`valid_metrics.json`)."""
+    out_dir = Path(out_dir)
+    dc = recipe.data
+    _check_model_fits(recipe)
+    text = load_lm_text(dc)
+    if resume and (out_dir / "tokenizer.json").exists():
+        tok = Tokenizer.load(out_dir / "tokenizer.json")
+    else:
+        tok = build_lm_tokenizer(dc, text.train)
+    given = recipe
+
+    def derive(r: LMRecipe) -> None:  # what comes from the data
+        r.model.vocab_size = tok.vocab_size
+
+    recipe = recipe.resolved(derive)
+    train_ids, valid_ids = encode_text(tok, text.train), encode_text(tok, text.valid)
+    if len(train_ids) <= dc.context + 1:
+        raise UserError(f"the training text has {len(train_ids)} tokens, not more than data.context={dc.context}; "
+                        "use more text or a smaller context")
+    if len(valid_ids) <= dc.context + 1:
+        raise UserError(f"the validation text has {len(valid_ids)} tokens, fewer than one window of "
+                        f"data.context={dc.context}; use more text, a larger data.valid_frac or a smaller context")
+    cpt = chars_per_token(tok, text.valid, valid_ids)
+    unk = float(np.mean(valid_ids == UNK_ID))
+    log(f"data: {text.name}: {len(text.train):,} / {len(text.valid):,} train / valid characters, "
+        f"{type(tok).__name__} vocab {tok.vocab_size}, {len(train_ids):,} / {len(valid_ids):,} tokens "
+        f"({cpt:.2f} chars/token), <unk> rate on valid {unk:.3%}")
+    seed = recipe.train.seed
+    torch.manual_seed(seed)
+    model = DecoderLM(recipe.model)
+    n_params = count_parameters(model)
+    log(f"model: {n_params / 1e6:.2f}M parameters ({recipe.model.transformer.position} positions, "
+        f"{'tied' if recipe.model.tie_embeddings else 'untied'} embeddings), context {dc.context}, "
+        f"torch threads {torch.get_num_threads()}")
+    task = LMTask(model, recipe, tok, cpt, given)
+    valid_batches = fixed_windows(valid_ids, dc.context, dc.eval_batch_size, dc.eval_windows)
+
+    train = EncodedSplit(train_ids, dc.context, dc.batch_size, seed)
+    trainer = Trainer(task, train.batches, lambda: valid_batches, recipe.train, out_dir)
+    summary = trainer.fit(resume=resume)
+    load_weights(model, out_dir / "model.safetensors")
+    full = evaluate_windows(task, fixed_windows(valid_ids, dc.context, dc.eval_batch_size))
+    full.update({"split": "valid", "best_step": summary.get("best_step")})
+    (out_dir / "valid_metrics.json").write_text(json.dumps(full, indent=1) + "\n")
+    log(f"valid (all {int(full['tokens']):,} tokens, best checkpoint from step {summary.get('best_step')}): "
+        f"loss {full['loss']:.4f}, perplexity {full['perplexity']:.2f}, bpc {full['bpc']:.3f}")
+    return {"train": summary, "valid": full}

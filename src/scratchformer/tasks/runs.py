@@ -1,0 +1,223 @@
+"""What every task repeats, written once: the recipe base and its resolution, the run
+directory, the ensemble driver, where data comes from, and evaluation mode.
+
+A recipe goes through one path (`resolve_recipe`): defaults -> the saved recipe on `--resume`
+-> `--config` -> `--set` (typed) -> command flags; the task's pipeline then adds the sizes it
+derives from the data (vocabulary, classes) in one place and freezes it (`Recipe.resolved`).
+The run directory keeps both: `recipe.json` as given, `config.json` as resolved (what the
+inference API loads).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ..config import JsonConfig
+from ..data.registry import DATASETS, DatasetInfo, get_dataset
+from ..errors import UserError
+
+CONFIG, GIVEN, LABELS, WEIGHTS, MEMBERS = "config.json", "recipe.json", "labels.json", "model.safetensors", "members.json"
+
+
+# ----------------------------------------------------------------------------- recipes
+
+@dataclass
+class Recipe(JsonConfig):
+    """Base of every task's recipe: `task` names the task; sections (`data`, `model`,
+    `train`, ...) are the subclass's fields."""
+
+    task: str = ""
+
+    def resolved(self, derive: Callable[["Recipe"], None] | None = None) -> "Recipe":
+        """A frozen copy, after `derive(copy)` filled in what comes from the data."""
+        out = self.copy()
+        if derive is not None:
+            derive(out)
+        return type(out).from_dict(out.to_dict()).freeze()  # re-validated with the derived sizes
+
+
+def check_ensemble(n: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UserError(f"ensemble must be a whole number >= 1, got {n!r}")
+
+
+def resolve_recipe(cls: type[Recipe], config: str | None = None, sets: list[str] = (),
+                   flags: dict[str, Any] | None = None, base: Recipe | None = None) -> Recipe:
+    """defaults (or `base`) -> `config` file -> `sets` ("key=value", typed) -> `flags`
+    (dotted key -> Python value, e.g. {"data.dataset": "my.tsv"}; None values are skipped)."""
+    recipe = base.copy() if base is not None else cls()
+    if config:
+        try:
+            override = json.loads(Path(config).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"config file {config} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"{config}:{e.lineno}: not valid JSON ({e.msg})") from None
+        d = recipe.to_dict()
+        _merge(d, override, config, cls)
+        recipe = cls.from_dict(d)
+    for item in sets or ():
+        if "=" not in item:
+            raise UserError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        recipe.set_path(key.strip(), raw)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            recipe.set_value(key, value)
+    return cls.from_dict(recipe.to_dict())  # one last validation of the whole
+
+
+def _merge(base: dict, override: dict, where: str, cls) -> None:
+    if not isinstance(override, dict):
+        raise UserError(f"{where}: expected a JSON object of recipe sections")
+    hints = cls.hints() if isinstance(cls, type) and issubclass(cls, JsonConfig) else {}
+    for k, v in override.items():
+        k = cls.RENAMED.get(k, k) if hints else k
+        if k not in base:
+            raise UserError(f"{where}: unknown option {k!r}; known: {', '.join(sorted(base))}")
+        sub = hints.get(k)
+        sub = next((a for a in getattr(sub, "__args__", (sub,)) if isinstance(a, type) and issubclass(a, JsonConfig)), None)
+        if isinstance(v, dict) and isinstance(base[k], dict) and sub is not None:
+            _merge(base[k], v, f"{where}:{k}", sub)
+        else:
+            base[k] = v
+
+
+# ----------------------------------------------------------------------------- run directory
+
+class RunDir:
+    """A run directory: the files a task writes and the inference API reads back."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def save_recipe(self, recipe: Recipe, given: Recipe | None = None) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        recipe.save_json(self.path / CONFIG)
+        if given is not None:
+            given.save_json(self.path / GIVEN)
+
+    def task_name(self) -> str:
+        cfg = self.path / CONFIG
+        if not cfg.is_file():
+            raise UserError(f"{self.path} is not a run directory (no {CONFIG}); pass the --out of a training run")
+        try:
+            return json.loads(cfg.read_text(encoding="utf-8"))["task"]
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"{cfg} is not a scratchformer run config (no 'task' field, or not JSON)") from None
+
+    def load_recipe(self, cls: type[Recipe], task: str, files: tuple[str, ...], what: str) -> Recipe:
+        """The resolved recipe of a finished run, with one-line errors for missing files and
+        for a run of another task."""
+        for name in (CONFIG,) + files:
+            if not (self.path / name).exists():
+                raise UserError(f"{self.path} is not a finished {what} run: {name} is missing")
+        found = self.task_name()
+        if found != task:
+            raise UserError(f"{self.path} holds a {found!r} run, not a {what} run")
+        return cls.load_json(self.path / CONFIG).freeze()
+
+    def save_labels(self, labels: list[str]) -> None:
+        (self.path / LABELS).write_text(json.dumps(labels, ensure_ascii=False, indent=1), encoding="utf-8")
+
+    def load_labels(self) -> list[str]:
+        try:
+            labels = json.loads((self.path / LABELS).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UserError(f"{self.path / LABELS} is corrupt ({type(e).__name__}); retrain or restore it") from None
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise UserError(f"{self.path / LABELS} must be a JSON list of label strings")
+        return labels
+
+    # ensembles: member<i>/ are ordinary runs, listed in members.json
+    @property
+    def is_ensemble(self) -> bool:
+        return (self.path / MEMBERS).exists() and (self.path / CONFIG).exists()
+
+    def member(self, i: int) -> "RunDir":
+        return RunDir(self.path / f"member{i}")
+
+    def members_done(self) -> list[dict[str, Any]]:
+        f = self.path / MEMBERS
+        return json.loads(f.read_text()) if f.exists() else []
+
+    def record_members(self, done: list[dict[str, Any]]) -> None:
+        (self.path / MEMBERS).write_text(json.dumps(done, indent=1) + "\n")
+
+
+def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callable[..., dict],
+                  summarize: Callable[[dict], dict[str, Any]], log=print) -> list[dict[str, Any]]:
+    """The ensemble driver: `recipe.ensemble` ordinary runs in `out_dir/member<i>` with seeds
+    `train.seed + i`, listed in `members.json`; `train_one(member_recipe, member_dir,
+    resume=..., log=...)` trains one run and `summarize(result)` gives what members.json keeps.
+    With `resume`, finished members are kept and an interrupted one continues. The task's
+    loader combines the members at prediction time."""
+    run = RunDir(out_dir)
+    run.save_recipe(recipe)  # the whole recipe, so that --resume finds it
+    done = run.members_done() if resume else []
+    for i in range(len(done), recipe.ensemble):
+        member = recipe.copy()
+        member.ensemble, member.train.seed = 1, recipe.train.seed + i
+        mdir = run.member(i).path
+        log(f"ensemble member {i + 1}/{recipe.ensemble} (seed {member.train.seed}) -> {mdir}")
+        result = train_one(member, mdir, resume=resume and (mdir / "trainer_state.pt").exists(), log=log)
+        done.append({"dir": mdir.name, "seed": member.train.seed, **summarize(result)})
+        run.record_members(done)
+    return done
+
+
+# ----------------------------------------------------------------------------- data source
+
+def looks_like_path(name: str) -> bool:
+    return Path(name).exists() or any(c in name for c in "/\\") or Path(name).suffix != ""
+
+
+def registered(name: str, path_hint: bool = False) -> DatasetInfo | None:
+    """The registered data set `name` names, or None when `name` is the user's file. A name
+    that is neither a registered data set nor looks like a path raises "unknown dataset ...
+    did you mean" (from the registry)."""
+    if name.strip().lower().replace("_", "-") in DATASETS or not (looks_like_path(name) or path_hint):
+        return get_dataset(name)
+    return None
+
+
+def user_splits(read, train_file: str, dc) -> tuple[list, list, list | None]:
+    """train/valid/test from the user's files (`dc.valid_file`, `dc.test_file`); the splits
+    not given come from the seeded rule: 80/10/10 of the training file, or 90/10 when only
+    the test file is given."""
+    from ..data.readers import seeded_split
+
+    train = read(train_file)
+    valid = read(dc.valid_file) if dc.valid_file else None
+    test = read(dc.test_file) if dc.test_file else None
+    if valid is None and test is None:
+        train, valid, test = seeded_split(train, 0, (0.8, 0.1, 0.1))
+    elif valid is None:
+        train, valid = seeded_split(train, 0, (0.9, 0.1))
+    return train, valid, test
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """`model.eval()` and no gradients inside; the previous mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,149 @@
+"""The inference API of translation: `Translator.load(run_dir).translate([...], beam=5)`."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ...data.batching import pad_sequences
+from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from ...errors import UserError
+from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
+from ...train.checkpoint import load_weights
+from ..runs import RunDir
+from .decoding import DecodeConfig, Hypothesis, check_sources, decode
+from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
+from .task import corpus_scores
+
+
+def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe, Seq2Seq]:
+    recipe = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (SRC_TOK, TGT_TOK), "translation")
+    if weights is None:
+        final = run_dir / FINAL
+        weights = json.loads(final.read_text())["weights"] if final.exists() else "model.safetensors"
+    if not (run_dir / weights).exists():
+        raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
+    model = Seq2Seq(recipe.model)
+    load_weights(model, run_dir / weights)
+    return recipe, model.eval()
+
+
+class Translator:
+    """A trained translator, loaded from its run directory.
+
+    >>> tr = Translator.load("runs/hsk")
+    >>> tr.translate(["我爱你。"], beam=5)
+    ['I love you.']
+    """
+
+    def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe):
+        self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
+
+    @classmethod
+    def load(cls, run_dir: str | Path, weights: str | None = None,
+             ensemble: Sequence[str | Path] = ()) -> "Translator":
+        """`weights`: a file name in `run_dir`; default: the one final.json names (best or
+        averaged), else model.safetensors. `ensemble`: more run directories trained with the
+        same tokenizers (usually the same recipe, other seeds); their models are decoded
+        together with this one (`Seq2SeqEnsemble`), each with its final.json weights."""
+        run_dir = Path(run_dir)
+        if RunDir(run_dir).is_ensemble:  # a `train_ensemble` run
+            if weights is not None:
+                raise UserError(f"{run_dir} is an ensemble run: each member uses its own final weights")
+            n = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (), "translation").ensemble
+            dirs = [RunDir(run_dir).member(i).path for i in range(n)]
+            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble])
+        recipe, model = _load_run_model(run_dir, weights)
+        src_tok, tgt_tok = Tokenizer.load(run_dir / SRC_TOK), Tokenizer.load(run_dir / TGT_TOK)
+        if ensemble:
+            members = [model]
+            for other in map(Path, ensemble):
+                for name in (SRC_TOK, TGT_TOK):
+                    if not (other / name).exists() or (other / name).read_bytes() != (run_dir / name).read_bytes():
+                        raise UserError(f"{other / name} differs from {run_dir / name} (or is missing): "
+                                        "ensemble members must be trained with the same tokenizers "
+                                        "(the same data and tokenizer settings)")
+                members.append(_load_run_model(other, None)[1])
+            model = Seq2SeqEnsemble(members)
+        return cls(model, src_tok, tgt_tok, recipe)
+
+    def decode_config(self, **overrides) -> DecodeConfig:
+        """The recipe's decoding settings with `overrides` (None values ignored)."""
+        return self.recipe.decode.replace(**{k: v for k, v in overrides.items() if v is not None})
+
+    def encode(self, texts: Sequence[str], cfg: DecodeConfig) -> list[list[int]]:
+        if isinstance(texts, str):
+            texts = [texts]
+        for i, t in enumerate(texts, 1):
+            if not isinstance(t, str) or not t.strip():
+                raise UserError(f"sentence {i} is empty: there is nothing to translate")
+        ids = self.src_tok.encode_batch([t.strip() for t in texts])
+        check_sources([len(x) for x in ids], cfg)
+        return [x + [EOS_ID] for x in ids]
+
+    @torch.no_grad()
+    def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:
+        """The best `Hypothesis` for each text, in order. Overrides: any `DecodeConfig` field
+        (beam, length_penalty, max_len_ratio, early_stop, use_cache, ...)."""
+        cfg = self.decode_config(**overrides)
+        ids = self.encode(texts, cfg)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out: list[Hypothesis | None] = [None] * len(ids)
+        start = 0
+        while start < len(order):  # length-sorted batches of about cfg.batch_tokens * beam
+            end = start + 1
+            while end < len(order) and (end - start + 1) * len(ids[order[end]]) * cfg.beam <= cfg.batch_tokens:
+                end += 1
+            chunk = order[start:end]
+            src, _ = pad_sequences([ids[i] for i in chunk], PAD_ID)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                hyps = decode(self.model, src, cfg)
+            for i, h in zip(chunk, hyps):
+                out[i] = h
+            start = end
+        return out  # type: ignore[return-value]
+
+    def translate(self, texts: Sequence[str] | str, beam: int | None = None,
+                  length_penalty: float | None = None, **overrides) -> list[str]:
+        """Translations of `texts` (a list, or one string -> a list of one)."""
+        hyps = self.hypotheses([texts] if isinstance(texts, str) else texts, beam=beam,
+                               length_penalty=length_penalty, **overrides)
+        return [self.tgt_tok.decode(h.tokens) for h in hyps]
+
+    def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
+                 name: str = "eval", **overrides) -> dict[str, Any]:
+        """BLEU and chrF (sacrebleu, with signatures) of translating the sources of `pairs`;
+        writes `<name>_metrics.json` and `<name>_hyps.txt` into `out_dir` when given."""
+        srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
+        cfg = self.decode_config(**overrides)
+        t0 = time.perf_counter()
+        hyps = self.translate(srcs, **overrides)
+        elapsed = time.perf_counter() - t0
+        rep = corpus_scores(hyps, refs)
+        rep.update(n=len(pairs), decode=cfg.to_dict(), seconds=round(elapsed, 2),
+                   sentences_per_s=len(pairs) / max(elapsed, 1e-9))
+        if out_dir is not None:
+            out_dir = Path(out_dir)
+            (out_dir / f"{name}_metrics.json").write_text(json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
+            (out_dir / f"{name}_hyps.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        return rep
+
+    @torch.no_grad()
+    def align(self, text: str, **overrides) -> tuple[list[str], list[str], list[torch.Tensor], str]:
+        """Translate `text`; return source tokens, output tokens (with <eos>), the
+        cross-attention of every decoder layer `(H, T_out, S)` for that output, and the translation."""
+        cfg = self.decode_config(**overrides)
+        src_ids = self.encode([text], cfg)[0]
+        hyp = self.hypotheses([text], **overrides)[0]
+        src = torch.tensor([src_ids])
+        tgt_out = hyp.tokens + [EOS_ID]
+        tgt_in = torch.tensor([[BOS_ID] + tgt_out[:-1]])
+        model = self.model.members[0] if isinstance(self.model, Seq2SeqEnsemble) else self.model
+        memory, mask = model.encode(src)  # an ensemble shows its first member's attention
+        _, weights = model.decode(tgt_in, memory, mask, need_weights=True)
+        show = lambda tok, i: tok.decode([i], skip_special=False).strip() or tok.id_to_token(i)  # noqa: E731
+        return ([show(self.src_tok, i) for i in src_ids], [show(self.tgt_tok, i) for i in tgt_out],
+                [cross[0] for _, cross in weights], self.tgt_tok.decode(hyp.tokens))

@@ -1,0 +1,133 @@
+"""`train translate`: train, average the last snapshots, keep the better of best/averaged on
+validation BLEU, score the test split; ensembles train members and decode them together."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...data.tokenizers import Tokenizer
+from ...models.seq2seq import Seq2Seq
+from ...train import Trainer
+from ...train.checkpoint import load_weights, save_weights
+from ..runs import count_parameters, train_members
+from .data import EncodedSplit, build_tokenizers, load_translation
+from .inference import Translator
+from .recipe import AVERAGED, FINAL, SNAPSHOTS, SRC_TOK, TGT_TOK, TranslateRecipe
+from .task import TranslationTask, average_checkpoints, snapshot_files
+
+
+def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool = False,
+                     log=print) -> dict[str, Any]:
+    """Load data, build tokenizers and model, train, average, pick the final weights on
+    validation BLEU, then score the test split with the recipe's decoding settings."""
+    out_dir = Path(out_dir)
+    if recipe.ensemble > 1:
+        return train_ensemble(recipe, out_dir, resume, log)
+    given = recipe
+    data = load_translation(recipe.data)
+    if resume:
+        src_tok, tgt_tok = Tokenizer.load(out_dir / SRC_TOK), Tokenizer.load(out_dir / TGT_TOK)
+    else:
+        src_tok, tgt_tok = build_tokenizers(recipe.data, data.train)
+
+    def derive(r: TranslateRecipe) -> None:  # what comes from the data
+        r.model.src_vocab_size, r.model.tgt_vocab_size = src_tok.vocab_size, tgt_tok.vocab_size
+        if not data.valid and r.train.metric != "loss":
+            log(f"no validation split: the best checkpoint is chosen on loss, not {r.train.metric}")
+            r.train.metric, r.train.metric_mode = "loss", "min"
+
+    recipe = recipe.resolved(derive)
+    dc = recipe.data
+    seed = recipe.train.seed
+    train = EncodedSplit(data.train, src_tok, tgt_tok, dc, shuffle=True, seed=seed, max_len=dc.max_len)
+    valid = EncodedSplit(data.valid, src_tok, tgt_tok, dc, shuffle=False) if data.valid else None
+    log(f"data: {len(train)} train ({train.dropped} longer than {dc.max_len} tokens left out) / "
+        f"{len(valid or [])} valid / {len(data.test)} test pairs, {data.src_lang}->{data.tgt_lang}; "
+        f"source {type(src_tok).__name__} {src_tok.vocab_size}, target {type(tgt_tok).__name__} "
+        f"{tgt_tok.vocab_size}{' (joint)' if recipe.data.joint_vocab else ''}; "
+        f"<unk> rate on valid source {src_tok.unk_rate([s for s, _ in data.valid[:2000]]):.2%}; "
+        f"{train.n_tokens / 1e6:.2f}M train tokens, padding {train.sampler.padding_fraction(train.sampler.epoch_batches(0)):.1%}")
+    torch.manual_seed(seed)
+    model = Seq2Seq(recipe.model)
+    log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
+    task = TranslationTask(model, recipe, src_tok, tgt_tok, given)
+    valid_batches = valid.batches(0) if valid else None
+    if valid is not None:
+        task.valid_refs = [t for _, t in valid.pairs]
+    task.snapshot_dir = out_dir / SNAPSHOTS
+    if not resume:
+        for old in snapshot_files(task.snapshot_dir):
+            old.unlink()
+        for name in (AVERAGED, FINAL):
+            (out_dir / name).unlink(missing_ok=True)
+    trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
+    task.current_step = lambda: trainer.state.step
+    summary = trainer.fit(resume=resume)
+    result: dict[str, Any] = {"train": summary, "final": finalize(task, valid, out_dir, log)}
+    if data.test:
+        tr = Translator(model, src_tok, tgt_tok, recipe)
+        result["test"] = tr.evaluate(data.test, out_dir, "test")
+        t = result["test"]
+        log(f"test: BLEU {t['bleu']:.2f} chrF {t['chrf']:.2f} ({t['n']} sentences, beam {t['decode']['beam']}, "
+            f"{t['sentences_per_s']:.1f} sentences/s)\n  {t['bleu_signature']}\n  {t['chrf_signature']}")
+    return result
+
+
+def train_ensemble(recipe: TranslateRecipe, out_dir: Path, resume: bool = False, log=print) -> dict[str, Any]:
+    """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then score the test
+    split with all of them decoded together. With `resume`, finished members are kept and an
+    interrupted one continues where it stopped."""
+    done = train_members(recipe, out_dir, resume, train_translator, lambda res: {
+        "weights": res["final"]["weights"], "best_valid_bleu": res["train"].get("best_metric"),
+        "test_bleu": res.get("test", {}).get("bleu"), "test_chrf": res.get("test", {}).get("chrf")}, log)
+    first = out_dir / "member0"
+    for name in (SRC_TOK, TGT_TOK):  # members train the same tokenizers; Translator.load checks
+        (out_dir / name).write_bytes((first / name).read_bytes())
+    TranslateRecipe.load_json(first / "config.json").replace(ensemble=recipe.ensemble).save_json(out_dir / "config.json")
+    tr = Translator.load(out_dir)
+    result: dict[str, Any] = {"train": {"members": done}, "final": {"weights": f"{recipe.ensemble} members"}}
+    data = load_translation(recipe.data)
+    if data.valid:  # the members' validation measure: greedy BLEU on the first bleu_sentences pairs
+        pairs = data.valid[: recipe.data.bleu_sentences or len(data.valid)]
+        rep = tr.evaluate(pairs, out_dir, "valid", beam=1)
+        result["train"]["best_metric"] = rep["bleu"]
+        members = ", ".join(f"{m['best_valid_bleu']:.2f}" for m in done if m["best_valid_bleu"] is not None)
+        log(f"ensemble valid ({len(pairs)} sentences, greedy): BLEU {rep['bleu']:.2f} chrF {rep['chrf']:.2f} "
+            f"(members' best: {members})")
+    if data.test:
+        result["test"] = t = tr.evaluate(data.test, out_dir, "test")
+        members = ", ".join(f"{m['test_bleu']:.2f}" for m in done if m["test_bleu"] is not None)
+        log(f"ensemble test: BLEU {t['bleu']:.2f} chrF {t['chrf']:.2f} (members: {members}; {t['n']} sentences, "
+            f"beam {t['decode']['beam']}, {t['sentences_per_s']:.1f} sentences/s)\n  {t['bleu_signature']}\n"
+            f"  {t['chrf_signature']}")
+    return result
+
+
+def finalize(task: TranslationTask, valid: EncodedSplit | None, out_dir: Path, log=print) -> dict[str, Any]:
+    """Average the snapshots; keep whichever of best / averaged scores higher greedy BLEU on
+    the validation sentences used during training; write final.json."""
+    model = task.model
+    candidates = {"model.safetensors": out_dir / "model.safetensors"}
+    snaps = snapshot_files(out_dir / SNAPSHOTS)
+    if len(snaps) >= 2:
+        average_checkpoints(model, snaps)
+        save_weights(model, out_dir / AVERAGED, {"averaged": json.dumps([p.name for p in snaps])})
+        candidates[AVERAGED] = out_dir / AVERAGED
+    scores: dict[str, dict] = {}
+    if valid is not None:
+        n = task.recipe.data.bleu_sentences or len(valid)
+        pairs = valid.pairs[:n]
+        for name, path in candidates.items():
+            load_weights(model, path)
+            tr = Translator(model, task.src_tok, task.tgt_tok, task.recipe)
+            rep = tr.evaluate(pairs, None, "valid", beam=1)
+            scores[name] = {"bleu": rep["bleu"], "chrf": rep["chrf"], "n": rep["n"]}
+            log(f"valid ({len(pairs)} sentences, greedy) {name}: BLEU {rep['bleu']:.2f} chrF {rep['chrf']:.2f}")
+    best = max(scores, key=lambda k: scores[k]["bleu"]) if scores else "model.safetensors"
+    load_weights(model, candidates[best])
+    final = {"weights": best, "valid": scores, "averaged": [p.name for p in snaps] if len(snaps) >= 2 else []}
+    (out_dir / FINAL).write_text(json.dumps(final, indent=1) + "\n")
+    return final

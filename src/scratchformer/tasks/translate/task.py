@@ -1,0 +1,120 @@
+"""The Trainer's view of translation (docs/contracts.md): label-smoothed loss, validation BLEU
+(sacrebleu), weight snapshots and checkpoint averaging."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...data.tokenizers import PAD_ID, Tokenizer, cjk_fraction
+from ...errors import UserError
+from ...models.seq2seq import Seq2Seq
+from ...train.checkpoint import load_weights, save_weights
+from ..runs import RunDir
+from .data import TranslateBatch
+from .decoding import greedy_decode
+from .recipe import SRC_TOK, TGT_TOK, TranslateRecipe
+
+
+def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
+    """sacrebleu corpus BLEU and chrF with their signatures. The BLEU tokenizer is 13a, or
+    'zh' when the references are mostly Chinese."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
+    bleu = BLEU(tokenize="zh" if cjk_fraction(refs[:200]) > 0.3 else "13a")
+    chrf = CHRF()
+    b, c = bleu.corpus_score(list(hyps), [list(refs)]), chrf.corpus_score(list(hyps), [list(refs)])
+    return {"bleu": b.score, "chrf": c.score, "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature()), "bleu_detail": str(b)}
+
+
+class TranslationTask:
+    """The Trainer's view of translation (see docs/contracts.md)."""
+
+    def __init__(self, model: Seq2Seq, recipe: TranslateRecipe, src_tok: Tokenizer, tgt_tok: Tokenizer,
+                 given: TranslateRecipe | None = None):
+        self.model, self.recipe, self.src_tok, self.tgt_tok = model, recipe, src_tok, tgt_tok
+        self.given = given  # the recipe as the user gave it (recipe.json), if known
+        self.valid_refs: list[str] | None = None  # references by index, for validation BLEU
+        self.snapshot_dir: Path | None = None  # where evaluate() keeps weights for averaging
+        self.current_step = lambda: 0  # set by train_translator to read the Trainer's step
+
+    def count(self, b: TranslateBatch) -> int:
+        return int((b.tgt_out != PAD_ID).sum())
+
+    def batch_tokens(self, b: TranslateBatch) -> int:
+        return int((b.src != PAD_ID).sum()) + int((b.tgt_out != PAD_ID).sum())
+
+    def loss_sum(self, b: TranslateBatch):
+        logits = self.model(b.src, b.tgt_in).float()  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID,
+                               reduction="sum", label_smoothing=self.recipe.data.label_smoothing)
+        real = b.tgt_out != PAD_ID
+        correct = ((logits.argmax(-1) == b.tgt_out) & real).sum()
+        return loss, {"accuracy": float(correct)}
+
+    def evaluate(self, batches) -> dict[str, float]:
+        """Loss (plain NLL per target token, no smoothing) on every batch; greedy BLEU/chrF on
+        the first `data.bleu_sentences` validation pairs; a weight snapshot for averaging."""
+        nll, count = 0.0, 0
+        limit = self.recipe.data.bleu_sentences or None
+        hyps: dict[int, str] = {}
+        greedy_cfg = self.recipe.decode.replace(beam=1)
+        for b in batches:
+            logits = self.model(b.src, b.tgt_in).float()
+            nll += float(F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID,
+                                         reduction="sum"))
+            count += self.count(b)
+            if self.valid_refs is not None:
+                rows = [r for r, i in enumerate(b.idx.tolist()) if limit is None or i < limit]
+                if rows:
+                    sel = torch.tensor(rows, device=b.src.device)
+                    for r, h in zip(rows, greedy_decode(self.model, b.src.index_select(0, sel), greedy_cfg)):
+                        hyps[int(b.idx[r])] = self.tgt_tok.decode(h.tokens)
+        loss = nll / max(count, 1)
+        out = {"loss": loss, "ppl": math.exp(min(loss, 50.0))}
+        if hyps:
+            order = sorted(hyps)
+            scores = corpus_scores([hyps[i] for i in order], [self.valid_refs[i] for i in order])
+            out.update(bleu=scores["bleu"], chrf=scores["chrf"])
+        self._snapshot(out)
+        return out
+
+    def _snapshot(self, metrics: dict[str, float]) -> None:
+        n = self.recipe.average_last
+        if self.snapshot_dir is None or n <= 1:
+            return
+        step = int(self.current_step())
+        meta = {"step": str(step), **{k: f"{v:.6g}" for k, v in metrics.items()}}
+        save_weights(self.model, self.snapshot_dir / f"step-{step:08d}.safetensors", meta)
+        for old in snapshot_files(self.snapshot_dir)[:-n]:
+            old.unlink(missing_ok=True)
+
+    def save(self, run_dir: Path) -> None:
+        run = RunDir(run_dir)
+        run.save_recipe(self.recipe, self.given)
+        self.src_tok.save(run / SRC_TOK)
+        self.tgt_tok.save(run / TGT_TOK)
+
+
+def snapshot_files(directory: Path) -> list[Path]:
+    return sorted(Path(directory).glob("step-*.safetensors"))
+
+
+def average_checkpoints(model: torch.nn.Module, paths: Sequence[Path]) -> torch.nn.Module:
+    """Load the element-wise mean of the weights in `paths` into `model` (Vaswani et al.
+    average the last 5-20 checkpoints: a cheap ensemble along the end of the trajectory)."""
+    if not paths:
+        raise UserError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    for p in paths:
+        load_weights(model, p)
+        for k, v in model.state_dict().items():
+            total[k] = total.get(k, 0) + v.detach().double()
+    model.load_state_dict({k: (v / len(paths)).to(model.state_dict()[k].dtype) for k, v in total.items()})
+    return model
