@@ -7,7 +7,7 @@ import torch
 
 from scratchformer.diagnostics.attention_html import page
 from scratchformer.diagnostics.attention_plot import plot_view
-from scratchformer.diagnostics.fonts import cjk_family, cjk_fonts, subset_font
+from scratchformer.fonts import cjk_family, cjk_fonts, subset_font
 from scratchformer.diagnostics.maps import AttentionResult, AttentionView, format_top_k, result_to_json, top_k
 from scratchformer.errors import UserError
 

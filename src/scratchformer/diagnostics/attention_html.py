@@ -16,7 +16,7 @@ import string
 from importlib import resources
 from pathlib import Path
 
-from .fonts import subset_font
+from ..fonts import subset_font
 from .maps import AttentionResult, result_to_json
 
 

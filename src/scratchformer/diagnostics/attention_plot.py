@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from .fonts import cjk_fonts
+from ..fonts import cjk_fonts
 from .maps import AttentionView
 
 MAX_FIG_INCHES = 60.0  # matplotlib refuses very large canvases; shrink panels past this

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fonts import cjk_fonts
+from ..fonts import cjk_fonts
 
 
 def _heatmap(ax, m: np.ndarray, title: str, fmt: str = "{:.2f}", cmap: str = "viridis", center: bool = False,

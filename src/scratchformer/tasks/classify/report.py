@@ -46,29 +46,33 @@ def format_report(rep: dict) -> str:
 
 
 def plot_confusion(cm: np.ndarray, labels: list[str], path: str | Path, title: str = "") -> Path:
+    """Row-normalised colours with the counts written in; class names in a CJK-capable font."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ...fonts import cjk_fonts
+
     k = len(labels)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 0.8 + 0.6 * k))
     norm = cm / np.maximum(cm.sum(1, keepdims=True), 1)
-    ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
-    ax.set_xticks(range(k), labels, rotation=45, ha="right")
-    ax.set_yticks(range(k), labels)
-    for i in range(k):
-        for j in range(k):
-            if cm[i, j]:
-                ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=8,
-                        color="white" if norm[i, j] > 0.5 else "black")
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title or "confusion matrix (row-normalised colour, counts)")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with cjk_fonts():  # Chinese class names are drawn as text, not boxes
+        fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 0.8 + 0.6 * k))
+        ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+        ax.set_xticks(range(k), labels, rotation=45, ha="right")
+        ax.set_yticks(range(k), labels)
+        for i in range(k):
+            for j in range(k):
+                if cm[i, j]:
+                    ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=8,
+                            color="white" if norm[i, j] > 0.5 else "black")
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("true")
+        ax.set_title(title or "confusion matrix (row-normalised colour, counts)")
+        fig.tight_layout()
+        path = Path(path)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
     return path
 
 
