@@ -202,6 +202,19 @@ def claim_run_folder(path: str | Path, resume: bool, overwrite: bool) -> None:
     _claimed.add(_key(path))
 
 
+@contextlib.contextmanager
+def run_folder(path: str | Path, resume: bool = False, overwrite: bool = False,
+               what: str = "train") -> Iterator[Path]:
+    """Lock `path` and claim it for a run (what a `train` verb does around its whole work):
+    ``with run_folder(out, overwrite=True): train_classifier(recipe, out)`` replaces an
+    earlier run there (only our files) instead of refusing it."""
+    if resume:  # a missing folder: say so before the lock creates it
+        claim_run_folder(path, resume, overwrite)
+    with lock_run_folder(path, what):
+        claim_run_folder(path, resume, overwrite)
+        yield Path(path)
+
+
 def claimed(path: str | Path) -> bool:
     """Whether a command in this process claimed `path` for a fresh run (`claim_run_folder`)."""
     return _key(Path(path)) in _claimed
