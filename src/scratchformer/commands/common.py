@@ -72,16 +72,13 @@ def run_folder_guard(args) -> Iterator[None]:
     `add_recipe_args`) locks its --out and claims it (empty, or --resume, or --overwrite: see
     train/runfolder.py); `evaluate` locks the run folder it writes its reports into. Under
     torchrun only rank 0 does this."""
-    from ..train.runfolder import claim_run_folder, lock_run_folder
+    from ..train.runfolder import lock_run_folder, run_folder
 
     if os.environ.get("RANK", "0") != "0":
         yield
         return
     if getattr(args, "claims_out", False):
-        if args.resume:  # a missing --out: say so before the lock creates the folder
-            claim_run_folder(args.out, args.resume, args.overwrite)
-        with lock_run_folder(args.out, args.verb):
-            claim_run_folder(args.out, args.resume, args.overwrite)
+        with run_folder(args.out, args.resume, args.overwrite, args.verb):
             yield
     elif getattr(args, "verb", None) == "evaluate" and Path(args.run_dir).is_dir():
         with lock_run_folder(args.run_dir, "evaluate"):
