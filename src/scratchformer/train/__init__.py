@@ -5,7 +5,9 @@
     summary = trainer.fit()            # or trainer.fit(resume=True) after an interruption
 
 Modules: `config` (TrainConfig), `schedules` (learning-rate multipliers), `checkpoint`
-(atomic safetensors weights + trainer state), `trainer` (Trainer), `curves` (plot_curves).
+(safetensors weights + trainer state), `checkpoint_store` (a checkpoint as one atomic unit: a
+step directory named by a pointer file), `runfolder` (the run folder's lock, and protection of
+what is in it), `trainer` (Trainer), `curves` (plot_curves).
 """
 
 from scratchformer.train import schedules
