@@ -1,6 +1,6 @@
 """Run every benchmark and write benchmarks/results/ (`make bench`).
 
-    python -m benchmarks.run_all            # full run, about 15 minutes on 2 quiet cores
+    python -m benchmarks.run_all            # full run, about 20 minutes on 2 quiet cores
     python -m benchmarks.run_all --quick    # toy sizes, seconds (what the smoke test runs)
     python -m benchmarks.run_all --only encoder,attention
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from . import attention, bf16, common, data_pipeline, encoder, generation, mfu, translation
+from . import attention, bf16, common, data_pipeline, encoder, generation, long_sequence, mfu, translation
 
-ORDER = ("encoder", "mfu", "attention", "bf16", "generation", "translation", "data_pipeline")
-MODULES = {"encoder": encoder, "attention": attention, "bf16": bf16, "generation": generation,
-           "translation": translation, "data_pipeline": data_pipeline, "mfu": mfu}
+ORDER = ("encoder", "mfu", "attention", "long_sequence", "bf16", "generation", "translation", "data_pipeline")
+MODULES = {"encoder": encoder, "attention": attention, "long_sequence": long_sequence, "bf16": bf16,
+           "generation": generation, "translation": translation, "data_pipeline": data_pipeline, "mfu": mfu}
 
 
 def run_all(quick: bool = False, out_dir=None, only=None, log=print) -> dict:
