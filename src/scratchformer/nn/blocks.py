@@ -5,6 +5,11 @@ Pre-LN  (GPT-2 and most modern models):   x = x + dropout(sublayer(norm(x)))
 Dropout sits where the paper puts it: on each sublayer's output before the residual add,
 inside the FFN after the activation, and (optionally) on the attention probabilities.
 
+Ablations (`TransformerConfig.ablate_*`, off by default, for experiments only): without the
+residual connection `add(x, y)` is `y` (Post-LN: x = norm(dropout(sublayer(x))); Pre-LN:
+x = dropout(sublayer(norm(x)))); without norms every `norm` is the identity; without the
+scaling the attention scores are Q Kᵀ instead of Q Kᵀ/√d_k.
+
 Masks use the same two names at every level (see `masks.py`): `padding_mask` `(B, Tk)` (True =
 real token) and `attn_mask` `(Tq, Tk)` / `(B, 1|H, Tq, Tk)` (True = may attend). Blocks take
 them, and everything else, as keyword arguments. The stacks' older positional shorthand
@@ -31,17 +36,34 @@ def _attention(cfg: TransformerConfig, self_attention: bool = True) -> MultiHead
     """`cfg.window` restricts self-attention only; cross-attention sees the whole memory."""
     window = cfg.window if self_attention else None
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.attn_dropout, cfg.bias,
-                              window=window, window_sink=cfg.window_sink, window_impl=cfg.window_impl)
+                              window=window, window_sink=cfg.window_sink, window_impl=cfg.window_impl,
+                              scale=1.0 if cfg.ablate_scale else None)
 
 
-class EncoderBlock(nn.Module):
+def _norm(cfg: TransformerConfig) -> nn.Module:
+    return nn.Identity() if cfg.ablate_norm else make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+
+
+class _Block(nn.Module):
+    """What both blocks share: the residual connection `add(x, y) = x + y` (y = the sublayer's
+    output), which the `ablate_residual` ablation turns into `y` alone."""
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.norm_first = cfg.norm_first
+        self.residual = not cfg.ablate_residual
+
+    def add(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y if self.residual else y
+
+
+class EncoderBlock(_Block):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg)
         self.self_attn = _attention(cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout, cfg.bias)
-        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
-        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.norm1 = _norm(cfg)
+        self.norm2 = _norm(cfg)
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
 
@@ -57,27 +79,26 @@ class EncoderBlock(nn.Module):
 
         if self.norm_first:
             a, weights = attend(self.norm1(x))
-            x = x + a
-            x = x + self.dropout2(self.ffn(self.norm2(x)))
+            x = self.add(x, a)
+            x = self.add(x, self.dropout2(self.ffn(self.norm2(x))))
         else:
             a, weights = attend(x)
-            x = self.norm1(x + a)
-            x = self.norm2(x + self.dropout2(self.ffn(x)))
+            x = self.norm1(self.add(x, a))
+            x = self.norm2(self.add(x, self.dropout2(self.ffn(x))))
         return x, weights
 
 
-class DecoderBlock(nn.Module):
+class DecoderBlock(_Block):
     """Masked self-attention, cross-attention over the encoder memory, feed-forward."""
 
     def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.norm_first = cfg.norm_first
+        super().__init__(cfg)
         self.self_attn = _attention(cfg)
         self.cross_attn = _attention(cfg, self_attention=False)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout, cfg.bias)
-        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
-        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
-        self.norm3 = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+        self.norm1 = _norm(cfg)
+        self.norm2 = _norm(cfg)
+        self.norm3 = _norm(cfg)
         self.dropout1 = nn.Dropout(cfg.dropout)
         self.dropout2 = nn.Dropout(cfg.dropout)
         self.dropout3 = nn.Dropout(cfg.dropout)
@@ -101,16 +122,16 @@ class DecoderBlock(nn.Module):
 
         if self.norm_first:
             a, self_w = self_block(self.norm1(x))
-            x = x + a
+            x = self.add(x, a)
             c, cross_w = cross_block(self.norm2(x))
-            x = x + c
-            x = x + self.dropout3(self.ffn(self.norm3(x)))
+            x = self.add(x, c)
+            x = self.add(x, self.dropout3(self.ffn(self.norm3(x))))
         else:
             a, self_w = self_block(x)
-            x = self.norm1(x + a)
+            x = self.norm1(self.add(x, a))
             c, cross_w = cross_block(x)
-            x = self.norm2(x + c)
-            x = self.norm3(x + self.dropout3(self.ffn(x)))
+            x = self.norm2(self.add(x, c))
+            x = self.norm3(self.add(x, self.dropout3(self.ffn(x))))
         return x, (self_w, cross_w)
 
 
@@ -122,7 +143,7 @@ class _Stack(nn.Module):
         self.cfg = cfg
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_base) if cfg.position == "rope" else None
         self.alibi = ALiBi(cfg.n_heads) if cfg.position == "alibi" else None
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias) if cfg.use_final_norm else None
+        self.norm = _norm(cfg) if cfg.use_final_norm else None
         self.gradient_checkpointing = False
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
