@@ -1,69 +1,17 @@
-"""Dataclass configs that round-trip through JSON.
+"""`TransformerConfig`: everything that shapes an encoder, a decoder or both.
 
-`JsonConfig` is the one config mechanism of the project: every config (blocks, models,
-training) is a dataclass that inherits it, so `cfg.to_dict()`, `Cfg.from_dict(d)`,
-`cfg.save_json(path)` and `Cfg.load_json(path)` work the same everywhere.
+The config mechanism itself (`JsonConfig`: JSON round trip, typed values, typed `--set`,
+freezing) lives in `scratchformer.config`, below every layer, because `nn`, `train` and
+`tasks` all use it; it is re-exported here for `from scratchformer.nn import JsonConfig`.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-import typing
-from dataclasses import dataclass, fields
-from pathlib import Path
-from typing import Any, TypeVar
+from dataclasses import dataclass
 
+from ..config import JsonConfig
 from ..errors import UserError
 
-T = TypeVar("T", bound="JsonConfig")
-
-
-class JsonConfig:
-    """Mixin for dataclass configs: JSON round trip and readable errors on bad keys."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[arg-type]
-
-    @classmethod
-    def from_dict(cls: type[T], d: dict[str, Any]) -> T:
-        if not isinstance(d, dict):
-            raise UserError(f"{cls.__name__}: expected a JSON object, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise UserError(
-                f"{cls.__name__} has no option(s) {', '.join(unknown)} (unknown key); "
-                f"known options: {', '.join(sorted(known))}"
-            )
-        hints = typing.get_type_hints(cls)
-        values = {}
-        for key, value in d.items():
-            sub = hints.get(key)
-            if dataclasses.is_dataclass(sub) and hasattr(sub, "from_dict") and isinstance(value, dict):
-                value = sub.from_dict(value)  # nested config, e.g. a model's encoder
-            values[key] = value
-        return cls(**values)
-
-    def replace(self: T, **changes: Any) -> T:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
-
-    def save_json(self, path: str | os.PathLike) -> None:
-        """Write atomically: a crash never leaves half a config behind."""
-        from ..fileio import atomic_write_text
-
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
-
-    @classmethod
-    def load_json(cls: type[T], path: str | os.PathLike) -> T:
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"config file {path} not found") from None
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-        return cls.from_dict(d)
+__all__ = ["JsonConfig", "TransformerConfig"]
 
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
