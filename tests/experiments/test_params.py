@@ -17,6 +17,8 @@ VARIANTS = [
     {"position": "learned", "max_len": 64},
     {"position": "rope"},
     {"position": "alibi"},
+    {"ablate_norm": True},  # identity norms: no parameters
+    {"ablate_residual": True, "ablate_scale": True},
 ]
 
 

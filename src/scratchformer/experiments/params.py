@@ -71,13 +71,17 @@ def _block_terms(t: TransformerConfig, L: int, cross: bool) -> dict[str, Term]:
     ffn = d * n_in + f * d + b * (n_in + d)
     ffn_f = ("3·d·f" if t.activation == "swiglu" else "2·d·f") + (
         (" + 2·f + d" if t.activation == "swiglu" else " + f + d") if b else "")
-    per_norm = d * (2 if t.norm == "layernorm" and b else 1)
+    per_norm = 0 if t.ablate_norm else d * (2 if t.norm == "layernorm" and b else 1)
     n_norms = 3 if cross else 2
     out = {"attention": Term(L * attn, f"L·({attn_f})"), "ffn": Term(L * ffn, f"L·({ffn_f})"),
-           "norms": Term(L * n_norms * per_norm, f"L·{n_norms}·{'2·d' if per_norm == 2 * d else 'd'}")}
+           "norms": Term(L * n_norms * per_norm, f"L·{n_norms}·{_norm_f(per_norm, d)}")}
     if cross:
         out["cross-attention"] = Term(L * attn, f"L·({attn_f})")
     return out
+
+
+def _norm_f(per_norm: int, d: int) -> str:
+    return "2·d" if per_norm == 2 * d else "d" if per_norm else "0 (ablate_norm)"
 
 
 def _add(terms: dict[str, Term], name: str, value: int, formula: str) -> None:
@@ -129,9 +133,9 @@ def closed_form(recipe: dict) -> dict[str, Term]:
         final = 2  # one norm after each stack
     else:
         raise UserError(f"params: task {task!r} unknown; the recipe needs task classify, lm or translate")
-    if t.use_final_norm:
+    if t.use_final_norm and not t.ablate_norm:
         per_norm = t.d_model * (2 if t.norm == "layernorm" and t.bias else 1)
-        _add(terms, "norms", final * per_norm, f"{final}·{'2·d' if per_norm == 2 * t.d_model else 'd'} (final)")
+        _add(terms, "norms", final * per_norm, f"{final}·{_norm_f(per_norm, t.d_model)} (final)")
     return terms
 
 
