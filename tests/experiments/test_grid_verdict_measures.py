@@ -109,3 +109,18 @@ def test_number_formats():
     assert fmt(0.0123, 0.001, "time_per_step_s") == "12.3 ± 1.0 ms"
     assert fmt(1_234_567, 0.0, "params") == "1.235M"
     assert fmt(float("nan"), None, "x") == "—"
+
+
+def test_each_run_is_an_ordinary_train_command(tmp_path):
+    from scratchformer.experiments.runner import SweepSpec
+
+    spec = SweepSpec("lm", tmp_path, axes_from({"train.lr": [0.001]}), seeds=2, data="sanguo",
+                     sets=["train.max_steps=5"], time_budget=2.5)
+    cell = spec.cells()[0]
+    argv = spec.argv(cell, 1, tmp_path / "run", resume=True)
+    assert argv[:4] == ["train", "lm", "--data", "sanguo"]
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert sets == ["train.max_steps=5", "train.lr=0.001", "train.seed=1", "train.progress=false", "train.max_minutes=2.5"]
+    assert argv[-3:] == ["--out", str(tmp_path / "run"), "--resume"]
+    with pytest.raises(UserError, match="--task"):
+        SweepSpec("mlm", tmp_path, [])

@@ -106,6 +106,10 @@ def prepare_data(spec: ExperimentSpec, subset: dict | None, out: Path) -> tuple[
         atomic_write_text(folder / "train.txt", text[:n])
         atomic_write_text(folder / "valid.txt", text[cut:cut + m])
         return {"data": str(folder / "train.txt"), "valid": str(folder / "valid.txt")}, []
+    if spec.task != "classify":
+        if subset:
+            raise UserError(f"{spec.path}: 'subset' works for classify and lm specs, not {spec.task}")
+        return {"data": spec.data}, []
     data = load_dataset(spec.data)
     texts = [t for t, _ in data.valid[:32]]
     if not subset:
