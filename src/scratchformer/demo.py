@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from .tasks.runs import resolve_recipe
+from .train.runfolder import run_folder
 from .tasks.classify import Classifier, ClassifyRecipe, train_classifier
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "thucnews-demo.json"
@@ -22,7 +23,8 @@ def main(out: str = "runs/demo") -> int:
     log = lambda m: print(m, flush=True)  # noqa: E731
     recipe = resolve_recipe(ClassifyRecipe, config=str(RECIPE))
     log(f"recipe {RECIPE.name}: THUCNews headlines, char-level encoder + hashed bigrams")
-    result = train_classifier(recipe, out, log=log)
+    with run_folder(out, overwrite=True):  # `make demo` again replaces the earlier demo run
+        result = train_classifier(recipe, out, log=log)
     clf = Classifier.load(out)
     log("\npredictions:")
     for text, res in zip(EXAMPLES, clf.predict(EXAMPLES)):

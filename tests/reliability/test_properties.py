@@ -105,9 +105,6 @@ def test_decoding_any_ids_of_the_vocabulary_is_a_string(tokenizers, data, kind):
     assert isinstance(tok.decode(ids), str)
 
 
-@pytest.mark.xfail(strict=True, reason="data/tokenizers.py (not this helper's file): char/word decode() "
-                   "raises IndexError for an id outside the vocabulary (e.g. a model whose embedding has "
-                   "more rows than tokenizer.json); it should raise a one-line UserError")
 @FEW
 @given(ids=st.lists(st.integers(min_value=-5, max_value=400), max_size=20), kind=st.sampled_from(["char", "word"]))
 def test_decoding_ids_outside_the_vocabulary_is_one_line(tokenizers, ids, kind):
@@ -125,9 +122,6 @@ def _mutations(good: str):
     )
 
 
-@pytest.mark.xfail(strict=True, reason="data/tokenizers.py (not this helper's file): Tokenizer.load lets "
-                   "JSONDecodeError/UnicodeDecodeError/ValueError/KeyError through for a corrupt "
-                   "tokenizer.json; it should raise one UserError naming the file")
 @FEW
 @given(data=st.data())
 def test_loading_a_damaged_tokenizer_file_is_a_tokenizer_or_one_line(tokenizers, data):

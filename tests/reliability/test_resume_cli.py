@@ -50,8 +50,6 @@ def test_lm_interrupted_then_resumed_equals_an_uninterrupted_run(tmp_path, monke
     assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
 
 
-@pytest.mark.xfail(strict=True, reason="tasks/runs.py train_members decides a member's resume with "
-                   "(mdir / 'trainer_state.pt').exists(), the old layout; use train.checkpoint_store.has_checkpoint")
 def test_an_interrupted_ensemble_resumes(tmp_path, monkeypatch):
     rng = random.Random(0)
     rows = ["text\tlabel"] + [f"{rng.choice(['good', 'bad'])} film\t{rng.choice(['pos', 'neg'])}" for _ in range(60)]

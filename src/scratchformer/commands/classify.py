@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_recipe_args, recipe_for_run, read_inputs
+from .common import add_recipe_args, positive_int, recipe_for_run, read_inputs
 
 
 def register(cli) -> None:
@@ -25,7 +25,7 @@ def register(cli) -> None:
     p.add_argument("texts", nargs="*", help="texts (or --file, or stdin)")
     p.add_argument("--file", help="one text per line")
     p.add_argument("--json", action="store_true", help="JSON lines with all probabilities")
-    p.add_argument("--top", type=int, default=3, help="probabilities shown per text")
+    p.add_argument("--top", type=positive_int, default=3, help="probabilities shown per text")
     p.set_defaults(func=predict)
 
     cli.evaluators["classify"] = evaluate

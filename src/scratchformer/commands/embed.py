@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from .common import read_inputs
 
 MODEL_HELP = "a model name (minilm) or a folder with config.json + model.safetensors (default: minilm)"
 
@@ -41,16 +42,7 @@ def _load(name: str):
 
 
 def _read_lines(path: Path) -> list[str]:
-    if str(path) == "-":
-        lines = sys.stdin.read().splitlines()
-    else:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise UserError(f"--file {path} does not exist") from None
-        except UnicodeDecodeError:
-            raise UserError(f"--file {path} is not UTF-8 text") from None
-    return [ln for ln in lines if ln.strip()]
+    return read_inputs([], None if str(path) == "-" else str(path))
 
 
 def _check_max_length(max_length: int | None, tok) -> None:

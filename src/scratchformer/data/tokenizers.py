@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..errors import UserError
 from .bigrams import char_bigrams, check_buckets, id_bigrams
 from .specials import BOS, BOS_ID, CLS, CLS_ID, EOS, EOS_ID, NUM_SPECIALS, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID  # noqa: F401
 FORMAT_VERSION = 1
@@ -36,6 +37,10 @@ _REGISTRY: dict[str, type["Tokenizer"]] = {}
 def _register(cls):
     _REGISTRY[cls.kind] = cls
     return cls
+
+
+class TokenizerFileError(UserError, ValueError):
+    """A tokenizer file that cannot be read (one line: which file, what is wrong)."""
 
 
 class Tokenizer:
@@ -92,6 +97,10 @@ class Tokenizer:
         """Ids -> text. With `skip_special`, <pad>/<bos>/<eos>/<cls> are dropped; <unk> is
         always kept (rendered as "<unk>") so that lost text stays visible."""
         ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise UserError(f"id {bad[0]} is outside this tokenizer's vocabulary of {self.vocab_size} "
+                            "(a model with more embedding rows than tokenizer.json?)")
         if skip_special:
             ids = [i for i in ids if i == UNK_ID or i >= NUM_SPECIALS]
         return self._decode_raw(ids)
@@ -111,16 +120,33 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
-        """Read a file written by `save`; the "type" field picks the subclass."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        """Read a file written by `save`; the "type" field picks the subclass. A missing,
+        truncated, non-UTF-8 or damaged file is one `TokenizerFileError` naming it."""
+        UserError = TokenizerFileError  # noqa: N806  every error below is about the file
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"tokenizer file {path} does not exist") from None
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path} is not a tokenizer file (not UTF-8 at byte {e.start}); "
+                            "restore it from the run or retrain") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{e.lineno}: corrupt tokenizer file ({e.msg}); restore it from the run or retrain") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path} is not a tokenizer file (expected a JSON object)")
         kind = data.get("type")
         if kind not in _REGISTRY:
-            raise ValueError(f"{path}: unknown tokenizer type {kind!r}; "
-                             f"expected one of {sorted(_REGISTRY)}")
+            raise UserError(f"{path}: unknown tokenizer type {kind!r}; expected one of {sorted(_REGISTRY)}")
         sub = _REGISTRY[kind]
         if cls is not Tokenizer and not issubclass(sub, cls):
-            raise ValueError(f"{path}: holds a {kind!r} tokenizer, not {cls.kind!r}")
-        return sub._from_state(data)
+            raise UserError(f"{path}: holds a {kind!r} tokenizer, not {cls.kind!r}")
+        try:
+            return sub._from_state(data)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any defect of the file's content is the file's
+            raise UserError(f"{path}: a damaged {kind} tokenizer file ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:120] if str(e) else ''}); restore it from the run or retrain") from None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"

@@ -8,7 +8,6 @@ offer itself; until then they reach into the model here.
 """
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -29,11 +28,10 @@ BATCH = 32
 
 def load(run_dir: str | Path):
     """The adapter for the run in `run_dir` (by its config.json "task")."""
+    from ..tasks.runs import RunDir
+
     run_dir = Path(run_dir)
-    cfg = run_dir / "config.json"
-    if not cfg.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no config.json); pass the --out of a training run")
-    task = json.loads(cfg.read_text(encoding="utf-8")).get("task")
+    task = RunDir(run_dir).task_name()
     adapters = {"classify": ClassifyAdapter, "translate": TranslateAdapter, "lm": LMAdapter, "mlm": MLMAdapter}
     if task not in adapters:
         raise UserError(f"{run_dir} holds a {task!r} run; attention and doctor know {', '.join(adapters)}")

@@ -20,6 +20,8 @@ import torch
 from ..config import JsonConfig
 from ..data.registry import DATASETS, DatasetInfo, get_dataset
 from ..errors import UserError
+from ..train.checkpoint_store import has_checkpoint
+from ..train.runfolder import claim_run_folder
 
 CONFIG, GIVEN, LABELS, WEIGHTS, MEMBERS = "config.json", "recipe.json", "labels.json", "model.safetensors", "members.json"
 
@@ -111,18 +113,18 @@ class RunDir:
             raise UserError(f"{self.path} is not a run directory (no {CONFIG}); pass the --out of a training run")
         try:
             return json.loads(cfg.read_text(encoding="utf-8"))["task"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):  # ValueError covers JSON and UTF-8 errors
             raise UserError(f"{cfg} is not a scratchformer run config (no 'task' field, or not JSON)") from None
 
     def load_recipe(self, cls: type[Recipe], task: str, files: tuple[str, ...], what: str) -> Recipe:
         """The resolved recipe of a finished run, with one-line errors for missing files and
         for a run of another task."""
-        for name in (CONFIG,) + files:
-            if not (self.path / name).exists():
-                raise UserError(f"{self.path} is not a finished {what} run: {name} is missing")
-        found = self.task_name()
+        found = self.task_name()  # first: a run of another task says so, whatever it lacks
         if found != task:
             raise UserError(f"{self.path} holds a {found!r} run, not a {what} run")
+        for name in files:
+            if not (self.path / name).exists():
+                raise UserError(f"{self.path} is not a finished {what} run: {name} is missing")
         return cls.load_json(self.path / CONFIG).freeze()
 
     def save_labels(self, labels: list[str]) -> None:
@@ -168,7 +170,12 @@ def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callab
         member.ensemble, member.train.seed = 1, recipe.train.seed + i
         mdir = run.member(i).path
         log(f"ensemble member {i + 1}/{recipe.ensemble} (seed {member.train.seed}) -> {mdir}")
-        result = train_one(member, mdir, resume=resume and (mdir / "trainer_state.pt").exists(), log=log)
+        again = resume and has_checkpoint(mdir)
+        if again:  # its own saved recipe holds what it derived from the data (vocabulary, classes)
+            member = type(recipe).load_json(mdir / CONFIG)
+        elif mdir.exists():  # an earlier attempt that never saved a checkpoint: start over
+            claim_run_folder(mdir, resume=False, overwrite=True)
+        result = train_one(member, mdir, resume=again, log=log)
         done.append({"dir": mdir.name, "seed": member.train.seed, **summarize(result)})
         run.record_members(done)
     return done

@@ -36,9 +36,13 @@ class LanguageModel:
     def load(cls, run_dir: str | Path) -> "LanguageModel":
         run_dir = Path(run_dir)
         recipe = RunDir(run_dir).load_recipe(LMRecipe, "lm", ("tokenizer.json", "model.safetensors"), "language-model")
+        tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
+        if tokenizer.vocab_size != recipe.model.vocab_size:
+            raise UserError(f"{run_dir / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but {run_dir / 'config.json'} "
+                            f"(and model.safetensors) {recipe.model.vocab_size}: the run folder is inconsistent")
         model = DecoderLM(recipe.model)
         load_weights(model, run_dir / "model.safetensors")
-        return cls(model, Tokenizer.load(run_dir / "tokenizer.json"), recipe)
+        return cls(model, tokenizer, recipe)
 
     @property
     def context(self) -> int:

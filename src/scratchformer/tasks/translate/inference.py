@@ -23,12 +23,23 @@ def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe
     recipe = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (SRC_TOK, TGT_TOK), "translation")
     if weights is None:
         final = run_dir / FINAL
-        weights = json.loads(final.read_text())["weights"] if final.exists() else "model.safetensors"
+        weights = _final_weights(final) if final.exists() else "model.safetensors"
     if not (run_dir / weights).exists():
         raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
     model = Seq2Seq(recipe.model)
     load_weights(model, run_dir / weights)
     return recipe, model.eval()
+
+
+def _final_weights(final: Path) -> str:
+    try:
+        weights = json.loads(final.read_text(encoding="utf-8"))["weights"]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{final} is corrupt (it names the final weights file); delete it to use "
+                        "model.safetensors, or restore it") from None
+    if not isinstance(weights, str) or "/" in weights or "\\" in weights:
+        raise UserError(f"{final} names {weights!r}, not a weights file of the run folder")
+    return weights
 
 
 class Translator:
