@@ -66,11 +66,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+WRITES_INTO_RUN = ("evaluate", "attention", "align", "doctor")  # verbs that write reports into RUN
+
+
 @contextlib.contextmanager
 def run_folder_guard(args) -> Iterator[None]:
     """Held around a whole command by `cli.main`: a `train` verb (one that took
     `add_recipe_args`) locks its --out and claims it (empty, or --resume, or --overwrite: see
-    train/runfolder.py); `evaluate` locks the run folder it writes its reports into. Under
+    train/runfolder.py); `evaluate`, `attention`, `align` and `doctor` lock the run folder they write reports into. Under
     torchrun only rank 0 does this."""
     from ..train.runfolder import lock_run_folder, run_folder
 
@@ -80,8 +83,8 @@ def run_folder_guard(args) -> Iterator[None]:
     if getattr(args, "claims_out", False):
         with run_folder(args.out, args.resume, args.overwrite, args.verb):
             yield
-    elif getattr(args, "verb", None) == "evaluate" and Path(args.run_dir).is_dir():
-        with lock_run_folder(args.run_dir, "evaluate"):
+    elif getattr(args, "verb", None) in WRITES_INTO_RUN and Path(args.run_dir).is_dir():
+        with lock_run_folder(args.run_dir, args.verb):
             yield
     else:
         yield
