@@ -4,13 +4,13 @@
 Conventions: batch-first `(B, T, C)`; boolean masks mean True = may attend / real token.
 """
 from .attention import KVCache, MultiHeadAttention, plain_attention, scaled_dot_product_attention
-from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer, split_mask
+from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer
 from .cache import RollingKVCache
 from .config import JsonConfig, TransformerConfig
 from .ffn import FeedForward
 from .fast_linear import Linear, linear, onednn_blocker, use_onednn
 from .masks import (MaskError, causal_mask, local_window_mask, merge_masks, padding_mask,
-                    padding_mask_from_ids)
+                    padding_mask_from_ids, split_mask)
 from .norm import LayerNorm, RMSNorm
 from .position import (
     ALiBi,

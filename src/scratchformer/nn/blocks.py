@@ -14,7 +14,7 @@ Masks use the same two names at every level (see `masks.py`): `padding_mask` `(B
 real token) and `attn_mask` `(Tq, Tk)` / `(B, 1|H, Tq, Tk)` (True = may attend). Blocks take
 them, and everything else, as keyword arguments. The stacks' older positional shorthand
 (`Encoder(x, mask)`, `Decoder(..., self_mask=...)`: a 2-D mask is a padding mask, any other an
-attention mask) is converted once, at the stack's entrance, by `split_mask`.
+attention mask) is converted once, at the stack's entrance, by `masks.split_mask`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from .cache import KVCache, RollingKVCache
 from .config import TransformerConfig
 from .ffn import FeedForward
-from .masks import check_mask
+from .masks import split_mask
 from .multihead import MultiHeadAttention
 from .norm import make_norm
 from .packing import PackedTokens
@@ -170,17 +170,6 @@ class _Stack(nn.Module):
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(layer, *inputs, use_reentrant=False, **kwargs)
         return layer(*inputs, **kwargs)
-
-
-def split_mask(mask, padding_mask=None, attn_mask=None):
-    """The stacks' positional shorthand -> `(padding_mask, attn_mask)`: a 2-D `mask` is a
-    `(B, T)` padding mask, any other an attention mask. The one place where a mask's kind is
-    read from its shape; everything below takes the two masks by name."""
-    if mask is not None:
-        if padding_mask is not None or attn_mask is not None:
-            raise ValueError("pass either the shorthand mask or padding_mask=/attn_mask=, not both")
-        padding_mask, attn_mask = (mask, None) if mask.dim() == 2 else (None, mask)
-    return check_mask(padding_mask, "padding_mask", allow_float=False), check_mask(attn_mask, "attn_mask")
 
 
 class Encoder(_Stack):

@@ -98,3 +98,14 @@ def merge_masks(padding: torch.Tensor | None, attn_mask: torch.Tensor | None) ->
     if attn_mask.dtype == torch.bool:
         return pad & attn_mask
     return torch.where(pad, attn_mask, float("-inf"))  # broadcasts to (B, 1|H, Tq, Tk)
+
+
+def split_mask(mask, padding_mask=None, attn_mask=None):
+    """The stacks' positional shorthand -> `(padding_mask, attn_mask)`: a 2-D `mask` is a
+    `(B, T)` padding mask, any other an attention mask. The one place where a mask's kind is
+    read from its shape; everything below takes the two masks by name."""
+    if mask is not None:
+        if padding_mask is not None or attn_mask is not None:
+            raise ValueError("pass either the shorthand mask or padding_mask=/attn_mask=, not both")
+        padding_mask, attn_mask = (mask, None) if mask.dim() == 2 else (None, mask)
+    return check_mask(padding_mask, "padding_mask", allow_float=False), check_mask(attn_mask, "attn_mask")
