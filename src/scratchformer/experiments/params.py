@@ -139,13 +139,19 @@ def closed_form(recipe: dict) -> dict[str, Term]:
     return terms
 
 
+def checkpoint_weights(run: Path) -> Path | None:
+    from ..train.checkpoint_store import CheckpointStore, has_checkpoint
+
+    return CheckpointStore(run).latest().weights if has_checkpoint(run) else None
+
+
 def params_table(run_or_config: Path, task: str | None = None) -> tuple[list[tuple[str, int | None, Term | None]], str]:
     """Rows (component, counted, closed form) and a one-line note on what was read."""
     path = Path(run_or_config)
     if path.is_dir():
         cfg_path, weights = path / "config.json", path / "model.safetensors"
-        if not weights.exists():
-            weights = path / "last.safetensors"
+        if not weights.exists():  # an unfinished run: its latest checkpoint
+            weights = checkpoint_weights(path) or weights
         if not cfg_path.exists() or not weights.exists():
             raise UserError(f"{path} is not a finished run (config.json and model.safetensors needed)")
         recipe = json.loads(cfg_path.read_text(encoding="utf-8"))

@@ -37,9 +37,10 @@ def read_jsonl(path: Path) -> list[dict]:
 def count_params(run_dir: Path) -> int | None:
     from safetensors import safe_open
 
-    for name in ("model.safetensors", "last.safetensors"):
-        path = run_dir / name
-        if path.exists():
+    from .params import checkpoint_weights
+
+    for path in (run_dir / "model.safetensors", checkpoint_weights(run_dir)):
+        if path is not None and path.exists():
             with safe_open(str(path), "pt") as f:
                 return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     return None

@@ -6,7 +6,7 @@ averaging, and the inference API.
 `Translator.load(run_dir).translate([...], beam=5)` is the inference API.
 
 A run directory holds, besides the Trainer's files (model.safetensors = best validation BLEU,
-last.safetensors, metrics.jsonl, curves.png):
+the checkpoint (checkpoint.json, checkpoints/), metrics.jsonl, curves.png):
   config.json, src_tokenizer.json, tgt_tokenizer.json   what `Translator.load` needs
   snapshots/step-*.safetensors   the weights at the last `average_last` evaluations
   averaged.safetensors           their element-wise mean (checkpoint averaging)
