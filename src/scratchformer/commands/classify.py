@@ -28,6 +28,10 @@ def register(cli) -> None:
     p.add_argument("--top", type=positive_int, default=3, help="probabilities shown per text")
     p.set_defaults(func=predict)
 
+    ev = cli.verbs.choices["evaluate"]
+    ev.add_argument("--max-len", type=positive_int, default=None, metavar="N",
+                    help="classifiers: evaluate with data.max_len=N tokens per segment instead of the "
+                         "trained one (a learned position table cannot go past its length)")
     cli.evaluators["classify"] = evaluate
 
 
@@ -66,17 +70,32 @@ def evaluate(args) -> int:
     from ..data.readers import read_labeled_file
     from ..tasks.classify import Classifier
     from ..tasks.classify import format_report, load_classification
+    from ..errors import UserError
 
+    if getattr(args, "context", None) is not None:
+        raise UserError("--context is for language-model runs; for a classifier use --max-len N")
     clf = Classifier.load(args.run_dir)
+    trained_max_len = clf.recipe.data.max_len
+    if args.max_len is not None:
+        clf = clf.with_max_len(args.max_len)
     if args.data:
         pairs, name, meta = read_labeled_file(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col), Path(args.data).stem, None
     else:
         data = load_classification(clf.recipe.data)
         pairs, name, meta = getattr(data, args.split), args.split, data.meta
+    if args.max_len is not None:  # its own report files beside the trained-length ones
+        longer = f"{name}_maxlen{args.max_len}"
+        if meta and f"{name}_in_train" in meta:
+            meta = {**meta, f"{longer}_in_train": meta[f"{name}_in_train"]}
+        name = longer
     rep = clf.evaluate(pairs, args.run_dir, name, meta)
+    if args.max_len is not None:
+        rep.update({"max_len": args.max_len, "trained_max_len": trained_max_len})
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
     else:
+        if args.max_len is not None:
+            print(f"evaluated with data.max_len={args.max_len} (trained with {trained_max_len})")
         print(format_report(rep))
         if "accuracy_without_train_overlap" in rep:
             print(f"accuracy without the {name} texts that also occur in train: {rep['accuracy_without_train_overlap']:.4f}")

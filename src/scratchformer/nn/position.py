@@ -67,13 +67,23 @@ class RotaryEmbedding(nn.Module):
     the position, so q·k depends only on the relative offset. Half-split pairing
     (channel i with i + D/2, as GPT-NeoX / LLaMA in HF). Angles in float32: in bf16 the
     positions above ~256 lose their low bits and the rotation goes wrong.
+
+    angle(p, i) = (p / scale) · base^(-2i/D)      旋转角 = 位置 / 缩放 × 频率
+
+    `scale` > 1 is position interpolation (Chen et al. 2023, "Extending context window of
+    large language models via positional interpolation"): a model trained on L positions
+    reads L·scale positions with every angle inside the range it was trained on. The other
+    way to stretch RoPE, NTK-aware scaling, keeps the positions and raises `base` instead
+    (`ntk_base`); `scaled_rope` builds either.
     """
 
-    def __init__(self, head_dim: int, base: float = 10000.0):
+    def __init__(self, head_dim: int, base: float = 10000.0, scale: float = 1.0):
         super().__init__()
         if head_dim % 2:
             raise UserError(f"RoPE needs an even head dimension, got {head_dim}")
-        self.head_dim = head_dim
+        if not scale > 0:
+            raise UserError(f"RoPE position scale must be > 0, got {scale}")
+        self.head_dim, self.base, self.scale = head_dim, float(base), float(scale)
         inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._cos: torch.Tensor | None = None
@@ -83,6 +93,8 @@ class RotaryEmbedding(nn.Module):
         if self._cos is None or self._cos.shape[0] < length or self._cos.device != device:
             n = max(length, 2 * (0 if self._cos is None else self._cos.shape[0]), 64)
             pos = torch.arange(n, device=device, dtype=torch.float32)
+            if self.scale != 1.0:
+                pos = pos / self.scale  # interpolation: a division, so p / s is exact where it is whole
             angles = torch.outer(pos, self.inv_freq.to(device))  # (n, D/2)
             angles = torch.cat([angles, angles], dim=-1)  # (n, D)
             self._cos, self._sin = angles.cos(), angles.sin()
@@ -97,6 +109,31 @@ class RotaryEmbedding(nn.Module):
         x1, x2 = xf.chunk(2, dim=-1)  # (B, H, T, D/2) each
         rotated_half = torch.cat([-x2, x1], dim=-1)  # (B, H, T, D)
         return (xf * cos + rotated_half * sin).to(x.dtype)
+
+
+ROPE_SCALINGS = ("linear", "ntk")
+
+
+def ntk_base(base: float, factor: float, head_dim: int) -> float:
+    """NTK-aware scaling ("NTK-aware scaled RoPE", bloc97, 2023): base' = base · s^(D/(D-2)).
+    The lowest frequency (i = D/2 - 1) then turns s times slower, as under interpolation,
+    while the highest (i = 0) is unchanged, so nearby tokens keep their full resolution."""
+    return float(base) * float(factor) ** (head_dim / (head_dim - 2))
+
+
+def scaled_rope(rope: RotaryEmbedding, kind: str, factor: float) -> RotaryEmbedding:
+    """A copy of `rope` stretched `factor` times for contexts longer than training: `linear`
+    (position interpolation, positions / factor) or `ntk` (base raised by `ntk_base`).
+    factor 1 gives the same angles as `rope`."""
+    if kind not in ROPE_SCALINGS:
+        raise UserError(f"RoPE scaling {kind!r} unknown; choose one of {ROPE_SCALINGS}")
+    if not factor >= 1.0:
+        raise UserError(f"RoPE scaling factor must be >= 1 (a longer context than training), got {factor}")
+    if kind == "linear":
+        return RotaryEmbedding(rope.head_dim, rope.base, rope.scale * factor)
+    if rope.head_dim <= 2:
+        raise UserError("NTK-aware RoPE scaling needs a head dimension > 2")
+    return RotaryEmbedding(rope.head_dim, ntk_base(rope.base, factor, rope.head_dim), rope.scale)
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

@@ -53,6 +53,26 @@ class Classifier:
         load_weights(model, run / WEIGHTS)
         return cls(model, tokenizer, labels, recipe)
 
+    @property
+    def max_positions(self) -> int | None:
+        """Hard limit on tokens per segment (a learned position table), or None."""
+        m = self.recipe.model
+        if m.bert is not None:
+            return m.bert.max_position_embeddings
+        return m.encoder.max_len if m.encoder.position == "learned" else None
+
+    def with_max_len(self, max_len: int) -> "Classifier":
+        """The same model reading `max_len` tokens per segment (`evaluate --max-len`): a longer
+        input than in training, to see how the positions carry over. Refused past a learned
+        position table."""
+        limit = self.max_positions
+        if limit is not None and max_len > limit:
+            raise UserError(f"this classifier has learned positions: its table has {limit} rows "
+                            f"(model.{'bert.max_position_embeddings' if self.recipe.model.bert else 'encoder.max_len'}), "
+                            f"so data.max_len={max_len} cannot be read; use --max-len <= {limit}")
+        recipe = self.recipe.replace(data=self.recipe.data.replace(max_len=max_len)).freeze()
+        return Classifier(self.model, self.tokenizer, self.labels, recipe)
+
     def _batch(self, texts: Sequence[str]) -> ClassifyBatch:
         docs = []
         for i, text in enumerate(texts):
@@ -138,3 +158,7 @@ class EnsembleClassifier:
 
     def attention(self, text: str):
         return self.members[0].attention(text)
+
+    def with_max_len(self, max_len: int) -> "EnsembleClassifier":
+        return EnsembleClassifier([m.with_max_len(max_len) for m in self.members],
+                                  self.recipe.replace(data=self.recipe.data.replace(max_len=max_len)).freeze())

@@ -20,6 +20,11 @@ Metrics: `loss` = mean cross-entropy per target token (nats), `perplexity` = exp
 for BPE, bpc = loss * (tokens / characters of the validation text) / ln 2, an estimate that
 lets a BPE model be compared with a char model on the same text.
 
+Longer contexts than training: `evaluate_context(lm, text, context)` (context.py) gives the
+loss per position bucket [0, L), [L, 2L), [2L, 4L), ... and, for RoPE models, position
+interpolation or NTK-aware scaling at inference (`rope="linear" | "ntk"`). Training with
+`data.random_length` cuts each batch's windows to a random length in min_length..context.
+
 Generation: one `KVCache` per layer; the prompt is pre-filled in one forward, then each new
 token is one forward of one position. The model sees at most `window` tokens (default: the
 training `context`). When the text grows past it, the uncached path simply feeds the last
@@ -30,6 +35,7 @@ after the first crop. With learned positions `window` can be at most `max_len` (
 no rows beyond); RoPE, sinusoidal and ALiBi have no hard limit, but the model was trained on
 `context` tokens and usually degrades beyond: raise `window` at your own risk.
 """
+from .context import evaluate_context, plot_position_loss, position_buckets
 from .data import (EncodedSplit, LMBatch, LMText, RandomWindows, build_lm_tokenizer, chars_per_token, encode_text,
                    fixed_windows, load_lm_text)
 from .inference import LanguageModel
@@ -40,6 +46,7 @@ from .task import LMTask, evaluate_windows, metrics_from
 
 __all__ = [
     "EncodedSplit", "LMBatch", "LMDataConfig", "LMRecipe", "LMTask", "LMText", "LanguageModel", "RandomWindows",
-    "build_lm_tokenizer", "chars_per_token", "check_sampling", "encode_text", "evaluate_windows", "fixed_windows",
+    "build_lm_tokenizer", "chars_per_token", "check_sampling", "encode_text", "evaluate_context", "evaluate_windows",
+    "fixed_windows", "plot_position_loss", "position_buckets",
     "load_lm_text", "metrics_from", "sample_next", "train_lm",
 ]

@@ -32,13 +32,19 @@ def _windows(ids: np.ndarray, starts: np.ndarray, context: int) -> LMBatch:
 
 
 class RandomWindows:
-    """The batches of one training epoch: random windows, deterministic in (seed, epoch)."""
+    """The batches of one training epoch: random windows, deterministic in (seed, epoch).
 
-    def __init__(self, ids: np.ndarray, context: int, batch_size: int, seed: int, epoch: int):
+    With `min_length` (random-length crops), each batch's windows are cut to a length drawn
+    uniformly from min_length..context, one length per batch so the batch stays a rectangle;
+    the lengths come from the same (seed, epoch) generator, after the start offsets, so the
+    starts are those of fixed-length training and a resumed epoch replays the same batches."""
+
+    def __init__(self, ids: np.ndarray, context: int, batch_size: int, seed: int, epoch: int,
+                 min_length: int | None = None):
         self.ids, self.context, self.batch_size = ids, context, batch_size
         n_windows = max(len(ids) // context, batch_size)
         self.n_batches = n_windows // batch_size
-        self.seed, self.epoch = seed, epoch
+        self.seed, self.epoch, self.min_length = seed, epoch, min_length
 
     def __len__(self) -> int:
         return self.n_batches
@@ -46,8 +52,11 @@ class RandomWindows:
     def __iter__(self) -> Iterator[LMBatch]:
         rng = np.random.default_rng([self.seed, self.epoch])
         starts = rng.integers(0, len(self.ids) - self.context, size=(self.n_batches, self.batch_size))
-        for row in starts:
-            yield _windows(self.ids, row, self.context)
+        lengths = np.full(self.n_batches, self.context)
+        if self.min_length is not None:
+            lengths = rng.integers(self.min_length, self.context + 1, size=self.n_batches)
+        for row, length in zip(starts, lengths):
+            yield _windows(self.ids, row, int(length))
 
 
 def fixed_windows(ids: np.ndarray, context: int, batch_size: int, limit: int | None = None) -> list[LMBatch]:
@@ -110,10 +119,12 @@ def chars_per_token(tok: Tokenizer, text: str, ids: np.ndarray | None = None) ->
 
 
 class EncodedSplit:
-    """The training text, encoded once; `batches(epoch)` are that epoch's random windows."""
+    """The training text, encoded once; `batches(epoch)` are that epoch's random windows
+    (of random lengths from `min_length` up to `context` when `min_length` is given)."""
 
-    def __init__(self, ids: np.ndarray, context: int, batch_size: int, seed: int):
+    def __init__(self, ids: np.ndarray, context: int, batch_size: int, seed: int, min_length: int | None = None):
         self.ids, self.context, self.batch_size, self.seed = ids, context, batch_size, seed
+        self.min_length = min_length
 
     def batches(self, epoch: int = 0) -> RandomWindows:
-        return RandomWindows(self.ids, self.context, self.batch_size, self.seed, epoch)
+        return RandomWindows(self.ids, self.context, self.batch_size, self.seed, epoch, self.min_length)

@@ -66,7 +66,7 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     task = LMTask(model, recipe, tok, cpt, given)
     valid_batches = fixed_windows(valid_ids, dc.context, dc.eval_batch_size, dc.eval_windows)
 
-    train = EncodedSplit(train_ids, dc.context, dc.batch_size, seed)
+    train = EncodedSplit(train_ids, dc.context, dc.batch_size, seed, dc.min_length if dc.random_length else None)
     trainer = Trainer(task, train.batches, lambda: valid_batches, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
     load_weights(model, out_dir / "model.safetensors")

@@ -22,6 +22,8 @@ class LMDataConfig(JsonConfig):
     min_freq: int = 1  # char: rarer characters become <unk>
     context: int = 64  # tokens the model sees (training window and default generation window)
     batch_size: int = 12
+    random_length: bool = False  # random-length crops: each batch's windows get T ~ U{min_length..context}
+    min_length: int = 1  # shortest random-length window (with random_length)
     eval_windows: int | None = 1000  # validation windows used during training (None = all)
     eval_batch_size: int = 64
 
@@ -30,6 +32,9 @@ class LMDataConfig(JsonConfig):
             raise UserError(f"data.tokenizer must be one of {TOKENIZERS} for a language model, got {self.tokenizer!r}")
         if self.context < 1 or self.batch_size < 1 or self.eval_batch_size < 1:
             raise UserError("data.context, data.batch_size and data.eval_batch_size must be >= 1")
+        if self.random_length and not 1 <= self.min_length <= self.context:
+            raise UserError(f"data.min_length must be in 1..data.context={self.context} with data.random_length, "
+                            f"got {self.min_length}")
         if self.eval_windows is not None and self.eval_windows < 1:
             raise UserError("data.eval_windows must be >= 1 (or null for all windows)")
         if not 0.0 < self.valid_frac < 1.0:
