@@ -10,6 +10,7 @@ from typing import Callable
 
 from ..errors import UserError
 from ..fileio import atomic_write_text
+from .extrapolation import FIGURES
 from .grid import axes_from, parse_grid_arg
 from .measures import MEASURES
 from .report import write_report
@@ -50,14 +51,24 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     for m in spec.measures:
         if m not in MEASURES:
             raise UserError(f"{spec.path}: unknown measure {m!r}; known: {', '.join(MEASURES)}")
+    for f in spec.figures:
+        if f not in FIGURES:
+            raise UserError(f"{spec.path}: unknown figure {f!r}; known: {', '.join(FIGURES)}")
     sw = SweepSpec(task=spec.task, out=out, axes=axes_from(plan.grid), seeds=plan.seeds, config=str(base),
                    sets=plan.sets, isolate=(not quick) if isolate is None else isolate, **flags)
 
     def measure(slot: RunSlot, record: dict) -> dict:
-        values = {m: MEASURES[m](slot.run_dir, texts) for m in spec.measures}
+        values = {}
+        for m in spec.measures:  # a measure may give several columns (a dict)
+            v = MEASURES[m](slot.run_dir, texts)
+            values.update(v if isinstance(v, dict) else {m: v})
         return {"measures": {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in values.items()}}
 
     result = sweep(sw, log, columns=_columns(spec), plot_columns=spec.plot, after_run=measure if spec.measures else None)
+    for name in spec.figures:  # the spec's own figures, beside the sweep's
+        path = FIGURES[name][0](result.slots, out / f"{name}.png")
+        if path is not None:
+            result.figures[name] = path
     axes = [a.name for a in sw.axes]
     outcomes = [evaluate_check(c, result.runs, axes) for c in spec.checks]
     extra = "".join(f" --grid {x}" for x in grid or []) + "".join(f" --set {x}" for x in sets or [])

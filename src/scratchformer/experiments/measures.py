@@ -44,4 +44,12 @@ def classifier_head_redundancy(run_dir: Path, texts: list[str]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-MEASURES = {"head_redundancy": classifier_head_redundancy}
+def lm_extrapolation(run_dir: Path, texts: list[str]) -> dict[str, float]:
+    """Loss at 1-8x the training context, per position bucket (several columns; extrapolation.py)."""
+    from .extrapolation import lm_extrapolation as measure
+
+    return measure(run_dir, texts)
+
+
+# A measure gives one number (a column named after it) or a dict of numbers (one column each).
+MEASURES = {"head_redundancy": classifier_head_redundancy, "extrapolation": lm_extrapolation}

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from ..fileio import atomic_write_text
+from .extrapolation import FIGURES
 from .results import markdown_table
 from .spec import ExperimentSpec, Plan
 from .sweep import SweepResult
@@ -70,8 +71,10 @@ def write_report(spec: ExperimentSpec, plan: Plan, result: SweepResult, outcomes
         "torch's own ~300 MiB included.\n",
         markdown_table(result.summary, axes, result.columns),
     ]
-    for name, caption in (("metric_vs_value", "Measures against the swept value (error bars: std over seeds)"),
-                          ("curves", f"Validation {result.metric} of every run")):
+    captions = {"metric_vs_value": "Measures against the swept value (error bars: std over seeds)",
+                "curves": f"Validation {result.metric} of every run",
+                **{name: caption for name, (_, caption) in FIGURES.items()}}
+    for name, caption in captions.items():
         if name in result.figures:
             parts.append(f"\n{caption}:\n\n![{name}]({result.figures[name].name})\n")
     if spec.notes:

@@ -6,7 +6,9 @@ recipe (`config`, the same JSON as `train --config`), `set` overrides for every 
 `quick` block (tiny model, few steps, a data subset) that the tests run. Keys:
 
   name, claim {zh, en}, source, task, data, config, set, grid, seeds, subset, measures,
-  columns, plot, checks, notes, quick {set, grid, seeds, subset}
+  columns, plot, figures, checks, notes, quick {set, grid, seeds, subset}
+
+`figures` names extra figures drawn from the run folders (`extrapolation.FIGURES`).
 
 `subset` ({"train": n, "valid": n, "test": n} examples, or {"train": chars, "valid": chars}
 for a language model) writes the first n of each split to `OUT/data/` and trains on those
@@ -44,6 +46,7 @@ class ExperimentSpec:
     measures: list[str] = field(default_factory=list)
     columns: list[str] | None = None
     plot: list[str] | None = None
+    figures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     quick: dict = field(default_factory=dict)
     path: Path | None = None

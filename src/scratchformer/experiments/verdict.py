@@ -4,6 +4,7 @@ A check compares two cells of the grid (`a` and `b`, each picked by axis values)
 of the runs table, over their seeds:
   - `diff`: d = mean(a) − mean(b);
   - `ratio`: d = log(mean_geo(a) / mean_geo(b)), reported as the ratio a/b;
+(`value`: one cell `a` alone, d = mean(a), with a one-sample t interval)
 and states the region the claim puts d in: `{">": t}`, `{"<": t}` or `{"within": m}` (|d| <= m;
 for ratios the thresholds are ratios, e.g. `{">": 1.5}`).
 The 95% confidence interval of d is Welch's (unequal variances, t distribution with the
@@ -97,6 +98,8 @@ def _name(selector: dict) -> str:
 
 def evaluate_check(check: dict, runs: pd.DataFrame, axes: list[str]) -> Outcome:
     kind = check.get("kind", "diff")
+    if kind == "value":
+        return _value(check, runs, axes)
     a_sel, b_sel = check["a"], check["b"]
     a_name, b_name = _name(a_sel), _name(b_sel)
     says = check.get("says", "")
@@ -128,6 +131,26 @@ def evaluate_check(check: dict, runs: pd.DataFrame, axes: list[str]) -> Outcome:
         measured = f"{col}: a − b = {d:+.4g} [{low:+.4g}, {high:+.4g}]"
     measured += f" (95% CI, Welch, p = {p:.2g}, n = {len(xa)} vs {len(xb)})"
     return Outcome(says, verdict, measured, a_name, b_name, d, low, high, p)
+
+
+def _value(check: dict, runs: pd.DataFrame, axes: list[str]) -> Outcome:
+    """One cell's mean of a column against the region: a one-sample t interval over seeds."""
+    from scipy import stats
+
+    sel, says, col = check["a"], check.get("says", ""), check["column"]
+    name = _name(sel)
+    if any(k not in axes for k in sel) or _select(runs, sel, axes, False).empty:
+        return Outcome(says, NOT_RUN, f"this grid has no cell {name}", name, "")
+    a = _select(runs, sel, axes, True)
+    x = a.loc[~a["diverged"], col].dropna().to_numpy(float) if col in runs.columns else np.zeros(0)
+    if len(x) < 2:
+        return Outcome(says, INCONCLUSIVE, f"{col}: fewer than 2 finished seeds ({len(x)})", name, "")
+    d, se = float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x)))
+    half = float(stats.t.ppf(0.975, len(x) - 1)) * se
+    region_kind, t = _region(check["region"], False)
+    verdict = classify_interval(d - half, d + half, region_kind, t)
+    measured = f"{col} = {d:+.4g} [{d - half:+.4g}, {d + half:+.4g}] (95% CI, t, n = {len(x)})"
+    return Outcome(says, verdict, measured, name, "", d, d - half, d + half)
 
 
 def _diverged_more(says: str, a: pd.DataFrame, b: pd.DataFrame, a_name: str, b_name: str) -> Outcome:
