@@ -130,3 +130,13 @@ def test_to_torch_round_trip():
 def test_from_torch_rejects_sequence_first():
     with pytest.raises(UserError, match="batch_first"):
         from_torch(nn.TransformerEncoderLayer(D, H, FF, batch_first=False))
+
+
+def test_to_torch_refuses_ablated_configs():
+    from scratchformer.errors import UserError
+    from scratchformer.nn import Encoder, TransformerConfig
+
+    for switch in ("ablate_residual", "ablate_scale", "ablate_norm"):
+        enc = Encoder(TransformerConfig(d_model=16, n_heads=2, d_ff=32, n_layers=1, **{switch: True}))
+        with pytest.raises(UserError, match=switch):
+            to_torch(enc)

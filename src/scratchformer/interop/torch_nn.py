@@ -123,6 +123,9 @@ def _torch_layer_kwargs(cfg: TransformerConfig) -> dict:
         raise UserError("to_torch needs relu/gelu, LayerNorm and no grouped-query attention")
     if cfg.position in ("rope", "alibi") or cfg.window is not None:
         raise UserError(f"torch.nn has no equivalent of position={cfg.position!r} / window")
+    ablated = [f for f in ("ablate_residual", "ablate_scale", "ablate_norm") if getattr(cfg, f)]
+    if ablated:  # torch.nn would compute the full blocks: an export would be silently wrong
+        raise UserError(f"to_torch: {', '.join(ablated)} is on; torch.nn has no such switch (turn it off)")
     return dict(d_model=cfg.d_model, nhead=cfg.n_heads, dim_feedforward=cfg.d_ff,
                 dropout=cfg.dropout, activation=cfg.activation, layer_norm_eps=cfg.norm_eps,
                 batch_first=True, norm_first=cfg.norm_first, bias=cfg.bias)

@@ -96,7 +96,8 @@ class DecoderLM(nn.Module):
         return self.cfg.transformer.max_len if self.cfg.transformer.position == "learned" else None
 
     def new_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in range(self.cfg.transformer.n_layers)]
+        """One cache per layer: a `RollingKVCache` (constant memory) when attention is windowed."""
+        return self.encoder.new_caches()
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         self.encoder.set_gradient_checkpointing(enabled)
