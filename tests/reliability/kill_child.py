@@ -22,8 +22,8 @@ X, Y = make_data(40, seed=1)
 
 
 def make_trainer(run_dir, seed: int = 5) -> Trainer:
-    torch.set_num_threads(1)  # the same arithmetic in the test process and in the child
-    trainer_mod.plot_curves = lambda *a, **k: None  # a plot per evaluation would dominate
+    """One thread and no curve plots are the caller's business: the child sets them for its
+    whole life (`run_child`), the test process through the `quick_toy` fixture (restored after)."""
     cfg = TrainConfig(lr=0.02, accumulation=2, max_steps=STEPS, save_every=1, eval_every=5, seed=3,
                       schedule="cosine", warmup_steps=5, progress=False)
     return Trainer(ToyTask(seed=seed, dropout=0.2), batch_fn(X, Y, [7, 6, 9, 8, 10], seed=2),
@@ -36,6 +36,8 @@ def run_child(run_dir: str, resume: bool, ready) -> None:
     from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())  # tqdm's default multiprocessing lock would leak when killed
+    torch.set_num_threads(1)  # the same arithmetic as the reference run in the test process
+    trainer_mod.plot_curves = lambda *a, **k: None  # a plot per evaluation would dominate
     trainer = make_trainer(run_dir, seed=11 if resume else 5)  # resume must overwrite the init
     ready.send("ready")  # a pipe: a killed child leaves no semaphore behind
     trainer.fit(resume=resume, overwrite=not resume)  # killed before its first checkpoint: afresh

@@ -37,7 +37,7 @@ def _step(run) -> int | None:
     return load_state(store.latest().state)["train"]["step"] if store.exists() else None
 
 
-def test_kill_9_at_random_moments_then_resume_is_bit_exact(tmp_path, forkserver, monkeypatch):
+def test_kill_9_at_random_moments_then_resume_is_bit_exact(tmp_path, forkserver, monkeypatch, quick_toy):
     seed = int(os.environ.get("SCRATCHFORMER_KILL_SEED", time.time_ns() % 10**6))
     rng = random.Random(seed)
     threads = torch.get_num_threads()
