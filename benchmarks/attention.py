@@ -287,8 +287,8 @@ def to_markdown(res: dict) -> str:
     parts.append("## Peak memory (MiB) allocated by one call\n\n" + common.md_table(
         ["T", "math", "fused", "local", "score tensor B·H·T²·4 (analytic)", "band mask T² bool"], rows)
         + "\n\nThe local window runs the same flash kernel over the full T×T grid with a boolean band mask "
-          "(which SDPA turns into a float mask): its time and mask memory stay O(T²); only a blocked "
-          "(sliding-chunk) kernel would make it O(T·window).")
+          "(which SDPA turns into a float mask): its time and mask memory stay O(T²). The blocked window "
+          "(`window_impl='blocked'`, the default; benchmarks/long_sequence.py) is O(T·window).")
     if "bf16_training" in res:
         parts.append(bf16_markdown(res["bf16_training"]))
     return "\n\n".join(parts)
