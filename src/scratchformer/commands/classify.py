@@ -17,6 +17,11 @@ def register(cli) -> None:
     p.add_argument("--label-col", help="label column name or 0-based position")
     p.add_argument("--init", help="start from a pretrained encoder: a `pretrain mlm` run directory, "
                                   "'minilm' (all-MiniLM-L6-v2) or a Hugging Face BERT folder")
+    p.add_argument("--time-budget", type=float, metavar="MIN",
+                   help="minutes for the whole run (baseline, training, test): a few steps are timed and "
+                        "the schedule is planned for the steps that fit (default without --config: 8)")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip the TF-IDF + logistic regression baseline fitted on the same split")
     add_recipe_args(p)
     p.set_defaults(func=train)
 
@@ -29,6 +34,8 @@ def register(cli) -> None:
     p.set_defaults(func=predict)
 
     ev = cli.verbs.choices["evaluate"]
+    ev.add_argument("--no-baseline", action="store_true",
+                    help="classifiers: skip the TF-IDF + logistic regression baseline printed beside the result")
     ev.add_argument("--max-len", type=positive_int, default=None, metavar="N",
                     help="classifiers: evaluate with data.max_len=N tokens per segment instead of the "
                          "trained one (a learned position table cannot go past its length)")
@@ -40,14 +47,29 @@ def _col(v):
 
 
 def train(args) -> int:
-    from ..tasks.classify import ClassifyRecipe, train_classifier
+    import time
 
-    recipe = recipe_for_run(ClassifyRecipe, args, {
-        "data.text_col": _col(args.text_col), "data.label_col": _col(args.label_col),
-        "model.init": None if args.resume else args.init})
-    result = train_classifier(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
-    print(json.dumps({"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
-                      "best_valid": result["train"].get("best_metric")}, ensure_ascii=False))
+    from ..tasks.classify import ClassifyRecipe, train_classifier
+    from ..tasks.classify.auto import adaptive_recipe, describe
+
+    started = time.monotonic()
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    flags = {"data.text_col": _col(args.text_col), "data.label_col": _col(args.label_col),
+             "model.init": None if args.resume else args.init, "time_budget": args.time_budget}
+    if args.config or args.resume:
+        recipe = recipe_for_run(ClassifyRecipe, args, flags)
+    else:  # the adaptive default: chosen from the data (tasks/classify/auto.py)
+        given = {"data.dataset": args.data, "data.valid_file": args.valid, "data.test_file": args.test, **flags}
+        recipe = adaptive_recipe(args.set, {k: v for k, v in given.items() if v is not None})
+        log(f"recipe (adaptive default; --config FILE to choose your own): {describe(recipe)}")
+    result = train_classifier(recipe, args.out, resume=args.resume, log=log, baseline=not args.no_baseline,
+                              started=started)
+    out = {"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
+           "best_valid": result["train"].get("best_metric")}
+    if "comparison" in result:
+        out["baseline"] = {k: result["baseline"][k] for k in ("accuracy", "macro_f1")}
+        out["difference_points"] = result["comparison"]["difference"]
+    print(json.dumps(out, ensure_ascii=False))
     return 0
 
 
@@ -91,6 +113,9 @@ def evaluate(args) -> int:
     rep = clf.evaluate(pairs, args.run_dir, name, meta)
     if args.max_len is not None:
         rep.update({"max_len": args.max_len, "trained_max_len": trained_max_len})
+    lines: list[str] = []
+    if not args.no_baseline:
+        rep.update(_baseline(clf, pairs, name, rep["accuracy"], args.run_dir, lines.append))
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
     else:
@@ -100,5 +125,26 @@ def evaluate(args) -> int:
         if "accuracy_without_train_overlap" in rep:
             print(f"accuracy without the {name} texts that also occur in train: {rep['accuracy_without_train_overlap']:.4f}")
         print(f"confusion matrix: {args.run_dir / f'confusion_{name}.png'}")
+        for line in lines:
+            print(line)
     return 0
+
+
+def _baseline(clf, pairs, name: str, ours: float, run_dir: Path, log) -> dict:
+    """The TF-IDF baseline fitted on the run's own training split (seconds), scored on `pairs`."""
+    from ..errors import UserError
+    from ..tasks.classify.baseline import fit_baseline
+    from ..tasks.classify.data import load_classification
+    from ..tasks.classify.pipeline import baseline_beside
+
+    from ..data.tokenizers import cjk_fraction
+
+    try:
+        data = load_classification(clf.recipe.data)
+    except UserError as e:  # e.g. the training file moved: the run still evaluates
+        print(f"baseline skipped: the run's training data cannot be read ({e})", file=sys.stderr)
+        return {}
+    base = fit_baseline(data.train, clf.labels, data.valid or None)
+    alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
+    return baseline_beside(base, pairs, name, ours, clf.labels, alphabetic, run_dir, log)
 

@@ -2,31 +2,46 @@
 ensembles train members and report them together."""
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ...data.tokenizers import cjk_fraction
 from ...errors import UserError
 from ...models.classifier import EncoderClassifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import RunDir, count_parameters, train_members
+from .baseline import NAME, Baseline, Comparison, fit_baseline
+from .budget import StepTimer, measure_step_times, plan_budget
 from .data import EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer
 from .inference import Classifier
 from .pretrained import load_init
 from .recipe import ClassifyRecipe
 from .task import ClassificationTask
 
+ENSEMBLE_EVAL_SHARE = 0.05  # of a time budget, kept for the ensemble's own valid and test passes
 
-def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool = False,
-                     log=print) -> dict[str, Any]:
-    """Load data, build tokenizer and model, train, then test the best checkpoint."""
+
+def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool = False, log=print,
+                     baseline: bool = False, started: float | None = None,
+                     step_timer: StepTimer | None = None) -> dict[str, Any]:
+    """Load data, build tokenizer and model, train, then test the best checkpoint.
+
+    `baseline`: also fit the TF-IDF + logistic regression baseline on the same split, print
+    both and write `baseline_<split>_metrics.json`. `recipe.time_budget` (minutes, counted from
+    `started`, a `time.monotonic()`; default now): measure a few steps (`step_timer`, default
+    `measure_step_times`) and plan `train.max_steps` to fit (budget.py), recorded as `plan`."""
+    started = time.monotonic() if started is None else started
     out_dir = Path(out_dir)
     if recipe.ensemble > 1:
-        return train_ensemble(recipe, out_dir, resume, log)
+        return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
     data = load_classification(recipe.data)
+    base = fit_and_log_baseline(data, log) if baseline else None
     source = None
     if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
         tok = load_tokenizer(out_dir, recipe.model)
@@ -36,30 +51,38 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
         tok = build_tokenizer_for(recipe.data, [t for t, _ in data.train], recipe.model.bigram_buckets)
+    label_ids = {lab: i for i, lab in enumerate(data.labels)}
+    splits: dict[str, EncodedSplit | None] = {}
 
-    def derive(r: ClassifyRecipe) -> None:  # what comes from the data and the checkpoint
+    def encode_splits(r: ClassifyRecipe) -> None:
+        encode, seed = encoder_for(r, tok), r.train.seed
+        splits["train"] = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=seed)
+        splits["valid"] = EncodedSplit(data.valid, encode, label_ids, r.data, shuffle=False) if data.valid else None
+        splits["test"] = EncodedSplit(data.test, encode, label_ids, r.data, shuffle=False) if data.test else None
+
+    def derive(r: ClassifyRecipe) -> None:  # what comes from the data, the checkpoint and the clock
         if source is not None:
             source.configure(r.model)
         elif not resume:
             r.model.vocab_size = tok.vocab_size
         r.model.n_classes = len(data.labels)
+        if r.time_budget is not None and r.plan is None and not resume:
+            encode_splits(r)  # the same encoding as the frozen recipe's: kept for training
+            plan_into(r, splits["train"], splits["valid"], splits["test"], started, step_timer, log)
 
     recipe = recipe.resolved(derive)
     dc, mc = recipe.data, recipe.model
     if mc.bert is not None and dc.max_len > mc.bert.max_position_embeddings:
         raise UserError(f"data.max_len {dc.max_len} exceeds the checkpoint's "
                         f"{mc.bert.max_position_embeddings} positions; lower it")
-    label_ids = {lab: i for i, lab in enumerate(data.labels)}
-    encode = encoder_for(recipe, tok)
-    seed = recipe.train.seed
-    train = EncodedSplit(data.train, encode, label_ids, dc, shuffle=True, seed=seed)
-    valid = EncodedSplit(data.valid, encode, label_ids, dc, shuffle=False) if data.valid else None
-    test = EncodedSplit(data.test, encode, label_ids, dc, shuffle=False) if data.test else None
+    if not splits:
+        encode_splits(recipe)
+    train, valid, test = splits["train"], splits["valid"], splits["test"]
     log(f"data: {len(train)} train / {len(valid or [])} valid / {len(test or [])} test, "
         f"{len(data.labels)} classes, {type(tok).__name__} vocab {tok.vocab_size}, "
         f"<unk> rate on valid {tok.unk_rate([t for t, _ in data.valid[:2000]]):.2%}, "
         f"padding {train.padding_fraction:.1%} of batch tokens (length-bucketed)")
-    torch.manual_seed(seed)
+    torch.manual_seed(recipe.train.seed)
     model = EncoderClassifier(mc)
     if source is not None:
         source.load_into(model)
@@ -75,19 +98,88 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         load_weights(model, out_dir / "model.safetensors")
         result["test"] = task.report(test, out_dir, "test", data.meta)
         log(f"test: accuracy {result['test']['accuracy']:.4f}, macro-F1 {result['test']['macro_f1']:.4f}")
+    if base is not None:
+        result.update(compare_with_baseline(base, data, result, out_dir, log))
+    log(f"wall time: {(time.monotonic() - started) / 60:.1f} min")
     return result
 
 
-def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, log=print) -> dict[str, Any]:
+def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None, test: EncodedSplit | None,
+              started: float, step_timer: StepTimer | None, log) -> None:
+    """Measure, plan, and write the plan into the (not yet frozen) recipe `r`."""
+    train_batches = train.batches(0)
+    valid_batches = valid.batches(0) if valid else []
+    if step_timer is None:
+        torch.manual_seed(r.train.seed)
+        times = measure_step_times(r, EncoderClassifier(r.model), train_batches, valid_batches)
+    else:
+        times = step_timer(r, train_batches, valid_batches)
+    plan = plan_budget(60 * r.time_budget, time.monotonic() - started, times, len(train_batches), r.train.epochs,
+                       len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0, r.train.eval_every)
+    t = r.train
+    t.max_steps = plan.max_steps if t.max_steps is None else min(t.max_steps, plan.max_steps)
+    t.eval_every = plan.eval_every
+    t.warmup_steps = min(t.warmup_steps, max(1, plan.max_steps // 10))
+    t.max_minutes = plan.max_minutes if t.max_minutes is None else min(t.max_minutes, plan.max_minutes)
+    r.plan = plan.to_dict()
+    log(f"plan: {plan.line()}")
+
+
+def fit_and_log_baseline(data, log) -> Baseline:
+    base = fit_baseline(data.train, data.labels, data.valid or None)
+    valid = f"valid {base.valid_accuracy:.4f} (C={base.C:g}), " if base.valid_accuracy is not None else ""
+    log(f"baseline {NAME}: {valid}fitted in {base.fit_seconds:.1f} s")
+    return base
+
+
+def compare_with_baseline(base: Baseline, data, result: dict, out_dir: Path, log) -> dict[str, Any]:
+    """The baseline on the split ours was tested on (test, else valid), beside ours."""
+    split = "test" if data.test and "test" in result else "valid" if data.valid else None
+    if split is None:
+        return {}
+    ours = result["test"]["accuracy"] if split == "test" else result["train"].get("best_metric")
+    alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
+    return baseline_beside(base, getattr(data, split), split, ours, data.labels, alphabetic, out_dir, log)
+
+
+def baseline_beside(base: Baseline, pairs, split: str, ours_accuracy: float, labels: list[str], alphabetic: bool,
+                    out_dir: Path | None, log) -> dict[str, Any]:
+    """Score the baseline on `pairs`, print it beside ours with the difference (and, when the
+    baseline wins, what to try); write `baseline_<split>_metrics.json` into `out_dir`."""
+    scored = base.score(pairs, labels)
+    cmp = Comparison.of(split, ours_accuracy, scored["accuracy"], len(pairs))
+    log(cmp.line())
+    advice = cmp.advice(alphabetic)
+    if advice:
+        log(advice)
+    record = {"baseline": scored, "comparison": cmp.to_dict()}
+    if out_dir is not None:
+        (Path(out_dir) / f"baseline_{split}_metrics.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, log=print, baseline: bool = False,
+                   started: float | None = None, step_timer: StepTimer | None = None) -> dict[str, Any]:
     """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then report the
     ensemble (mean of the members' probabilities) on valid and test. With `resume`, finished
-    members are kept and an interrupted one continues where it stopped."""
-    done = train_members(recipe, out_dir, resume, train_classifier, lambda res: {
+    members are kept and an interrupted one continues where it stopped. A `time_budget` is
+    shared: each member plans for an equal share of what is left when it starts."""
+    started = time.monotonic() if started is None else started
+    data = load_classification(recipe.data)
+    base = fit_and_log_baseline(data, log) if baseline else None
+    n = recipe.ensemble
+
+    def train_one(member: ClassifyRecipe, mdir: Path, resume: bool, log) -> dict[str, Any]:
+        if recipe.time_budget is not None and member.plan is None and not resume:
+            left = 60 * recipe.time_budget * (1 - ENSEMBLE_EVAL_SHARE) - (time.monotonic() - started)
+            member.time_budget = max(left, 1.0) / 60 / (n - int(mdir.name.removeprefix("member")))
+        return train_classifier(member, mdir, resume, log, step_timer=step_timer)
+
+    done = train_members(recipe, out_dir, resume, train_one, lambda res: {
         "best_valid": res["train"].get("best_metric"), "test_accuracy": res.get("test", {}).get("accuracy"),
         "test_macro_f1": res.get("test", {}).get("macro_f1")}, log)
     ens = Classifier.load(out_dir)
     RunDir(out_dir).save_labels(ens.labels)
-    data = load_classification(recipe.data)
     result: dict[str, Any] = {"train": {"members": done}}
     if data.valid:
         rep = ens.evaluate(data.valid, out_dir, "valid", data.meta)
@@ -98,4 +190,7 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
         members = ", ".join(f"{m['test_accuracy']:.4f}" for m in done if m["test_accuracy"] is not None)
         log(f"ensemble test: accuracy {result['test']['accuracy']:.4f}, "
             f"macro-F1 {result['test']['macro_f1']:.4f} (members: {members})")
+    if base is not None:
+        result.update(compare_with_baseline(base, data, result, out_dir, log))
+    log(f"wall time: {(time.monotonic() - started) / 60:.1f} min")
     return result

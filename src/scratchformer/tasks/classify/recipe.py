@@ -46,6 +46,12 @@ class ClassifyRecipe(Recipe):
     model: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, metric="accuracy", metric_mode="max"))
     ensemble: int = 1  # >1: train members with seeds seed, seed+1, ...; predict with their mean probabilities
+    # minutes for the whole run (baseline, training, evaluations, test); the pipeline measures a
+    # few steps and plans train.max_steps to fit (budget.py). None: no plan, the train section rules
+    time_budget: float | None = None
+    plan: dict | None = None  # what the planner measured and chose (filled in once, when resolved)
 
     def __post_init__(self) -> None:
         check_ensemble(self.ensemble)
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise UserError(f"time_budget must be a number of minutes > 0 (or null), got {self.time_budget}")

@@ -1,0 +1,139 @@
+"""The adaptive default of `train classify` (no --config): a recipe chosen from the data.
+
+What earlier runs taught (README, "Classification results"):
+  - CJK text: characters + hashed character bigrams, 2 layers of d128 (thucnews-demo: 83.6% in
+    40 s; the tutorial's d256 / 4 layers / 10 epochs took 27 min and overfitted after epoch 4);
+  - alphabetic text: lower-cased words (min_freq 2) + hashed word bigrams, 1 layer, dropout 0.5
+    (rotten-tomatoes-scratch: 75.5%; BPE gave 71.8, no bigrams 73.7);
+  - small data overfits: token dropout, label smoothing, early stopping on valid;
+  - larger data carries a larger model (the tutorial's size from 100k texts).
+Epochs are an upper bound: the time budget (`time_budget`, see budget.py) plans the steps
+that fit, and early stopping ends a run that stopped improving.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...data.tokenizers import cjk_fraction
+from .recipe import ClassifyRecipe
+
+DEFAULT_BUDGET_MIN = 8.0  # minutes for the whole `train classify`: baseline, training, test
+MAX_BUCKETS = 50_000  # hashed bigram embeddings (the recipes that worked used 50k)
+MIN_TEXTS_FOR_BIGRAMS = 2_000
+
+
+@dataclass(frozen=True)
+class DataProfile:
+    """What the choice depends on, measured on the training split."""
+
+    n_train: int
+    cjk: bool  # more than 30% of the characters are CJK
+    p99_tokens: int  # characters (CJK) or words per text, 99th percentile
+    distinct_bigrams: int  # character (CJK) or word bigrams seen in training
+
+    @classmethod
+    def of(cls, texts: Sequence[str]) -> "DataProfile":
+        cjk = cjk_fraction(texts[:2000]) > 0.30
+        units = [list(t.replace(" ", "")) if cjk else t.lower().split() for t in texts]
+        lengths = [len(u) for u in units] or [0]
+        bigrams = {(a, b) for u in units for a, b in zip(u, u[1:])}
+        return cls(len(texts), cjk, int(np.percentile(lengths, 99)), len(bigrams))
+
+    @property
+    def tier(self) -> str:
+        return "small" if self.n_train < 20_000 else "medium" if self.n_train < 100_000 else "large"
+
+
+def _round_up(x: float, to: int) -> int:
+    return int(math.ceil(x / to) * to)
+
+
+def choose(p: DataProfile, init: str | None = None) -> dict[str, Any]:
+    """The recipe sections (only what differs from ClassifyRecipe's defaults) for data `p`;
+    with `init` (a pretrained backbone) the backbone brings its tokenizer and size."""
+    words_per_token = 1.0 if p.cjk else 1.25  # the word tokenizer splits punctuation off
+    max_len = min(128, max(32, _round_up(p.p99_tokens * words_per_token + 2, 16)))
+    data = {"max_len": max_len, "batch_size": 16 if p.n_train < 1000 else 32 if p.n_train < 4000 else 64,
+            "label_smoothing": 0.1}
+    train = {"lr": 1e-3, "warmup_steps": 100, "weight_decay": 0.01, "epochs": {"small": 8, "medium": 5, "large": 3}[p.tier],
+             "early_stopping_patience": 4, "metric": "accuracy", "metric_mode": "max"}
+    if init:
+        # as rotten-tomatoes-minilm.json: the backbone at a tenth of the head's learning rate
+        model = {"pooling": "mean", "head_dropout": 0.1, "encoder_lr_scale": 0.1, "bigram_buckets": 0,
+                 "token_dropout": 0.0, "encoder": {"dropout": 0.1, "attn_dropout": 0.0}}
+        data["batch_size"] = 32
+        train.update(epochs=3, precision="bf16")
+        return {"data": data, "model": model, "train": train}
+    if p.cjk:
+        data.update(tokenizer="char", min_freq=1)
+    else:
+        data.update(tokenizer="word", lowercase=True, min_freq=2 if p.n_train >= 2000 else 1)
+    # below ~2k texts most bigrams are seen once or twice and their rows barely train (a
+    # judgement, not a measurement: the recipes that gained from bigrams had 8-10k texts)
+    buckets = 0 if p.n_train < MIN_TEXTS_FOR_BIGRAMS else min(MAX_BUCKETS, _round_up(2 * p.distinct_bigrams, 1000))
+    sizes = {  # tier -> (d_model, heads, d_ff, layers CJK / alphabetic, dropout CJK / alphabetic, token dropout)
+        "small": (128, 4, 256, (2, 1), (0.2, 0.5), (0.1, 0.2)),
+        "medium": (256, 4, 512, (2, 2), (0.1, 0.3), (0.1, 0.1)),
+        "large": (256, 8, 1024, (4, 4), (0.1, 0.1), (0.05, 0.05)),
+    }[p.tier]
+    d, heads, ff, layers, dropout, tok_drop = sizes
+    k = 0 if p.cjk else 1
+    model = {"pooling": "mean", "bigram_buckets": buckets, "head_dropout": dropout[k], "token_dropout": tok_drop[k],
+             "encoder": {"d_model": d, "n_heads": heads, "d_ff": ff, "n_layers": layers[k], "dropout": dropout[k],
+                         "norm_first": True, "activation": "gelu", "position": "sinusoidal"}}
+    return {"data": data, "model": model, "train": train}
+
+
+def auto_recipe(texts: Sequence[str], init: str | None = None,
+                time_budget: float | None = DEFAULT_BUDGET_MIN) -> ClassifyRecipe:
+    """The adaptive default for training texts `texts`: defaults, then `choose`'s sections."""
+    d = ClassifyRecipe().to_dict()
+    for section, values in choose(DataProfile.of(texts), init).items():
+        _update(d[section], values)
+    d["time_budget"] = time_budget
+    return ClassifyRecipe.from_dict(d)
+
+
+def _update(base: dict, new: dict) -> None:
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _update(base[k], v)
+        else:
+            base[k] = v
+
+
+def describe(r: ClassifyRecipe) -> str:
+    """The recipe in one line (what a user needs to know to reproduce or change it)."""
+    dc, m, t = r.data, r.model, r.train
+    if m.init:
+        arch = f"init {m.init} (its tokenizer and size), encoder lr x{m.encoder_lr_scale}"
+    else:
+        e = m.encoder
+        tok = f"{dc.tokenizer}{' lower-cased' if dc.lowercase else ''}" + (f" + {m.bigram_buckets} hashed bigrams" if m.bigram_buckets else "")
+        arch = (f"{tok}, d{e.d_model} x {e.n_layers} layer{'s' * (e.n_layers > 1)} ({e.n_heads} heads, ff {e.d_ff}), "
+                f"dropout {e.dropout:g}, token dropout {m.token_dropout:g}")
+    stop = f"<= {t.epochs} epochs" if t.epochs else f"{t.max_steps} steps"
+    patience = f", early stopping after {t.early_stopping_patience} evals" if t.early_stopping_patience else ""
+    budget = f", time budget {r.time_budget:g} min" if r.time_budget else ""
+    return (f"{arch}, max_len {dc.max_len}, batch {dc.batch_size}, label smoothing {dc.label_smoothing:g}, "
+            f"lr {t.lr:g}, {stop}{patience}{budget}")
+
+
+def adaptive_recipe(sets: Sequence[str] = (), flags: dict[str, Any] | None = None,
+                    time_budget: float = DEFAULT_BUDGET_MIN) -> ClassifyRecipe:
+    """The recipe of a run without --config: the data (named by the `data.*` of `sets` and
+    `flags`) is read and profiled, `auto_recipe` is the base, then every `--set` and flag
+    applies on top as usual (defaults -> adaptive choice -> --set -> flags)."""
+    from ..runs import resolve_recipe
+    from .data import load_classification
+
+    data_sets = [s for s in sets if s.strip().startswith("data.")]
+    data_flags = {k: v for k, v in (flags or {}).items() if k.startswith("data.")}
+    where = resolve_recipe(ClassifyRecipe, None, data_sets, data_flags)
+    texts = [t for t, _ in load_classification(where.data).train]
+    base = auto_recipe(texts, (flags or {}).get("model.init"), time_budget)
+    return resolve_recipe(ClassifyRecipe, None, sets, flags, base=base)

@@ -1,0 +1,132 @@
+"""The baseline beside every result: TF-IDF (word and character n-grams) + logistic regression,
+fitted with scikit-learn on the same train split, its regularisation chosen on the same valid
+split, scored on the same test split. Seconds to fit; it keeps the neural numbers honest.
+
+    features  = [tfidf(word 1-2 grams), tfidf(char 2-5 grams within words)]   alphabetic text
+              = tfidf(character 1-3 grams)                                    CJK text
+    p(y | x)  = softmax(W · features + b),  W fitted with an L2 penalty 1/C
+    基线：词与字 n-gram 的 TF-IDF 加逻辑回归，同一切分上训练、选 C、测试。
+
+For Chinese the characters are the words: the word analyzer would take each run of characters
+between spaces as one token, and adding it cost 2.3 points on THUCNews (83.0 vs 85.3 test).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...data.tokenizers import cjk_fraction
+from .report import confusion_matrix, report
+
+NAME = "TF-IDF+LogReg"
+C_GRID = (1.0, 4.0, 16.0, 64.0)  # inverse L2 strength; the best on valid is kept (ties: the smaller C)
+MAX_FEATURES = 300_000  # per analyzer: bounds memory and time on large corpora
+
+
+@dataclass
+class Baseline:
+    """A fitted baseline: `predict(texts)` gives label ids in the run's label order."""
+
+    model: Any  # sklearn Pipeline
+    C: float
+    valid_accuracy: float | None
+    fit_seconds: float
+
+    def predict(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.predict(list(texts))
+
+    def score(self, pairs: Sequence[tuple[str, str]], labels: list[str]) -> dict[str, Any]:
+        """accuracy and macro-F1 (our report's definitions) on labelled pairs."""
+        ids = {lab: i for i, lab in enumerate(labels)}
+        gold = np.asarray([ids[lab] for _, lab in pairs], dtype=np.int64)
+        rep = report(confusion_matrix(gold, self.predict([t for t, _ in pairs]), len(labels)), labels)
+        return {"model": NAME, "accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"], "n": len(pairs),
+                "correct": int(round(rep["accuracy"] * len(pairs))), "C": self.C,
+                "valid_accuracy": self.valid_accuracy, "fit_seconds": round(self.fit_seconds, 2)}
+
+
+def _features(cjk: bool):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.pipeline import FeatureUnion
+
+    def tfidf(analyzer: str, n: tuple[int, int], **kw) -> TfidfVectorizer:
+        return TfidfVectorizer(analyzer=analyzer, ngram_range=n, sublinear_tf=True, lowercase=True,
+                               max_features=MAX_FEATURES, dtype=np.float32, **kw)
+
+    if cjk:
+        return tfidf("char", (1, 3))
+    # token_pattern keeps one-letter words ("a", "i")
+    return FeatureUnion([("words", tfidf("word", (1, 2), token_pattern=r"(?u)\b\w+\b")),
+                         ("chars", tfidf("char_wb", (2, 5)))])
+
+
+def fit_baseline(train: Sequence[tuple[str, str]], labels: list[str],
+                 valid: Sequence[tuple[str, str]] | None = None) -> Baseline:
+    """Fit on `train`; with `valid`, choose C from `C_GRID` by valid accuracy (else C=4).
+    The features are fitted once and shared by the C grid. SAGA to a tolerance of 1e-3 gives
+    lbfgs's accuracy ~30x faster (THUCNews: 2.2 s vs 71 s); its seed is fixed."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    t0 = time.monotonic()
+    ids = {lab: i for i, lab in enumerate(labels)}
+    feats = _features(cjk_fraction([t for t, _ in train[:2000]]) > 0.30).fit([t for t, _ in train])
+    x_train, y = feats.transform([t for t, _ in train]), np.asarray([ids[lab] for _, lab in train])
+    x_valid = feats.transform([t for t, _ in valid]) if valid else None
+    y_valid = np.asarray([ids[lab] for _, lab in valid]) if valid else None
+    best: tuple[float | None, float, Any] | None = None  # (valid accuracy, C, classifier)
+    for C in C_GRID if valid else (4.0,):
+        clf = LogisticRegression(C=C, solver="saga", tol=1e-3, max_iter=1000, random_state=0).fit(x_train, y)
+        acc = float((clf.predict(x_valid) == y_valid).mean()) if valid else None
+        if best is None or (acc is not None and acc > best[0]):
+            best = (acc, C, clf)
+    acc, C, clf = best
+    return Baseline(make_pipeline(feats, clf), C, acc, time.monotonic() - t0)
+
+
+# ----------------------------------------------------------------------------- the comparison
+
+@dataclass(frozen=True)
+class Comparison:
+    """Ours against the baseline on one split, in percentage points as printed (two decimals),
+    so that the printed difference is exactly the difference of the printed numbers."""
+
+    split: str
+    ours: float  # percent, rounded to 2 decimals
+    baseline: float
+    n: int
+
+    @classmethod
+    def of(cls, split: str, ours_accuracy: float, baseline_accuracy: float, n: int) -> "Comparison":
+        return cls(split, round(100 * ours_accuracy, 2), round(100 * baseline_accuracy, 2), n)
+
+    @property
+    def difference(self) -> float:
+        return round(self.ours - self.baseline, 2)
+
+    @property
+    def baseline_wins(self) -> bool:
+        return self.difference < 0
+
+    def line(self) -> str:
+        verdict = "the baseline wins" if self.baseline_wins else "ours wins" if self.difference > 0 else "a tie"
+        return (f"{self.split} accuracy: ours {self.ours:.2f}%, {NAME} {self.baseline:.2f}%, "
+                f"difference {self.difference:+.2f} points ({verdict}, n={self.n})")
+
+    def advice(self, alphabetic: bool) -> str | None:
+        """What to try when the baseline wins (None otherwise)."""
+        if not self.baseline_wins:
+            return None
+        tips = ["a longer budget (--time-budget 20)", "an ensemble (--set ensemble=5: mean of 5 seeds)"]
+        if alphabetic:
+            tips.append("a pretrained English encoder (--init minilm)")
+        else:
+            tips.append("pretraining on your own text (scratchformer pretrain mlm, then --init RUN)")
+        return f"the TF-IDF baseline is {-self.difference:.2f} points ahead; try " + ", ".join(tips)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"split": self.split, "ours": self.ours, "baseline": self.baseline,
+                "difference": self.difference, "n": self.n}

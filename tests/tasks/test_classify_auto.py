@@ -1,0 +1,133 @@
+"""The adaptive default of `train classify` (auto.py) and the time budget (budget.py)."""
+import json
+import math
+import random
+
+import pytest
+
+from scratchformer.errors import UserError
+from scratchformer.tasks.classify import ClassifyRecipe, train_classifier
+from scratchformer.tasks.classify.auto import DataProfile, adaptive_recipe, auto_recipe, choose, describe
+from scratchformer.tasks.classify.budget import EVALS_PER_EPOCH, OVERHEAD_S, SLACK, StepTimes, plan_budget
+
+ZH = ["火箭客场击败湖人队", "央行宣布下调存款准备金率", "新款手机发布搭载处理器", "北京二手房成交量下滑"]
+EN = ["the movie was good and the actors were great", "a dull , tedious film with awful dialogue",
+      "fine work by a great cast", "poor script ; bad pacing"]
+
+
+def _tsv(path, n, seed=0):
+    rng = random.Random(seed)
+    lines = ["text\tlabel"]
+    for _ in range(n):
+        label = rng.choice(["pos", "neg"])
+        words = ["good", "great", "fine"] if label == "pos" else ["bad", "awful", "poor"]
+        lines.append(" ".join(rng.choice(words + ["the", "movie", "was"]) for _ in range(6)) + f"\t{label}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+# ----------------------------------------------------------------------------- recipe choice
+
+def test_cjk_text_gets_characters_and_hashed_bigrams():
+    r = auto_recipe(ZH * 500)
+    assert r.data.tokenizer == "char" and r.model.bigram_buckets > 0
+    assert r.model.encoder.n_layers == 2 and r.model.encoder.d_model == 128  # thucnews-demo's size
+    assert r.time_budget == 8.0 and r.train.early_stopping_patience
+
+
+def test_alphabetic_text_gets_lowercased_words_and_hashed_bigrams():
+    r = auto_recipe(EN * 500)
+    assert (r.data.tokenizer, r.data.lowercase) == ("word", True) and r.model.bigram_buckets > 0
+    assert r.model.encoder.n_layers == 1 and r.model.encoder.dropout == 0.5  # rotten-tomatoes-scratch's
+
+
+def test_model_and_epochs_grow_with_the_data():
+    small, large = (choose(DataProfile(n, cjk=True, p99_tokens=30, distinct_bigrams=10**6)) for n in (8_000, 150_000))
+    assert (small["model"]["encoder"]["d_model"], small["model"]["encoder"]["n_layers"]) == (128, 2)
+    assert (large["model"]["encoder"]["d_model"], large["model"]["encoder"]["n_layers"]) == (256, 4)
+    assert small["train"]["epochs"] > large["train"]["epochs"]
+    tiny = choose(DataProfile(300, cjk=False, p99_tokens=8, distinct_bigrams=40))
+    assert tiny["data"]["batch_size"] == 16 and tiny["model"]["bigram_buckets"] == 0  # too few texts
+    assert small["model"]["bigram_buckets"] == 50_000  # capped
+    assert choose(DataProfile(3000, True, 30, 700))["model"]["bigram_buckets"] == 2_000
+
+
+def test_max_len_follows_the_length_of_the_texts():
+    assert choose(DataProfile(8000, True, 25, 10))["data"]["max_len"] == 32  # p99 + 2 -> 27 -> 32
+    assert choose(DataProfile(8000, False, 45, 10))["data"]["max_len"] == 64  # 45 words * 1.25 + 2
+    assert choose(DataProfile(8000, True, 4000, 10))["data"]["max_len"] == 128  # long texts: capped
+
+
+def test_a_pretrained_backbone_keeps_its_own_tokenizer_and_size():
+    c = choose(DataProfile(8000, False, 20, 10), init="minilm")
+    assert "tokenizer" not in c["data"] and "d_model" not in c["model"]["encoder"]
+    assert c["model"]["bigram_buckets"] == 0 and c["model"]["token_dropout"] == 0.0
+
+
+def test_set_and_flags_apply_on_top_of_the_adaptive_choice(tmp_path):
+    _tsv(tmp_path / "train.tsv", 100)
+    r = adaptive_recipe(["model.encoder.n_layers=3", "data.lowercase=false"], {"data.dataset": str(tmp_path / "train.tsv")})
+    assert r.data.tokenizer == "word" and r.model.encoder.n_layers == 3 and r.data.lowercase is False
+    assert "word lower-cased, d128 x 3 layers" in describe(r.replace(data=r.data.replace(lowercase=True)))
+
+
+# ----------------------------------------------------------------------------- the time budget
+
+def _cost(steps, every, t, valid_batches):
+    return steps * t.train_step + (steps // every + 1) * (valid_batches * t.eval_batch + t.save)
+
+
+def test_plan_fits_the_largest_run_in_the_budget():
+    t = StepTimes(train_step=0.5, eval_batch=0.1, save=0.2)
+    plan = plan_budget(budget_s=300, spent_s=20, times=t, steps_per_epoch=100, epochs=8, valid_batches=10, test_batches=10)
+    usable = SLACK * (300 - 20 - 10 * 0.1 - OVERHEAD_S)  # 246.6 s
+    assert plan.eval_every == 100 // EVALS_PER_EPOCH
+    assert plan.max_steps == 469  # 469 * 0.5 + 10 evals * 1.2 = 246.5 <= 246.6
+    assert _cost(469, 50, t, 10) <= usable < _cost(470, 50, t, 10)
+    assert plan.cut and plan.wanted_steps == 800
+    assert math.isclose(plan.planned_s, 246.5 + 1.0) and math.isclose(plan.max_minutes, (300 - 20 - 1 - 5) / 60)
+
+
+def test_plan_keeps_every_epoch_when_they_fit_and_refuses_a_budget_with_no_room():
+    t = StepTimes(0.01, 0.01)
+    plan = plan_budget(600, 5, t, steps_per_epoch=40, epochs=5, valid_batches=4, test_batches=4)
+    assert plan.max_steps == 200 and not plan.cut and "all 200 steps" in plan.line()
+    with pytest.raises(UserError, match="raise --time-budget"):
+        plan_budget(10, 9, StepTimes(1.0, 0.1), 40, 5, 4, 4)
+
+
+def test_training_follows_the_plan_with_an_injected_step_time(tmp_path):
+    """A fake 1 s/step: the schedule is planned for the steps that fit (lr ends at its floor)."""
+    _tsv(tmp_path / "train.tsv", 200)
+    recipe = ClassifyRecipe.from_dict({
+        "data": {"dataset": str(tmp_path / "train.tsv"), "tokenizer": "word", "batch_size": 16},
+        "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},
+        "train": {"epochs": 20, "lr": 3e-3, "warmup_steps": 50, "progress": False}, "time_budget": 0.75})
+    seen = []
+
+    def timer(r, train_batches, valid_batches):
+        seen.append((len(train_batches), len(valid_batches)))
+        return StepTimes(train_step=1.0, eval_batch=0.01)
+
+    res = train_classifier(recipe, tmp_path / "run", log=lambda m: None, step_timer=timer)
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    plan, train = cfg["plan"], cfg["train"]
+    assert seen == [(10, 2)]  # 160 train texts in batches of 16, 20 valid
+    assert plan["wanted_steps"] == 200 and 25 <= plan["max_steps"] <= 40  # ~ 0.9 * (45 s - spent) at 1 s/step
+    assert train["max_steps"] == plan["max_steps"] and train["warmup_steps"] == plan["max_steps"] // 10
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if r["split"] == "train"][-1]
+    assert res["train"]["stop_reason"] == "max_steps"
+    assert last["step"] == plan["max_steps"] and math.isclose(last["lr"], 0.1 * 3e-3, rel_tol=0.05)
+
+
+def test_the_tutorial_recipe_is_the_old_default():
+    """recipes/tutorial-thucnews.json keeps the 001 tutorial's model (d256, 8 heads, 4 layers, 10 epochs):
+    exactly the dataclass defaults, which a run with --config still starts from."""
+    from pathlib import Path
+
+    from scratchformer.tasks.runs import resolve_recipe
+
+    path = Path(__file__).resolve().parents[2] / "recipes" / "tutorial-thucnews.json"
+    r = resolve_recipe(ClassifyRecipe, config=str(path))
+    assert r == ClassifyRecipe()
+    assert (r.model.encoder.d_model, r.model.encoder.n_heads, r.model.encoder.n_layers, r.train.epochs) == (256, 8, 4, 10)
