@@ -120,36 +120,46 @@ def evaluate_context(lm, text: str, context: int, rope: str | None = None, max_w
     return out
 
 
-def smooth(values: list[float], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Means of consecutive runs of `width` positions: (centre positions, mean losses)."""
-    v = np.asarray(values, dtype=np.float64)
-    n = len(v) // width * width
-    if n == 0:
-        return np.arange(len(v), dtype=np.float64), v
-    means = v[:n].reshape(-1, width).mean(1)  # (n / width,)
-    return np.arange(n // width) * width + (width - 1) / 2, means
+def position_bins(n: int, train_context: int) -> list[tuple[int, int]]:
+    """Bins for the plot: L/4 wide up to L, then two per doubling (edges L·2^(k/2), with 2L,
+    4L, 8L among them), so far positions, crowded on a log axis, are averaged over more tokens."""
+    step = max(1, train_context // 4)
+    edges = list(range(0, min(n, train_context), step)) + [min(n, train_context)]
+    k = 1
+    while edges[-1] < n:
+        edges.append(min(n, max(edges[-1] + 1, round(train_context * 2 ** (k / 2)))))
+        k += 1
+    return list(zip(edges, edges[1:]))
 
 
 def plot_position_loss(curves: dict[str, list[float]], train_context: int, path: Path, title: str = "") -> Path:
-    """Loss against position, one line per curve (means over L/8 positions), a line at L."""
+    """Loss against position (log axis), one line per curve, a dashed line at the training
+    context L; left the loss, right the loss minus the curve's own mean over [0, L)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    width = max(1, train_context // 8)
+    L = train_context
+    fig, (ax, rel) = plt.subplots(1, 2, figsize=(11, 4.4))
     for label, values in curves.items():
-        x, y = smooth(values, width)
-        ax.plot(x, y, lw=1.4, label=label)
-    ax.axvline(train_context, color="k", ls="--", lw=1, alpha=0.6)
-    ax.text(train_context, ax.get_ylim()[1], " training context", va="top", fontsize=8)
-    ax.set_xlabel(f"position in the window (mean over {width} positions)")
+        v = np.asarray(values, dtype=np.float64)
+        bins = position_bins(len(v), L)
+        x = [(a + b - 1) / 2 + 0.5 for a, b in bins]  # centre, +0.5 keeps position 0 on a log axis
+        y = np.asarray([v[a:b].mean() for a, b in bins])
+        ax.plot(x, y, lw=1.4, marker=".", label=label)
+        rel.plot(x, y - v[:L].mean(), lw=1.4, marker=".", label=label)
+    for a in (ax, rel):
+        a.set_xscale("log", base=2)
+        a.axvline(L, color="k", ls="--", lw=1, alpha=0.6)
+        a.set_xlabel(f"position in the window (dashed: training context {L})")
+        a.grid(alpha=0.3)
     ax.set_ylabel("loss (nats per token)")
     ax.set_title(title or "loss vs position")
-    ax.grid(alpha=0.3)
-    if len(curves) > 1:
-        ax.legend(fontsize=7)
+    rel.axhline(0, color="k", lw=0.8, alpha=0.5)
+    rel.set_ylabel(f"loss minus its mean below position {L}")
+    rel.set_title("what is lost past the training length")
+    rel.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
