@@ -4,7 +4,8 @@ Four kinds share one interface (`Tokenizer`):
 
     char       one id per character; the default for Chinese. Optional hashed
                character-bigram ids (`encode_bigrams`) to sum into the embeddings.
-    word       regex split into words and punctuation marks.
+    word       words and punctuation marks: a regex split, or jieba's Chinese word segmentation
+               for CJK text (data/segment.py).
     bpe        byte-level BPE trained with the HF `tokenizers` library; never emits <unk>
                and `decode(encode(x)) == x` for any text.
     wordpiece  WordPiece trained with `tokenizers`; Metaspace + punctuation pre-tokenization,
@@ -21,13 +22,13 @@ A tokenizer saves to one JSON file with a "type" field; `Tokenizer.load` dispatc
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import UserError
 from .bigrams import char_bigrams, check_buckets, id_bigrams
+from .segment import CJK as _CJK, SEGMENTERS, WORD_PATTERN
 from .specials import BOS, BOS_ID, CLS, CLS_ID, EOS, EOS_ID, NUM_SPECIALS, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID  # noqa: F401
 FORMAT_VERSION = 1
 
@@ -243,35 +244,56 @@ class CharTokenizer(_VocabTokenizer):
 
 @_register
 class WordTokenizer(_VocabTokenizer):
-    """Words (runs of letters/digits/underscore) and single punctuation marks.
+    """Words and single punctuation marks, cut by a segmenter (`data/segment.py`):
+
+        regex  runs of letters/digits/underscore and punctuation marks (alphabetic text)
+        jieba  Chinese word segmentation (中文分词) for the CJK pieces, regex for the rest
+
+    `train(segmenter="auto")` picks jieba when more than 30% of the characters are CJK (the
+    rule `auto_kind` uses), regex otherwise; the choice is saved in the file, and a file
+    without one (written before segmenters existed) is regex.
 
     Decoding joins tokens with single spaces, so it is lossy: "Hi, you." -> "Hi , you ."
+    (and Chinese comes back with spaces between its words).
     """
 
     kind = "word"
-    pattern = re.compile(r"\w+|[^\w\s]")
+    pattern = WORD_PATTERN
+
+    def __init__(self, tokens: Sequence[str], lowercase: bool = False, segmenter: str = "regex"):
+        super().__init__(tokens, lowercase)
+        if segmenter not in SEGMENTERS:
+            raise UserError(f"word segmenter {segmenter!r} is unknown; choose one of {', '.join(SEGMENTERS)}")
+        self.segmenter = segmenter
+        self._words = SEGMENTERS[segmenter]
 
     @classmethod
     def train(cls, texts: Iterable[str], min_freq: int = 1, max_size: int | None = None,
-              lowercase: bool = False) -> "WordTokenizer":
-        tok = cls(SPECIAL_TOKENS, lowercase)
+              lowercase: bool = False, segmenter: str = "auto") -> "WordTokenizer":
+        texts = list(texts)
+        if segmenter == "auto":
+            segmenter = "jieba" if cjk_fraction(texts) > 0.30 else "regex"
+        tok = cls(SPECIAL_TOKENS, lowercase, segmenter)
         counts = Counter()
         for t in texts:
             counts.update(tok._split(t))
-        return cls(cls._build_vocab(counts, min_freq, max_size), lowercase)
+        return cls(cls._build_vocab(counts, min_freq, max_size), lowercase, segmenter)
 
     def _split(self, text: str) -> list[str]:
-        return self.pattern.findall(text.lower() if self.lowercase else text)
+        return self._words(text.lower() if self.lowercase else text)
 
     def _decode_raw(self, ids: list[int]) -> str:
         return " ".join(self.itos[i] for i in ids)
 
     def _state(self) -> dict:
-        return {"lowercase": self.lowercase, "vocab": self.itos}
+        return {"lowercase": self.lowercase, "segmenter": self.segmenter, "vocab": self.itos}
 
     @classmethod
     def _from_state(cls, s: dict) -> "WordTokenizer":
-        return cls(s["vocab"], s.get("lowercase", False))
+        return cls(s["vocab"], s.get("lowercase", False), s.get("segmenter", "regex"))
+
+    def __repr__(self) -> str:
+        return f"WordTokenizer(vocab_size={self.vocab_size}, segmenter={self.segmenter!r})"
 
 
 class _HFTokenizer(Tokenizer):
@@ -395,9 +417,6 @@ class WordPieceTokenizer(_HFTokenizer):
 
 
 # ---- choosing and building --------------------------------------------------------------
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
-
-
 def cjk_fraction(texts: Iterable[str]) -> float:
     """Fraction of non-space characters that are CJK (Han, kana, hangul)."""
     total = cjk = 0
