@@ -110,6 +110,10 @@ class ClassifyAdapter:
         if hasattr(clf, "members"):  # an ensemble run: look at its first member
             self.notes.append("an ensemble run: member 0 is examined")
             clf, self.run_dir = clf.members[0], run_dir / "member0"
+        if clf.recipe.model.kind == "lstm":
+            from ..models.rnn import NO_ATTENTION
+
+            raise UserError(f"{run_dir}: {NO_ATTENTION}")
         self.clf = clf
         tok = clf.tokenizer
         if hasattr(tok, "cls_id"):  # a BERT tokenizer

@@ -26,8 +26,12 @@ from .pooling import POOLINGS, masked_pool, pool_segments
 
 
 
+KINDS = ("transformer", "lstm")
+
+
 @dataclass
 class ClassifierConfig(JsonConfig):
+    kind: str = "transformer"  # or "lstm": the recurrent baseline (models/rnn.py), sized by `encoder`
     vocab_size: int = 0
     n_classes: int = 2
     encoder: TransformerConfig = field(default_factory=TransformerConfig)
@@ -43,6 +47,14 @@ class ClassifierConfig(JsonConfig):
     def __post_init__(self) -> None:
         if isinstance(self.bert, dict):  # from JSON: get_type_hints sees `BertConfig | None`
             self.bert = BertConfig.from_dict(self.bert)
+        if self.kind not in KINDS:
+            raise UserError(f"model.kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}")
+        if self.kind == "lstm" and (self.init or self.bert is not None):
+            raise UserError("model.init loads a pretrained Transformer; an LSTM (model.kind=lstm) trains "
+                            "from scratch: drop --init or set model.kind=transformer")
+        if self.kind == "lstm" and self.encoder.d_model % 2:
+            raise UserError(f"model.kind=lstm splits model.encoder.d_model between two directions: "
+                            f"make it even (got {self.encoder.d_model})")
         if self.pooling not in POOLINGS or self.segment_pooling not in ("mean", "max"):
             raise UserError(f"pooling must be one of {POOLINGS}, segment_pooling mean or max")
         if self.n_classes < 2:
@@ -110,3 +122,12 @@ class EncoderClassifier(nn.Module):
         if doc_index is not None:
             seg = pool_segments(seg, doc_index, n_docs, self.cfg.segment_pooling)  # (n_docs, C)
         return self.head(seg)
+
+
+def build_classifier(cfg: ClassifierConfig) -> nn.Module:
+    """The model `cfg.kind` names: our Transformer encoder (or BERT), or the LSTM baseline."""
+    if cfg.kind == "lstm":
+        from .rnn import LSTMClassifier
+
+        return LSTMClassifier(cfg)
+    return EncoderClassifier(cfg)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
-from ...models.classifier import EncoderClassifier
+from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import load_weights
 from ..runs import WEIGHTS, RunDir
 from .data import ClassifyBatch, EncodedSplit, collate, encoder_for, load_tokenizer
@@ -49,7 +49,7 @@ class Classifier:
             raise UserError(f"{run / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but "
                             f"{run / 'config.json'} only a {recipe.model.vocab_size}-row embedding: "
                             "the run folder is inconsistent")
-        model = EncoderClassifier(recipe.model)
+        model = build_classifier(recipe.model)
         load_weights(model, run / WEIGHTS)
         return cls(model, tokenizer, labels, recipe)
 

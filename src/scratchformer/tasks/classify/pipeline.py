@@ -11,7 +11,7 @@ import torch
 
 from ...data.tokenizers import cjk_fraction
 from ...errors import UserError
-from ...models.classifier import EncoderClassifier
+from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import RunDir, count_parameters, train_members
@@ -83,7 +83,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         f"<unk> rate on valid {tok.unk_rate([t for t, _ in data.valid[:2000]]):.2%}, "
         f"padding {train.padding_fraction:.1%} of batch tokens (length-bucketed)")
     torch.manual_seed(recipe.train.seed)
-    model = EncoderClassifier(mc)
+    model = build_classifier(mc)
     if source is not None:
         source.load_into(model)
     if mc.init and mc.encoder_lr_scale != 1.0:
@@ -111,7 +111,7 @@ def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None
     valid_batches = valid.batches(0) if valid else []
     if step_timer is None:
         torch.manual_seed(r.train.seed)
-        times = measure_step_times(r, EncoderClassifier(r.model), train_batches, valid_batches)
+        times = measure_step_times(r, build_classifier(r.model), train_batches, valid_batches)
     else:
         times = step_timer(r, train_batches, valid_batches)
     plan = plan_budget(60 * r.time_budget, time.monotonic() - started, times, len(train_batches), r.train.epochs,
