@@ -16,7 +16,7 @@ SHIPPED = available()
 
 
 def test_the_issue_s_experiments_are_shipped():
-    for name in ("norm-placement", "heads", "ffn-width", "depth", "lr-warmup", "positions", "tokenization", "efficiency", "ablations"):
+    for name in ("norm-placement", "heads", "ffn-width", "depth", "lr-warmup", "positions", "tokenization", "efficiency", "ablations", "rnn-baseline"):
         assert name in SHIPPED
 
 

@@ -51,5 +51,13 @@ def lm_extrapolation(run_dir: Path, texts: list[str]) -> dict[str, float]:
     return measure(run_dir, texts)
 
 
+def length_buckets(run_dir: Path, texts: list[str]) -> dict[str, float]:
+    """Test accuracy per third of the texts by length, and time per epoch (several columns; lengths.py)."""
+    from .lengths import classifier_length_buckets
+
+    return classifier_length_buckets(run_dir, texts)
+
+
 # A measure gives one number (a column named after it) or a dict of numbers (one column each).
-MEASURES = {"head_redundancy": classifier_head_redundancy, "extrapolation": lm_extrapolation}
+MEASURES = {"head_redundancy": classifier_head_redundancy, "extrapolation": lm_extrapolation,
+            "length_buckets": length_buckets}
