@@ -76,3 +76,15 @@ def test_bad_lstm_settings_are_one_line_errors():
         ClassifierConfig(kind="gru")
     with pytest.raises(UserError, match="trains from scratch"):
         ClassifierConfig(kind="lstm", init="minilm")
+
+
+def test_params_closed_form_counts_the_lstm():
+    from scratchformer.experiments.params import closed_form, count_tensors
+
+    cfg = ClassifierConfig(kind="lstm", vocab_size=50, n_classes=4, bigram_buckets=16,
+                           encoder=TransformerConfig(d_model=12, n_heads=2, d_ff=16, n_layers=3, position="learned"))
+    model = build_classifier(cfg)
+    counted = count_tensors({k: list(v.shape) for k, v in model.state_dict().items()})
+    terms = closed_form({"task": "classify", "model": cfg.to_dict()})
+    assert {k: v for k, v in counted.items() if v} == {k: t.value for k, t in terms.items()}
+    assert terms["recurrence"].value == sum(p.numel() for p in model.lstm.parameters())

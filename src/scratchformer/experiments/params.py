@@ -7,6 +7,9 @@ b = 1 with biases (0 without), per encoder layer:
   FFN        W_1 (d×f), W_2 (f×d) and biases: 2·d·f + f + d   (SwiGLU: W_1 is d×2f: 3·d·f + 2·f + d)
   norms      2 LayerNorms of gain + offset: 2·2·d   (RMSNorm: gain only)
 plus token embeddings V·d (+ hashed bigrams, + a learned position table) and the head.
+An LSTM classifier (`model.kind=lstm`) has, instead of the encoder layers, per layer and
+direction 4 gates of h = d/2 units over an input of d features, with torch's two biases:
+  recurrence 2·4·h·(d + h + 2) per layer
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..nn.config import TransformerConfig
 
-COMPONENTS = ("embeddings", "attention", "cross-attention", "ffn", "norms", "head", "other")
+COMPONENTS = ("embeddings", "attention", "cross-attention", "ffn", "recurrence", "norms", "head", "other")
 
 
 def component_of(name: str) -> str:
@@ -30,6 +33,8 @@ def component_of(name: str) -> str:
         return "attention"
     if "ffn" in parts:
         return "ffn"
+    if parts[0] == "lstm":
+        return "recurrence"
     if any(p.startswith(("norm", "ln", "layernorm", "LayerNorm")) for p in parts):
         return "norms"
     if parts[0] in ("embed", "src_embed", "tgt_embed", "embeddings"):
@@ -106,7 +111,12 @@ def closed_form(recipe: dict) -> dict[str, Term]:
             raise UserError("a BERT-backbone run: its layout is BERT's; only the counted column applies")
         # the stack's section is "encoder" in older recipes, "transformer" in newer ones
         t = TransformerConfig.from_dict(model.get("transformer") or model.get("encoder") or {})
-        terms = _block_terms(t, t.n_layers, cross=False)
+        if model.get("kind") == "lstm":  # models/rnn.py: no positions, no norms
+            t = t.replace(position="none", final_norm=False)
+            h = t.d_model // 2
+            terms = {"recurrence": Term(t.n_layers * 2 * 4 * h * (t.d_model + h + 2), "L·2·4·h·(d + h + 2), h = d/2")}
+        else:
+            terms = _block_terms(t, t.n_layers, cross=False)
         value, formula = _embedding(t, model.get("vocab_size", 0), model.get("bigram_buckets", 0), "V")
         _add(terms, "embeddings", value, formula)
         if task == "classify":
