@@ -52,7 +52,7 @@ class LSTMClassifier(nn.Module):
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         if enabled:
             raise UserError("gradient checkpointing is for the Transformer's layers; an LSTM run "
-                            "cannot use it: set train.gradient_checkpointing=false")
+                            "cannot use it: set train.grad_checkpointing=false")
 
     def features(self, ids: torch.Tensor, bigrams: torch.Tensor | None = None, need_weights: bool = False):
         """ids `(S, T)` -> pooled `(S, C)`."""
