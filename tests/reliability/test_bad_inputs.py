@@ -149,6 +149,7 @@ CASES = [
     Case("evaluate --data missing", ["evaluate", "{RUN}", "--data", "{DIR}/missing.tsv"], "clf"),
     Case("evaluate lm, model.safetensors truncated", ["evaluate", "{RUN}"], "lm", truncate("model.safetensors")),
     Case("evaluate translate, tgt_tokenizer.json truncated", ["evaluate", "{RUN}"], "tr", truncate("tgt_tokenizer.json")),
+    Case("evaluate translate --context", ["evaluate", "{RUN}", "--context", "64"], "tr"),
     # ---- predict
     Case("predict, folder missing", ["predict", "{DIR}/nope", "a"]),
     Case("predict, model.safetensors truncated", ["predict", "{RUN}", "good film"], "clf", truncate("model.safetensors")),

@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import UserError
 from .common import add_recipe_args, recipe_for_run, read_inputs
 
 
@@ -101,6 +102,10 @@ def translate(args) -> int:
 def evaluate(args) -> int:
     from ..tasks.translate import Translator, load_translation, read_parallel_spec
 
+    for flag, value in (("--context", getattr(args, "context", None)), ("--max-len", getattr(args, "max_len", None)),
+                        ("--rope-scaling", getattr(args, "rope_scaling", None))):
+        if value is not None:
+            raise UserError(f"{flag} is for language-model or classification runs, not translation")
     tr = Translator.load(args.run_dir, ensemble=args.ensemble)
     if args.data:
         pairs, name = read_parallel_spec(args.data), Path(args.data.split(",")[0]).stem
