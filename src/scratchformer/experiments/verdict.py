@@ -12,7 +12,8 @@ Welch–Satterthwaite degrees of freedom, over seeds). Verdict:
   - **supported**: the whole interval lies inside the claimed region;
   - **not supported**: the whole interval lies outside it;
   - **inconclusive at this noise level**: the interval straddles the region's edge (more seeds
-    or a larger effect would be needed), or a cell has fewer than 2 finished seeds;
+    or a larger effect would be needed), a cell has fewer than 2 finished seeds, or every seed
+    gave the same value (a zero-width interval; a deterministic column may say `"exact": true`);
   - **not run**: the grid lacks a cell the check needs (the `--quick` grids are smaller).
 `diverged_more`: the runs of the cells matching `a` (pooled) diverge more often than those
 matching `b`; one-sided Fisher exact test at 5% (supported if p < 0.05; not supported if the
@@ -121,6 +122,10 @@ def evaluate_check(check: dict, runs: pd.DataFrame, axes: list[str]) -> Outcome:
     res = welch_ci(xa, xb)
     if res is None:
         return Outcome(says, INCONCLUSIVE, f"{col}: fewer than 2 finished seeds ({len(xa)} vs {len(xb)})", a_name, b_name)
+    if res[1] == res[2] and not check.get("exact", False):  # every seed gave the same value
+        return Outcome(says, INCONCLUSIVE, f"{col}: a − b = {res[0]:+.4g} with no spread over seeds (a zero-width "
+                       "interval is no evidence: the seeds did not vary it; mark a deterministic column \"exact\")",
+                       a_name, b_name)
     d, low, high, p = res
     region_kind, t = _region(check["region"], log)
     verdict = classify_interval(low, high, region_kind, t)
