@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -115,11 +116,11 @@ StepTimer = Callable[..., StepTimes]  # (recipe, model, train_batches, valid_bat
 
 
 def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, valid_batches: list,
-                       n_steps: int = 4) -> StepTimes:
+                       n_steps: int = 6) -> StepTimes:
     """Time real training steps of `model` — a throwaway copy: its weights are changed — on
     `n_steps` batches spread over the epoch (batches are length-bucketed, so a spread sample
     averages the lengths), then forward passes on validation batches and one checkpoint
-    serialisation. Each batch runs twice and only the second is timed: the first run of a new
+    serialisation (medians). Each batch runs twice and only the second is timed: the first run of a new
     shape builds kernels and buffers (2-3x slower), which a whole run pays once per shape."""
     from ..runs import eval_mode
     from .task import ClassificationTask
@@ -152,7 +153,8 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
     t0 = time.perf_counter()
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, io.BytesIO())
     save = time.perf_counter() - t0
-    return StepTimes(sum(steps) / len(steps), sum(evals) / len(evals), save)
+    # medians: one step slowed by another process on a shared machine does not skew the plan
+    return StepTimes(statistics.median(steps), statistics.median(evals), save)
 
 
 def _spread(items: list, k: int) -> list:
