@@ -85,7 +85,7 @@ def test_train_and_evaluate_print_the_baseline_beside_ours(tmp_path, capsys):
     ours = round(100 * printed["test"]["accuracy"], 2)
     assert printed["difference_points"] == saved["comparison"]["difference"] == round(ours - 100.0, 2)
     assert f"test accuracy: ours {ours:.2f}%, TF-IDF+LogReg 100.00%" in cap.err
-    assert "recipe (adaptive default" in cap.err and "plan: time budget 8 min" in cap.err
+    assert "recipe (adaptive default" in cap.err and "plan: time budget 8.0 min" in cap.err
 
     assert main(["evaluate", str(out), "--data", str(tmp_path / "test.tsv")]) == 0
     assert "test accuracy: ours" in capsys.readouterr().out

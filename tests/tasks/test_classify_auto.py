@@ -131,3 +131,20 @@ def test_the_tutorial_recipe_is_the_old_default():
     r = resolve_recipe(ClassifyRecipe, config=str(path))
     assert r == ClassifyRecipe()
     assert (r.model.encoder.d_model, r.model.encoder.n_heads, r.model.encoder.n_layers, r.train.epochs) == (256, 8, 4, 10)
+
+
+def test_an_ensemble_shares_the_budget_and_learns_the_real_step_time(tmp_path):
+    """Member 0 plans with the (fake, slow) measurement; member 1 with the faster real speed
+    member 0 showed, for its share of what was left."""
+    _tsv(tmp_path / "train.tsv", 120)
+    recipe = ClassifyRecipe.from_dict({
+        "data": {"dataset": str(tmp_path / "train.tsv"), "tokenizer": "word", "batch_size": 16},
+        "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},
+        "train": {"epochs": 4, "progress": False}, "time_budget": 1.0, "ensemble": 2})
+    res = train_classifier(recipe, tmp_path / "ens", log=lambda m: None,
+                           step_timer=lambda r, tb, vb: StepTimes(train_step=2.0, eval_batch=0.01))
+    plans = [json.loads((tmp_path / "ens" / f"member{i}" / "config.json").read_text())["plan"] for i in (0, 1)]
+    assert plans[0]["times"]["train_step"] == 2.0 and plans[0]["max_steps"] < plans[0]["wanted_steps"]
+    assert plans[1]["times"]["train_step"] < 2.0 and plans[1]["max_steps"] == plans[1]["wanted_steps"] == 24
+    assert 0.9 * 57 / 2 <= plans[0]["budget_s"] <= 57 / 2  # half of 95% of a minute
+    assert len(res["train"]["members"]) == 2

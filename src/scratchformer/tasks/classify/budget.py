@@ -71,8 +71,8 @@ class Plan:
         t = self.times
         fit = (f"only {self.max_steps} steps ({self.max_steps / self.steps_per_epoch:.1f} epochs) fit"
                if self.cut else f"all {self.wanted_steps} steps ({self.wanted_steps / self.steps_per_epoch:.0f} epochs) fit")
-        hint = f" (room for {self.members_fit} such runs: --set ensemble={self.members_fit})" if self.members_fit > 1 else ""
-        return (f"time budget {self.budget_s / 60:g} min ({self.spent_s:.0f} s spent): measured {t.train_step * 1000:.0f} ms/step, "
+        hint = f" (room for {self.members_fit} such runs)" if self.members_fit > 1 else ""
+        return (f"time budget {self.budget_s / 60:.1f} min ({self.spent_s:.0f} s spent): measured {t.train_step * 1000:.0f} ms/step, "
                 f"{t.eval_batch * 1000:.0f} ms/eval batch; {fit}, planned {self.planned_s / 60:.1f} min{hint} -> "
                 f"train.max_steps {self.max_steps}, eval every {self.eval_every} steps, hard stop {self.max_minutes:.1f} min")
 
