@@ -148,3 +148,7 @@ def test_an_ensemble_shares_the_budget_and_learns_the_real_step_time(tmp_path):
     assert plans[1]["times"]["train_step"] < 2.0 and plans[1]["max_steps"] == plans[1]["wanted_steps"] == 24
     assert 0.9 * 57 / 2 <= plans[0]["budget_s"] <= 57 / 2  # half of 95% of a minute
     assert len(res["train"]["members"]) == 2
+    # the real measurement on the same path (timings vary: only that a plan was made)
+    train_classifier(recipe, tmp_path / "ens2", log=lambda m: None)
+    plan = json.loads((tmp_path / "ens2" / "member1" / "config.json").read_text())["plan"]
+    assert plan["times"]["train_step"] > 0 and 1 <= plan["max_steps"] <= plan["wanted_steps"]

@@ -35,7 +35,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     `baseline`: also fit the TF-IDF + logistic regression baseline on the same split, print
     both and write `baseline_<split>_metrics.json`. `recipe.time_budget` (minutes, counted from
     `started`, a `time.monotonic()`; default now): measure a few steps (`step_timer`, default
-    `measure_step_times`) and plan `train.max_steps` to fit (budget.py), recorded as `plan`."""
+    `measure`) and plan `train.max_steps` to fit (budget.py), recorded as `plan`."""
     started = time.monotonic() if started is None else started
     out_dir = Path(out_dir)
     if recipe.ensemble > 1:
@@ -110,11 +110,7 @@ def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None
     """Measure, plan, and write the plan into the (not yet frozen) recipe `r`."""
     train_batches = train.batches(0)
     valid_batches = valid.batches(0) if valid else []
-    if step_timer is None:
-        torch.manual_seed(r.train.seed)
-        times = measure_step_times(r, build_classifier(r.model), train_batches, valid_batches)
-    else:
-        times = step_timer(r, train_batches, valid_batches)
+    times = (step_timer or measure)(r, train_batches, valid_batches)
     plan = plan_budget(60 * r.time_budget, time.monotonic() - started, times, len(train_batches), r.train.epochs,
                        len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0, r.train.eval_every)
     t = r.train
@@ -124,6 +120,12 @@ def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None
     t.max_minutes = plan.max_minutes if t.max_minutes is None else min(t.max_minutes, plan.max_minutes)
     r.plan = plan.to_dict()
     log(f"plan: {plan.line()}")
+
+
+def measure(r: ClassifyRecipe, train_batches: list, valid_batches: list) -> StepTimes:
+    """The default step timer: a few real steps of a throwaway model built from `r`."""
+    torch.manual_seed(r.train.seed)
+    return measure_step_times(r, build_classifier(r.model), train_batches, valid_batches)
 
 
 def fit_and_log_baseline(data, log) -> Baseline:
@@ -175,11 +177,7 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
         # a load spike on a shared machine during one member's few timed steps (measured here:
         # 1.3 s/step against 0.07-0.1 s for the members around it) would plan a tenth of the
         # steps; a machine really slower than before is caught by the plan's hard stop instead
-        if step_timer is not None:
-            t = step_timer(r, train_batches, valid_batches)
-        else:
-            torch.manual_seed(r.train.seed)
-            t = measure_step_times(r, EncoderClassifier(r.model), train_batches, valid_batches)
+        t = (step_timer or measure)(r, train_batches, valid_batches)
         return replace(t, train_step=min([t.train_step] + seen))
 
     def train_one(member: ClassifyRecipe, mdir: Path, resume: bool, log) -> dict[str, Any]:
