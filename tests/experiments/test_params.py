@@ -63,7 +63,7 @@ def test_params_of_a_trained_run_and_the_cli(tmp_path, capsys):
                  "--set", "data.tokenizer=word", "--set", "model.bigram_buckets=7",
                  "--set", "model.encoder.d_model=16", "--set", "model.encoder.n_heads=2",
                  "--set", "model.encoder.d_ff=24", "--set", "model.encoder.n_layers=2",
-                 "--set", "train.epochs=1", "--set", "train.progress=false"]) == 0
+                 "--set", "train.epochs=1", "--set", "train.progress=false", "--set", "ensemble=1"]) == 0
     rows, note = params_table(out)
     by = {name: (counted, term) for name, counted, term in rows}
     for name, (counted, term) in by.items():

@@ -49,7 +49,7 @@ def runs(tmp_path_factory):
     _data(d)
     cmds = {
         "clf": ["train", "classify", "--data", str(d / "cls.tsv"), "--set", "data.tokenizer=word",
-                "--set", "train.epochs=1"] + TINY_ENC,
+                "--set", "train.epochs=1", "--set", "ensemble=1"] + TINY_ENC,
         "lm": ["train", "lm", "--data", str(d / "text.txt"), "--set", "data.context=16",
                "--set", "train.max_steps=2"] + TINY_ENC,
         "tr": ["train", "translate", "--data", str(d / "par.tsv")] + TINY_S2S,

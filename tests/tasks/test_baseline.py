@@ -65,6 +65,7 @@ def test_comparison_line_and_advice():
     assert "--init minilm" in c.advice(alphabetic=True) and "ensemble" in c.advice(alphabetic=True)
     assert "--init minilm" not in c.advice(alphabetic=False) and "pretrain mlm" in c.advice(alphabetic=False)
     assert Comparison.of("test", 0.9, 0.8, 10).advice(True) is None
+    assert "--set ensemble=5" not in c.advice(alphabetic=True, members=5) and "more seeds fit" in c.advice(True, 5)
     assert c.to_dict() == {"split": "test", "ours": 84.12, "baseline": 85.3, "difference": -1.18, "n": 1000}
 
 
@@ -85,7 +86,9 @@ def test_train_and_evaluate_print_the_baseline_beside_ours(tmp_path, capsys):
     ours = round(100 * printed["test"]["accuracy"], 2)
     assert printed["difference_points"] == saved["comparison"]["difference"] == round(ours - 100.0, 2)
     assert f"test accuracy: ours {ours:.2f}%, TF-IDF+LogReg 100.00%" in cap.err
-    assert "recipe (adaptive default" in cap.err and "plan: time budget 8.0 min" in cap.err
+    assert "recipe (adaptive default" in cap.err and "as many seeds as fit" in cap.err
+    assert "ensemble=0: 5 members" in cap.err and cap.err.count("plan: time budget") == 5  # tiny: 5 fit in 8 min
+    assert len(json.loads((out / "members.json").read_text())) == 5
 
     assert main(["evaluate", str(out), "--data", str(tmp_path / "test.tsv")]) == 0
     assert "test accuracy: ours" in capsys.readouterr().out

@@ -152,3 +152,64 @@ def test_an_ensemble_shares_the_budget_and_learns_the_real_step_time(tmp_path):
     train_classifier(recipe, tmp_path / "ens2", log=lambda m: None)
     plan = json.loads((tmp_path / "ens2" / "member1" / "config.json").read_text())["plan"]
     assert plan["times"]["train_step"] > 0 and 1 <= plan["max_steps"] <= plan["wanted_steps"]
+
+
+# ----------------------------------------------------------------------------- ensemble=0
+
+def test_members_fit_counts_whole_runs_with_their_setup_and_caps_at_the_maximum():
+    from scratchformer.tasks.classify.budget import ENSEMBLE_EVAL_SHARE, MAX_MEMBERS
+
+    t = StepTimes(0.1, 0.01)
+    # one run: 100 steps * 0.1 + 3 evals * 4 batches * 0.01 + test 4 * 0.01 = 10.16 s, + 20 s setup
+    plan = plan_budget(120, 0, t, steps_per_epoch=50, epochs=2, valid_batches=4, test_batches=4, member_setup_s=20)
+    usable = SLACK * (120 - 0.04 - OVERHEAD_S)
+    assert plan.members_fit == int(usable * (1 - ENSEMBLE_EVAL_SHARE) // (plan.planned_s + 20)) == 3
+    assert plan_budget(3600, 0, t, 50, 2, 4, 4, member_setup_s=1).members_fit == MAX_MEMBERS
+    cut = plan_budget(30, 0, StepTimes(1.0, 0.01), 50, 2, 4, 4)  # not even one whole run fits
+    assert cut.cut and cut.members_fit == 1
+
+
+def test_the_adaptive_default_asks_for_as_many_seeds_as_fit():
+    r = auto_recipe(ZH * 50)
+    assert r.ensemble == 0 and "as many seeds as fit" in describe(r)
+    assert auto_recipe(ZH * 50, time_budget=None).ensemble == 1
+    assert auto_recipe(EN * 50, init="minilm").ensemble == 1  # a pretrained backbone: one run
+    with pytest.raises(UserError, match="needs a time budget"):
+        ClassifyRecipe.from_dict({"ensemble": 0})
+    with pytest.raises(UserError, match=">= 0"):
+        ClassifyRecipe.from_dict({"ensemble": -1, "time_budget": 1})
+
+
+@pytest.mark.parametrize("step_s, members", [(0.002, 3), (3.0, 1)])
+def test_ensemble_zero_trains_the_members_that_fit(tmp_path, step_s, members):
+    """A fast fake step: members up to the cap (3 here) fit a minute; at 3 s/step one run of
+    12 steps (36 s) fits but not two: a single run, planned with the same timing (measured once)."""
+    import scratchformer.tasks.classify.budget as budget
+
+    _tsv(tmp_path / "train.tsv", 120)
+    recipe = ClassifyRecipe.from_dict({
+        "data": {"dataset": str(tmp_path / "train.tsv"), "tokenizer": "word", "batch_size": 16},
+        "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},
+        "train": {"epochs": 2, "progress": False}, "time_budget": 1.0, "ensemble": 0})
+    calls, lines = [], []
+
+    def timer(r, tb, vb):
+        calls.append(r.train.seed)
+        return StepTimes(train_step=step_s, eval_batch=0.001)
+
+    old = budget.MAX_MEMBERS
+    budget.MAX_MEMBERS = 3  # keep the test short
+    try:
+        res = train_classifier(recipe, tmp_path / "run", log=lines.append, step_timer=timer)
+    finally:
+        budget.MAX_MEMBERS = old
+    assert any(f"ensemble=0: {members} member" in line for line in lines)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["ensemble"] == members  # resolved: a --resume knows what to finish
+    if members > 1:
+        assert [m["seed"] for m in res["train"]["members"]] == [0, 1, 2]
+        assert (tmp_path / "run" / "member2" / "model.safetensors").exists() and "test" in res
+        assert len(calls) == 1 + members  # the count, then each member's own plan
+    else:
+        assert calls == [0] and saved["plan"]["times"]["train_step"] == step_s  # measured once
+        assert saved["plan"]["max_steps"] == saved["plan"]["wanted_steps"] == 12

@@ -32,7 +32,7 @@ def run(tmp_path_factory):
     _write_tsv(d / "test.tsv", 60, 1)
     out = d / "run"
     rc = main(["train", "classify", "--data", str(d / "train.tsv"), "--test", str(d / "test.tsv"),
-               "--out", str(out), "--set", "data.tokenizer=word"] + TINY)
+               "--out", str(out), "--set", "data.tokenizer=word", "--set", "ensemble=1"] + TINY)  # a single run's layout
     assert rc == 0
     return d, out
 

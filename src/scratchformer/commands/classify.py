@@ -146,5 +146,6 @@ def _baseline(clf, pairs, name: str, ours: float, run_dir: Path, log) -> dict:
         return {}
     base = fit_baseline(data.train, clf.labels, data.valid or None)
     alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
-    return baseline_beside(base, pairs, name, ours, clf.labels, alphabetic, run_dir, log)
+    members = len(getattr(clf, "members", ())) or 1
+    return baseline_beside(base, pairs, name, ours, clf.labels, alphabetic, run_dir, log, members)
 

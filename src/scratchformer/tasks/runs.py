@@ -43,9 +43,12 @@ class Recipe(JsonConfig):
         return type(out).from_dict(out.to_dict()).freeze()  # re-validated with the derived sizes
 
 
-def check_ensemble(n: Any) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise UserError(f"ensemble must be a whole number >= 1, got {n!r}")
+def check_ensemble(n: Any, auto: bool = False) -> None:
+    """`auto`: 0 is allowed too (the task chooses the number of members)."""
+    low = 0 if auto else 1
+    if isinstance(n, bool) or not isinstance(n, int) or n < low:
+        raise UserError(f"ensemble must be a whole number >= {low}, got {n!r}"
+                        + (" (0: as many members as the time budget fits)" if auto else ""))
 
 
 def resolve_recipe(cls: type[Recipe], config: str | None = None, sets: list[str] = (),

@@ -8,7 +8,9 @@ What earlier runs taught (README, "Classification results"):
   - small data overfits: token dropout, label smoothing, early stopping on valid;
   - larger data carries a larger model (the tutorial's size from 100k texts).
 Epochs are an upper bound: the time budget (`time_budget`, see budget.py) plans the steps
-that fit, and early stopping ends a run that stopped improving.
+that fit, and early stopping ends a run that stopped improving. When one such run takes a
+fraction of the budget, the rest trains more seeds (`ensemble` 0: as many as fit, at most 5),
+whose averaged probabilities beat any one of them (thucnews: 85.7-86.4 against members 82-85).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...data.tokenizers import cjk_fraction
+from .budget import MAX_MEMBERS
 from .recipe import ClassifyRecipe
 
 DEFAULT_BUDGET_MIN = 8.0  # minutes for the whole `train classify`: baseline, training, test
@@ -95,6 +98,9 @@ def auto_recipe(texts: Sequence[str], init: str | None = None,
     for section, values in choose(DataProfile.of(texts), init).items():
         _update(d[section], values)
     d["time_budget"] = time_budget
+    # as many seeds as the budget fits: averaging 5 seeds gave +1.4 to +3 points on THUCNews
+    # (README); a pretrained backbone is too slow for more than one here
+    d["ensemble"] = 0 if time_budget is not None and not init else 1
     return ClassifyRecipe.from_dict(d)
 
 
@@ -119,6 +125,10 @@ def describe(r: ClassifyRecipe) -> str:
     stop = f"<= {t.epochs} epochs" if t.epochs else f"{t.max_steps} steps"
     patience = f", early stopping after {t.early_stopping_patience} evals" if t.early_stopping_patience else ""
     budget = f", time budget {r.time_budget:g} min" if r.time_budget else ""
+    if r.ensemble == 0:
+        budget += f", as many seeds as fit (<= {MAX_MEMBERS}, probabilities averaged)"
+    elif r.ensemble > 1:
+        budget += f", ensemble of {r.ensemble} seeds"
     return (f"{arch}, max_len {dc.max_len}, batch {dc.batch_size}, label smoothing {dc.label_smoothing:g}, "
             f"lr {t.lr:g}, {stop}{patience}{budget}")
 
@@ -135,5 +145,8 @@ def adaptive_recipe(sets: Sequence[str] = (), flags: dict[str, Any] | None = Non
     data_flags = {k: v for k, v in (flags or {}).items() if k.startswith("data.")}
     where = resolve_recipe(ClassifyRecipe, None, data_sets, data_flags)
     texts = [t for t, _ in load_classification(where.data).train]
+    if any(k.strip() == "time_budget" and v.strip().lower() in ("null", "none") for k, _, v in
+           (s.partition("=") for s in sets)):
+        time_budget = None  # no budget: one run (ensemble 0 needs a budget to count members)
     base = auto_recipe(texts, (flags or {}).get("model.init"), time_budget)
     return resolve_recipe(ClassifyRecipe, None, sets, flags, base=base)

@@ -124,11 +124,13 @@ class Comparison:
         return (f"{self.split} accuracy: ours {self.ours:.2f}%, {NAME} {self.baseline:.2f}%, "
                 f"difference {self.difference:+.2f} points ({verdict}, n={self.n})")
 
-    def advice(self, alphabetic: bool) -> str | None:
-        """What to try when the baseline wins (None otherwise)."""
+    def advice(self, alphabetic: bool, members: int = 1) -> str | None:
+        """What to try when the baseline wins (None otherwise); `members`: the run's ensemble size."""
         if not self.baseline_wins:
             return None
-        tips = ["a longer budget (--time-budget 20)", "an ensemble (--set ensemble=5: mean of 5 seeds)"]
+        tips = ["a longer budget (--time-budget 20: more seeds fit)" if members > 1 else "a longer budget (--time-budget 20)"]
+        if members < 5:
+            tips.append("an ensemble (--set ensemble=5: mean of 5 seeds)")
         if alphabetic:
             tips.append("a pretrained English encoder (--init minilm)")
         else:

@@ -31,6 +31,8 @@ SLACK = 0.9  # plan 90% of what is left: room for noise on a shared machine
 OVERHEAD_S = 5.0  # curves, confusion plots, the last checkpoint
 EVALS_PER_EPOCH = 2  # early stopping and the best checkpoint see each half epoch
 MIN_EVALS = 4  # ... and at least this many points in a run cut short
+MAX_MEMBERS = 5  # ensemble=0: at most this many members (the measured gain flattens by 5 seeds)
+ENSEMBLE_EVAL_SHARE = 0.05  # of an ensemble's budget, kept for its own valid and test passes
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Plan:
     eval_every: int
     planned_s: float  # cost(max_steps) + test
     max_minutes: float  # hard stop for training
-    members_fit: int = 1  # whole runs like this one that would fit in the budget (a hint for --set ensemble=N)
+    members_fit: int = 1  # whole runs like this one that fit in the budget (ensemble=0 trains that many)
 
     @property
     def cut(self) -> bool:
@@ -78,9 +80,11 @@ class Plan:
 
 
 def plan_budget(budget_s: float, spent_s: float, times: StepTimes, steps_per_epoch: int, epochs: int | None,
-                valid_batches: int, test_batches: int, eval_every: int = 0) -> Plan:
+                valid_batches: int, test_batches: int, eval_every: int = 0, member_setup_s: float = 0.0) -> Plan:
     """The plan (see the module docstring). `eval_every` > 0 is kept; 0 means
-    `EVALS_PER_EPOCH` per epoch (and at least `MIN_EVALS` in a run cut short)."""
+    `EVALS_PER_EPOCH` per epoch (and at least `MIN_EVALS` in a run cut short).
+    `members_fit`: how many whole runs (each `cost + test + member_setup_s`, the setup being its
+    tokenizer, encoding and timing) fit in what is left after the ensemble's own evaluations."""
     spe = max(1, steps_per_epoch)
     left = budget_s - spent_s - test_batches * times.eval_batch - OVERHEAD_S
     usable = SLACK * left
@@ -106,7 +110,9 @@ def plan_budget(budget_s: float, spent_s: float, times: StepTimes, steps_per_epo
         raise UserError(f"a time budget of {budget_s / 60:g} min leaves no time to train ({spent_s:.0f} s already "
                         f"spent, {times.train_step:.2f} s per step); raise --time-budget (at least ~{need:.1f} min)")
     planned = cost(steps) + test_batches * times.eval_batch
-    members = min(5, int(usable // planned)) if steps == wanted and planned > 0 else 1
+    per_member = planned + member_setup_s
+    members = (min(MAX_MEMBERS, int(usable * (1 - ENSEMBLE_EVAL_SHARE) // per_member))
+               if steps == wanted and per_member > 0 else 1)
     return Plan(budget_s, spent_s, times, spe, wanted, steps, every(steps), planned, max(left, 1.0) / 60, max(members, 1))
 
 

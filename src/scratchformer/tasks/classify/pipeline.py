@@ -17,14 +17,12 @@ from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import RunDir, count_parameters, train_members
 from .baseline import NAME, Baseline, Comparison, fit_baseline
-from .budget import StepTimer, StepTimes, measure_step_times, plan_budget
+from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
 from .data import EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer
 from .inference import Classifier
 from .pretrained import load_init
 from .recipe import ClassifyRecipe
 from .task import ClassificationTask
-
-ENSEMBLE_EVAL_SHARE = 0.05  # of a time budget, kept for the ensemble's own valid and test passes
 
 
 def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool = False, log=print,
@@ -35,7 +33,8 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     `baseline`: also fit the TF-IDF + logistic regression baseline on the same split, print
     both and write `baseline_<split>_metrics.json`. `recipe.time_budget` (minutes, counted from
     `started`, a `time.monotonic()`; default now): measure a few steps (`step_timer`, default
-    `measure`) and plan `train.max_steps` to fit (budget.py), recorded as `plan`."""
+    `measure`) and plan `train.max_steps` to fit (budget.py), recorded as `plan`.
+    `recipe.ensemble` 0: one member is timed and planned, and as many members as fit train."""
     started = time.monotonic() if started is None else started
     out_dir = Path(out_dir)
     if recipe.ensemble > 1:
@@ -43,6 +42,14 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     given = recipe
     data = load_classification(recipe.data)
     base = fit_and_log_baseline(data, log) if baseline else None
+    if recipe.ensemble == 0:
+        n, times = members_that_fit(recipe, data, started, step_timer, log)
+        recipe = recipe.copy()
+        recipe.ensemble = n
+        if n > 1:
+            return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started,
+                                  step_timer=step_timer, data=data, base=base)
+        step_timer = _first_call_returns(times, step_timer)  # the single run plans with that timing
     source = None
     if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
         tok = load_tokenizer(out_dir, recipe.model)
@@ -122,6 +129,40 @@ def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None
     log(f"plan: {plan.line()}")
 
 
+def members_that_fit(recipe: ClassifyRecipe, data, started: float, step_timer: StepTimer | None,
+                     log) -> tuple[int, StepTimes]:
+    """ensemble=0: how many members of `recipe` fit its time budget (1..MAX_MEMBERS), from one
+    member's tokenizer, encoding and timed steps (that setup is counted per member), and the timing."""
+    t0 = time.monotonic()
+    probe = recipe.copy()
+    probe.ensemble = 1
+    tok = build_tokenizer_for(probe.data, [t for t, _ in data.train], probe.model.bigram_buckets)
+    probe.model.vocab_size, probe.model.n_classes = tok.vocab_size, len(data.labels)
+    encode, label_ids = encoder_for(probe, tok), {lab: i for i, lab in enumerate(data.labels)}
+    train = EncodedSplit(data.train, encode, label_ids, probe.data, shuffle=True, seed=probe.train.seed)
+    valid = EncodedSplit(data.valid, encode, label_ids, probe.data, shuffle=False) if data.valid else None
+    test = EncodedSplit(data.test, encode, label_ids, probe.data, shuffle=False) if data.test else None
+    train_batches, valid_batches = train.batches(0), valid.batches(0) if valid else []
+    times = (step_timer or measure)(probe, train_batches, valid_batches)
+    plan = plan_budget(60 * recipe.time_budget, time.monotonic() - started, times, len(train_batches),
+                       probe.train.epochs, len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0,
+                       probe.train.eval_every, member_setup_s=time.monotonic() - t0)
+    n = plan.members_fit
+    log(f"ensemble=0: {n} member{'s' * (n > 1)} of {plan.planned_s / 60:.1f} min fit the budget "
+        f"({'each trains' if n > 1 else 'it trains'} {plan.max_steps} steps at {times.train_step * 1000:.0f} ms/step; "
+        f"an ensemble averages the members' probabilities)")
+    return n, times
+
+
+def _first_call_returns(times: StepTimes, step_timer: StepTimer | None) -> StepTimer:
+    calls = []
+
+    def timer(r, train_batches, valid_batches) -> StepTimes:
+        calls.append(1)
+        return times if len(calls) == 1 else (step_timer or measure)(r, train_batches, valid_batches)
+    return timer
+
+
 def measure(r: ClassifyRecipe, train_batches: list, valid_batches: list) -> StepTimes:
     """The default step timer: a few real steps of a throwaway model built from `r`."""
     torch.manual_seed(r.train.seed)
@@ -142,17 +183,18 @@ def compare_with_baseline(base: Baseline, data, result: dict, out_dir: Path, log
         return {}
     ours = result["test"]["accuracy"] if split == "test" else result["train"].get("best_metric")
     alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
-    return baseline_beside(base, getattr(data, split), split, ours, data.labels, alphabetic, out_dir, log)
+    members = len(result["train"].get("members", [])) or 1
+    return baseline_beside(base, getattr(data, split), split, ours, data.labels, alphabetic, out_dir, log, members)
 
 
 def baseline_beside(base: Baseline, pairs, split: str, ours_accuracy: float, labels: list[str], alphabetic: bool,
-                    out_dir: Path | None, log) -> dict[str, Any]:
+                    out_dir: Path | None, log, members: int = 1) -> dict[str, Any]:
     """Score the baseline on `pairs`, print it beside ours with the difference (and, when the
     baseline wins, what to try); write `baseline_<split>_metrics.json` into `out_dir`."""
     scored = base.score(pairs, labels)
     cmp = Comparison.of(split, ours_accuracy, scored["accuracy"], len(pairs))
     log(cmp.line())
-    advice = cmp.advice(alphabetic)
+    advice = cmp.advice(alphabetic, members)
     if advice:
         log(advice)
     record = {"baseline": scored, "comparison": cmp.to_dict()}
@@ -162,15 +204,18 @@ def baseline_beside(base: Baseline, pairs, split: str, ours_accuracy: float, lab
 
 
 def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, log=print, baseline: bool = False,
-                   started: float | None = None, step_timer: StepTimer | None = None) -> dict[str, Any]:
+                   started: float | None = None, step_timer: StepTimer | None = None, data=None,
+                   base: Baseline | None = None) -> dict[str, Any]:
     """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then report the
     ensemble (mean of the members' probabilities) on valid and test. With `resume`, finished
     members are kept and an interrupted one continues where it stopped. A `time_budget` is
     shared: each member plans for an equal share of what is left when it starts, with the
-    faster of its own measured step and the steps the members before it really took."""
+    faster of its own measured step and the steps the members before it really took. `data` and
+    `base` (the baseline) when the caller has them already."""
     started = time.monotonic() if started is None else started
-    data = load_classification(recipe.data)
-    base = fit_and_log_baseline(data, log) if baseline else None
+    data = load_classification(recipe.data) if data is None else data
+    if base is None and baseline:
+        base = fit_and_log_baseline(data, log)
     n, seen = recipe.ensemble, []  # seen: seconds per step (evaluations included) of finished members
 
     def timer(r, train_batches, valid_batches) -> StepTimes:

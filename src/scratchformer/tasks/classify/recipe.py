@@ -45,13 +45,18 @@ class ClassifyRecipe(Recipe):
     data: ClassifyDataConfig = field(default_factory=ClassifyDataConfig)
     model: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, metric="accuracy", metric_mode="max"))
-    ensemble: int = 1  # >1: train members with seeds seed, seed+1, ...; predict with their mean probabilities
+    # >1: train members with seeds seed, seed+1, ...; predict with their mean probabilities.
+    # 0 (the adaptive default's): as many members as the time budget fits, at most MAX_AUTO_MEMBERS
+    ensemble: int = 1
     # minutes for the whole run (baseline, training, evaluations, test); the pipeline measures a
     # few steps and plans train.max_steps to fit (budget.py). None: no plan, the train section rules
     time_budget: float | None = None
     plan: dict | None = None  # what the planner measured and chose (filled in once, when resolved)
 
     def __post_init__(self) -> None:
-        check_ensemble(self.ensemble)
+        check_ensemble(self.ensemble, auto=True)
         if self.time_budget is not None and not self.time_budget > 0:
             raise UserError(f"time_budget must be a number of minutes > 0 (or null), got {self.time_budget}")
+        if self.ensemble == 0 and self.time_budget is None:
+            raise UserError("ensemble=0 (as many members as the time budget fits) needs a time budget: "
+                            "add --time-budget MIN, or set ensemble to a number")
