@@ -70,6 +70,8 @@ class SweepSpec:
             sets.append(f"train.max_minutes={self.time_budget}")
         for s in sets:
             argv += ["--set", s]
+        if self.task == "classify":  # the TF-IDF baseline depends on the split, not the cell: fit it once, not per run
+            argv.append("--no-baseline")
         return argv + ["--out", str(run_dir)] + (["--resume"] if resume else [])
 
     def describe(self) -> dict:
