@@ -10,6 +10,7 @@ date, the machine and every benchmark's targets and key ratios.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -37,9 +38,25 @@ def run_all(quick: bool = False, out_dir=None, only=None, log=print) -> dict:
             results[name] = MODULES[name].run(quick=quick, out_dir=out, log=log)
         seconds[name] = time.perf_counter() - t0
         log(f"[run_all] {name} done in {seconds[name]:.0f}s")
-    write_readme(results, seconds, start, out, quick, " ".join(["python -m benchmarks.run_all", *sys.argv[1:]])
+    earlier = earlier_results(out, exclude=set(results)) if only is not None and not quick else {}
+    write_readme({**earlier, **results}, seconds, start, out, quick,
+                 " ".join(["python -m benchmarks.run_all", *sys.argv[1:]])
                  if __name__ == "__main__" else "python -m benchmarks.run_all")
     return results
+
+
+def earlier_results(out: Path, exclude: set) -> dict:
+    """The results an `--only` run did not redo, read back from their JSON files, so that the
+    index keeps listing them (each table's own page says when it was measured)."""
+    found = {}
+    for name in ORDER:
+        path = out / f"{name}.json"
+        if name not in exclude and path.exists():
+            try:
+                found[name] = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # an unreadable earlier result is left out of the index, not fatal
+    return found
 
 
 def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: bool,
@@ -57,12 +74,18 @@ def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: 
         f"{m['threads']} threads, Python {m['python']}",
         f"- load average at start {_load(m['loadavg_at_start'])}, at end {_load(load_end)} "
         "(other jobs share these cores: compare ratios measured in one process, not absolute numbers)",
-        f"- wall time: {sum(seconds.values()):.0f}s (" + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items()) + ")",
+        (f"- wall time: {sum(seconds.values()):.0f}s (" + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items()) + ")"
+         if seconds else "- this index was rebuilt from the saved results, nothing was run")
+        + ("" if set(seconds) >= set(results) else
+           f"; the {'other ' * bool(seconds)}tables ({', '.join(n for n in results if n not in seconds)}) are from "
+           "earlier runs: each page gives its own date and load"),
         f"- command: `{command}` (`make bench` runs it without options); every contender of a table runs in the "
         "same process, interleaved; medians with min–max over repetitions, ratios per repetition.",
         "",
     ]
-    busy = [la for la in (m["loadavg_at_start"], load_end) if la and la[0] > (m["cpu_count"] or 1)]
+    if not seconds:  # an index rebuild: the load now says nothing about the tables
+        lines = [x for x in lines if not x.startswith("- load average")]
+    busy = [la for la in (m["loadavg_at_start"], load_end) if la and la[0] > (m["cpu_count"] or 1)] if seconds else []
     if busy and m["threads"] > 1:
         lines += ["", f"**Warning:** the load average exceeded the {m['cpu_count']} CPUs during this run: other "
                   "jobs were competing for the cores. Multi-threaded kernels then stall at every parallel "
@@ -95,7 +118,14 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(ORDER)}")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--index", action="store_true",
+                    help="rebuild README.md from the JSON results already there (runs nothing)")
     a = ap.parse_args(argv)
+    if a.index:
+        out = common.RESULTS_DIR if a.out is None else Path(a.out)
+        write_readme(earlier_results(out, exclude=set()), {}, common.machine_info(), out, False,
+                     "python -m benchmarks.run_all --index")
+        return
     if a.threads:
         torch.set_num_threads(a.threads)
     only = None if a.only is None else set(a.only.split(","))

@@ -118,3 +118,18 @@ def test_encoder_flops_count():
     size = dict(d_model=4, n_heads=1, d_ff=8, n_layers=1)
     # 2 tokens, one sequence of length 2: 2*2*(4*16 + 2*32) + 4*2*2*4
     assert encoder.encoder_flops(size, torch.tensor([2])) == 2 * 2 * (64 + 64) + 4 * 4 * 4
+
+
+def test_an_only_run_keeps_the_other_tables_in_the_index(tmp_path):
+    """`--only X` redoes X; the index still lists the tables measured earlier (read back from
+    their JSON files; an unreadable one is left out), and says which ones are older."""
+    (tmp_path / "encoder.json").write_text(json.dumps({"title": "Encoder", "targets": [
+        {"name": "speed", "value": 2.0, "goal": 1.0, "unit": "x", "met": True}]}))
+    (tmp_path / "bf16.json").write_text("{ truncated")
+    found = run_all.earlier_results(tmp_path, exclude={"long_sequence"})
+    assert list(found) == ["encoder"]
+    machine = common.machine_info()
+    run_all.write_readme({**found, "mfu": {"title": "MFU", "targets": []}}, {"mfu": 1.0}, machine, tmp_path, quick=False)
+    index = (tmp_path / "README.md").read_text()
+    assert "[encoder](encoder.md): Encoder" in index and "| speed | 2x | 1x | yes |" in index
+    assert "the other tables (encoder) are from earlier runs" in index
