@@ -213,6 +213,13 @@ class JsonConfig:
                 raise UserError(f"--set {path}: {where} is not a section of the config")
             key = type(node)._key(part, where)
             hint = type(node).hints()[key]
+            if i == len(parts) - 2 and (typing.get_origin(hint) or hint) is dict:
+                # one key of a free-form dict, e.g. data.dataset_options.fields=title: a JSON
+                # value, or the text itself (only the loader knows the key's type)
+                inner = raw if convert is check_value else _scalar(raw)
+                object.__setattr__(node, key, {**(getattr(node, key) or {}), parts[-1]: inner})
+                node.__post_init__() if hasattr(node, "__post_init__") else None
+                return
             if i == len(parts) - 1:
                 value = convert(raw, hint, ".".join(parts[:i] + [key]))
                 object.__setattr__(node, key, value)

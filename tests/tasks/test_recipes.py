@@ -42,6 +42,18 @@ def test_typed_set_in_every_section():
         ClassifyRecipe.from_dict({"model": {"encoder": {"n_layers": "4"}}})
 
 
+def test_set_reaches_one_key_of_a_dataset_options_dict():
+    """The README's `--set data.dataset_options.reverse=true` (and fields=title for inews): one key
+    of a free-form dict, typed from JSON or kept as text; the other keys stay."""
+    r = resolve_recipe(ClassifyRecipe, sets=['data.dataset_options={"fields": "title", "x": 1}',
+                                             "data.dataset_options.fields=content"])
+    assert r.data.dataset_options == {"fields": "content", "x": 1}
+    t = resolve_recipe(TranslateRecipe, sets=["data.dataset_options.reverse=true"])
+    assert t.data.dataset_options == {"reverse": True}
+    with pytest.raises(UserError, match="is not a section"):
+        resolve_recipe(ClassifyRecipe, sets=["data.dataset_options.a.b=1"])
+
+
 def test_resolved_recipe_is_frozen_and_keeps_derived_sizes():
     given = resolve_recipe(ClassifyRecipe, sets=["model.encoder.d_model=64"])
 
