@@ -137,15 +137,20 @@ def summarize(runs: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
 
 
 def fmt(mean, std, column: str) -> str:
-    """`0.8123 ± 0.0041`; parameters as `1.23M`, seconds per step as ms, memory in MiB."""
+    """`0.8123 ± 0.0041`; parameters as `1.23M`, seconds per step as ms, whole runs in s,
+    throughput in tokens/s, memory in MiB."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "—"
     if column == "params":
         return f"{mean / 1e6:.3f}M"
     scale, digits, unit = 1.0, 4, ""
-    if column.endswith("_s"):
+    if column == "tokens_per_s":  # a rate, not a duration (checked before the "_s" of seconds)
+        digits, unit = 0, " tok/s"
+    elif column == "wall_s":
+        digits, unit = 1, " s"
+    elif column.endswith("_s"):
         scale, digits, unit = 1000.0, 1, " ms"
-    elif column.endswith("_mib") or column == "tokens_per_s":
+    elif column.endswith("_mib"):
         digits = 0
     elif abs(mean) >= 10:
         digits = 2
@@ -167,8 +172,8 @@ def markdown_table(summary: pd.DataFrame, axes: list[str], columns: list[str]) -
 
 
 def _title(column: str) -> str:
-    return {"time_per_step_s": "time/step", "peak_rss_mib": "peak RSS (MiB)",
-            "params": "parameters"}.get(column, column.replace("_", " "))
+    return {"time_per_step_s": "time/step", "peak_rss_mib": "peak RSS (MiB)", "wall_s": "wall time",
+            "tokens_per_s": "training tokens/s", "params": "parameters"}.get(column, column.replace("_", " "))
 
 
 def default_columns(summary: pd.DataFrame) -> list[str]:
