@@ -41,9 +41,12 @@ def plot_vs_value(summary: pd.DataFrame, axes: list[Axis], columns: list[str], p
         if numeric and max(x_axis.values) >= 8 * max(min(x_axis.values), 1e-12) and min(x_axis.values) > 0:
             ax.set_xscale("log", base=2)
         if not numeric:
-            ax.set_xticks(range(len(x_axis.labels)), x_axis.labels, rotation=30 if len(x_axis.labels) > 4 else 0)
+            # long names overlap side by side: slant them when the row of labels is wider than ~40 characters
+            crowded = len(x_axis.labels) > 4 or sum(len(str(lab)) for lab in x_axis.labels) > 40
+            ax.set_xticks(range(len(x_axis.labels)), x_axis.labels, rotation=25 if crowded else 0,
+                          ha="right" if crowded else "center")
         ax.set_xlabel(x_axis.name)
-        ax.set_title(_title(col) + (" (s)" if col.endswith("_s") else ""))
+        ax.set_title(_title(col) + (" (s)" if col.endswith("_s") and col != "tokens_per_s" else ""))
         ax.grid(alpha=0.3)
     if others:
         panels[0][0].legend(fontsize=7)
