@@ -109,7 +109,7 @@ def test_number_formats():
     assert fmt(0.0123, 0.001, "time_per_step_s") == "12.3 ± 1.0 ms"
     assert fmt(1_234_567, 0.0, "params") == "1.235M"
     assert fmt(34438.6, 6572.27, "tokens_per_s") == "34439 ± 6572 tok/s"  # a rate, not milliseconds
-    assert fmt(48.8385, 0.8054, "wall_s") == "48.8 ± 0.8 s"
+    assert fmt(48.8385, 0.8054, "wall_s") == fmt(48.8385, 0.8054, "epoch_s") == "48.8 ± 0.8 s"
     assert fmt(float("nan"), None, "x") == "—"
 
 

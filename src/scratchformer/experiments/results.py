@@ -146,10 +146,10 @@ def fmt(mean, std, column: str) -> str:
     scale, digits, unit = 1.0, 4, ""
     if column == "tokens_per_s":  # a rate, not a duration (checked before the "_s" of seconds)
         digits, unit = 0, " tok/s"
-    elif column == "wall_s":
-        digits, unit = 1, " s"
-    elif column.endswith("_s"):
+    elif column.endswith("_s") and "step" in column:  # per step: milliseconds
         scale, digits, unit = 1000.0, 1, " ms"
+    elif column.endswith("_s"):  # a whole run or epoch: seconds
+        digits, unit = 1, " s"
     elif column.endswith("_mib"):
         digits = 0
     elif abs(mean) >= 10:
