@@ -180,10 +180,12 @@ def test_the_adaptive_default_asks_for_as_many_seeds_as_fit():
         ClassifyRecipe.from_dict({"ensemble": -1, "time_budget": 1})
 
 
-@pytest.mark.parametrize("step_s, members", [(0.002, 3), (3.0, 1)])
-def test_ensemble_zero_trains_the_members_that_fit(tmp_path, step_s, members):
-    """A fast fake step: members up to the cap (3 here) fit a minute; at 3 s/step one run of
-    12 steps (36 s) fits but not two: a single run, planned with the same timing (measured once)."""
+@pytest.mark.parametrize("step_s, planned, members", [(0.002, 3, 3), (1.5, 2, 3), (3.0, 1, 1)])
+def test_ensemble_zero_trains_the_members_that_fit(tmp_path, step_s, planned, members):
+    """A fast fake step: members up to the cap (3 here) fit a minute. At a fake 1.5 s/step two
+    runs of 12 steps are planned; they really take seconds, so a third fits what is left and
+    trains. At 3 s/step one run (36 s) fits but not two: a single run, planned with the same
+    timing (measured once), never grown."""
     import scratchformer.tasks.classify.budget as budget
 
     _tsv(tmp_path / "train.tsv", 120)
@@ -203,13 +205,15 @@ def test_ensemble_zero_trains_the_members_that_fit(tmp_path, step_s, members):
         res = train_classifier(recipe, tmp_path / "run", log=lines.append, step_timer=timer)
     finally:
         budget.MAX_MEMBERS = old
-    assert any(f"ensemble=0: {members} member" in line for line in lines)
+    assert any(f"ensemble=0: {planned} member" in line for line in lines)
+    assert sum("another member fits" in line for line in lines) == members - planned
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["ensemble"] == members  # resolved: a --resume knows what to finish
     if members > 1:
         assert [m["seed"] for m in res["train"]["members"]] == [0, 1, 2]
         assert (tmp_path / "run" / "member2" / "model.safetensors").exists() and "test" in res
         assert len(calls) == 1 + members  # the count, then each member's own plan
+        assert len(json.loads((tmp_path / "run" / "members.json").read_text())) == members
     else:
         assert calls == [0] and saved["plan"]["times"]["train_step"] == step_s  # measured once
         assert saved["plan"]["max_steps"] == saved["plan"]["wanted_steps"] == 12

@@ -159,16 +159,25 @@ class RunDir:
 
 
 def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callable[..., dict],
-                  summarize: Callable[[dict], dict[str, Any]], log=print) -> list[dict[str, Any]]:
+                  summarize: Callable[[dict], dict[str, Any]], log=print,
+                  another: Callable[[list], bool] | None = None) -> list[dict[str, Any]]:
     """The ensemble driver: `recipe.ensemble` ordinary runs in `out_dir/member<i>` with seeds
     `train.seed + i`, listed in `members.json`; `train_one(member_recipe, member_dir,
     resume=..., log=...)` trains one run and `summarize(result)` gives what members.json keeps.
     With `resume`, finished members are kept and an interrupted one continues. The task's
-    loader combines the members at prediction time."""
+    loader combines the members at prediction time. `another(done)`, asked when the planned
+    members are done: True adds one more (`recipe.ensemble` grows, saved before it trains)."""
     run = RunDir(out_dir)
     run.save_recipe(recipe)  # the whole recipe, so that --resume finds it
     done = run.members_done() if resume else []
-    for i in range(len(done), recipe.ensemble):
+
+    def grow() -> bool:
+        recipe.ensemble += 1
+        run.save_recipe(recipe)  # before the member trains: a --resume knows it was planned
+        return True
+
+    i = len(done)
+    while i < recipe.ensemble or (another is not None and another(done) and grow()):
         member = recipe.copy()
         member.ensemble, member.train.seed = 1, recipe.train.seed + i
         mdir = run.member(i).path
@@ -181,6 +190,7 @@ def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callab
         result = train_one(member, mdir, resume=again, log=log)
         done.append({"dir": mdir.name, "seed": member.train.seed, **summarize(result)})
         run.record_members(done)
+        i += 1
     return done
 
 

@@ -17,6 +17,7 @@ from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import RunDir, count_parameters, train_members
 from .baseline import NAME, Baseline, Comparison, fit_baseline
+from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
 from .data import EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer
 from .inference import Classifier
@@ -48,7 +49,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         recipe.ensemble = n
         if n > 1:
             return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started,
-                                  step_timer=step_timer, data=data, base=base)
+                                  step_timer=step_timer, data=data, base=base, grow_to=budget.MAX_MEMBERS)
         step_timer = _first_call_returns(times, step_timer)  # the single run plans with that timing
     source = None
     if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
@@ -205,18 +206,33 @@ def baseline_beside(base: Baseline, pairs, split: str, ours_accuracy: float, lab
 
 def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, log=print, baseline: bool = False,
                    started: float | None = None, step_timer: StepTimer | None = None, data=None,
-                   base: Baseline | None = None) -> dict[str, Any]:
+                   base: Baseline | None = None, grow_to: int = 0) -> dict[str, Any]:
     """Train `recipe.ensemble` members into `out_dir/member<i>` (seed + i), then report the
     ensemble (mean of the members' probabilities) on valid and test. With `resume`, finished
     members are kept and an interrupted one continues where it stopped. A `time_budget` is
     shared: each member plans for an equal share of what is left when it starts, with the
     faster of its own measured step and the steps the members before it really took. `data` and
-    `base` (the baseline) when the caller has them already."""
+    `base` (the baseline) when the caller has them already. `grow_to` (ensemble 0): when the
+    planned members are done and another fits what is left (at the slowest member's real wall
+    time + 10%), train it, up to `grow_to` members: the plan's timing is only an estimate."""
     started = time.monotonic() if started is None else started
     data = load_classification(recipe.data) if data is None else data
     if base is None and baseline:
         base = fit_and_log_baseline(data, log)
-    n, seen = recipe.ensemble, []  # seen: seconds per step (evaluations included) of finished members
+    seen, walls = [], []  # seconds per step (evaluations included) and per member, of finished members
+
+    def left_s() -> float:
+        return 60 * recipe.time_budget * (1 - ENSEMBLE_EVAL_SHARE) - (time.monotonic() - started)
+
+    def another(done: list) -> bool:
+        if len(done) >= grow_to or recipe.time_budget is None or not walls:
+            return False
+        need = 1.1 * max(walls)
+        if left_s() < need:
+            return False
+        log(f"ensemble: another member fits ({left_s() / 60:.1f} min left, members took up to "
+            f"{max(walls) / 60:.1f} min)")
+        return True
 
     def timer(r, train_batches, valid_batches) -> StepTimes:
         # a load spike on a shared machine during one member's few timed steps (measured here:
@@ -227,16 +243,17 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
 
     def train_one(member: ClassifyRecipe, mdir: Path, resume: bool, log) -> dict[str, Any]:
         if recipe.time_budget is not None and member.plan is None and not resume:
-            left = 60 * recipe.time_budget * (1 - ENSEMBLE_EVAL_SHARE) - (time.monotonic() - started)
-            member.time_budget = max(left, 1.0) / 60 / (n - int(mdir.name.removeprefix("member")))
+            member.time_budget = max(left_s(), 1.0) / 60 / (recipe.ensemble - int(mdir.name.removeprefix("member")))
+        t0 = time.monotonic()
         res = train_classifier(member, mdir, resume, log, step_timer=timer)
         if res["train"].get("step") and not resume:
             seen.append(res["train"]["elapsed"] / res["train"]["step"])
+            walls.append(time.monotonic() - t0)
         return res
 
     done = train_members(recipe, out_dir, resume, train_one, lambda res: {
         "best_valid": res["train"].get("best_metric"), "test_accuracy": res.get("test", {}).get("accuracy"),
-        "test_macro_f1": res.get("test", {}).get("macro_f1")}, log)
+        "test_macro_f1": res.get("test", {}).get("macro_f1")}, log, another=None if resume or not grow_to else another)
     ens = Classifier.load(out_dir)
     RunDir(out_dir).save_labels(ens.labels)
     result: dict[str, Any] = {"train": {"members": done}}
