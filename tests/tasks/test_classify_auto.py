@@ -180,12 +180,12 @@ def test_the_adaptive_default_asks_for_as_many_seeds_as_fit():
         ClassifyRecipe.from_dict({"ensemble": -1, "time_budget": 1})
 
 
-@pytest.mark.parametrize("step_s, planned, members", [(0.002, 3, 3), (1.5, 2, 3), (3.0, 1, 1)])
+@pytest.mark.parametrize("step_s, planned, members", [(0.002, 3, 3), (1.5, 2, 3), (3.0, 1, 3), (6.0, 0, 1)])
 def test_ensemble_zero_trains_the_members_that_fit(tmp_path, step_s, planned, members):
     """A fast fake step: members up to the cap (3 here) fit a minute. At a fake 1.5 s/step two
-    runs of 12 steps are planned; they really take seconds, so a third fits what is left and
-    trains. At 3 s/step one run (36 s) fits but not two: a single run, planned with the same
-    timing (measured once), never grown."""
+    runs of 12 steps are planned, at 3 s/step one (36 s); they really take seconds, so more fit
+    what is left and train, up to the cap. At 6 s/step not even one whole run fits: a single run
+    in the plain layout, planned with the same timing (measured once), never grown."""
     import scratchformer.tasks.classify.budget as budget
 
     _tsv(tmp_path / "train.tsv", 120)
@@ -205,15 +205,16 @@ def test_ensemble_zero_trains_the_members_that_fit(tmp_path, step_s, planned, me
         res = train_classifier(recipe, tmp_path / "run", log=lines.append, step_timer=timer)
     finally:
         budget.MAX_MEMBERS = old
-    assert any(f"ensemble=0: {planned} member" in line for line in lines)
-    assert sum("another member fits" in line for line in lines) == members - planned
+    assert any((f"ensemble=0: {planned} member" if planned else "not even one whole run fits") in line for line in lines)
+    assert sum("another member fits" in line for line in lines) == members - max(planned, 1)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["ensemble"] == members  # resolved: a --resume knows what to finish
-    if members > 1:
+    if planned:
         assert [m["seed"] for m in res["train"]["members"]] == [0, 1, 2]
         assert (tmp_path / "run" / "member2" / "model.safetensors").exists() and "test" in res
         assert len(calls) == 1 + members  # the count, then each member's own plan
         assert len(json.loads((tmp_path / "run" / "members.json").read_text())) == members
     else:
         assert calls == [0] and saved["plan"]["times"]["train_step"] == step_s  # measured once
-        assert saved["plan"]["max_steps"] == saved["plan"]["wanted_steps"] == 12
+        assert saved["plan"]["max_steps"] < saved["plan"]["wanted_steps"] == 12
+        assert (tmp_path / "run" / "model.safetensors").exists() and not (tmp_path / "run" / "member0").exists()

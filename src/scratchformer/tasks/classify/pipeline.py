@@ -44,10 +44,10 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     data = load_classification(recipe.data)
     base = fit_and_log_baseline(data, log) if baseline else None
     if recipe.ensemble == 0:
-        n, times = members_that_fit(recipe, data, started, step_timer, log)
+        n, times, whole = members_that_fit(recipe, data, started, step_timer, log)
         recipe = recipe.copy()
         recipe.ensemble = n
-        if n > 1:
+        if whole:  # members in member<i>/; early stopping often frees time for more than planned
             return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started,
                                   step_timer=step_timer, data=data, base=base, grow_to=budget.MAX_MEMBERS)
         step_timer = _first_call_returns(times, step_timer)  # the single run plans with that timing
@@ -131,9 +131,10 @@ def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None
 
 
 def members_that_fit(recipe: ClassifyRecipe, data, started: float, step_timer: StepTimer | None,
-                     log) -> tuple[int, StepTimes]:
+                     log) -> tuple[int, StepTimes, bool]:
     """ensemble=0: how many members of `recipe` fit its time budget (1..MAX_MEMBERS), from one
-    member's tokenizer, encoding and timed steps (that setup is counted per member), and the timing."""
+    member's tokenizer, encoding and timed steps (that setup is counted per member); the timing;
+    and whether one whole run (every epoch) fits at all."""
     t0 = time.monotonic()
     probe = recipe.copy()
     probe.ensemble = 1
@@ -149,10 +150,14 @@ def members_that_fit(recipe: ClassifyRecipe, data, started: float, step_timer: S
                        probe.train.epochs, len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0,
                        probe.train.eval_every, member_setup_s=time.monotonic() - t0)
     n = plan.members_fit
-    log(f"ensemble=0: {n} member{'s' * (n > 1)} of {plan.planned_s / 60:.1f} min fit the budget "
-        f"({'each trains' if n > 1 else 'it trains'} {plan.max_steps} steps at {times.train_step * 1000:.0f} ms/step; "
-        f"an ensemble averages the members' probabilities)")
-    return n, times
+    if plan.cut:
+        log(f"ensemble=0: not even one whole run fits the budget ({plan.max_steps} of {plan.wanted_steps} steps "
+            f"at {times.train_step * 1000:.0f} ms/step): one run")
+    else:
+        log(f"ensemble=0: {n} member{'s' * (n > 1)} of {plan.planned_s / 60:.1f} min fit the budget "
+            f"({'each trains' if n > 1 else 'it trains'} {plan.max_steps} steps at {times.train_step * 1000:.0f} ms/step; "
+            f"more if early stopping leaves time; the ensemble averages the members' probabilities)")
+    return n, times, not plan.cut
 
 
 def _first_call_returns(times: StepTimes, step_timer: StepTimer | None) -> StepTimer:
