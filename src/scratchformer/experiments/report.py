@@ -61,7 +61,10 @@ def write_report(spec: ExperimentSpec, plan: Plan, result: SweepResult, outcomes
         f"- seeds: {plan.seeds} per cell (`train.seed` = 0..{plan.seeds - 1})\n"
         f"- base recipe: `base.json`; overrides for every run: {', '.join(f'`{s}`' for s in plan.sets) or 'none'}\n"
         f"- runs: {len(result.slots)}, {_run_minutes(result):.1f} min of runs (sum of their wall times; "
-        f"this invocation {seconds / 60:.1f} min) on {cpu_name()} "
+        # a rerun that finds every run finished only redraws (seconds, against minutes of runs)
+        + (f"this invocation {seconds / 60:.1f} min" if seconds >= 0.1 * 60 * _run_minutes(result) else
+           "this invocation only redrew the report from the finished runs")
+        + f") on {cpu_name()} "
         f"({os.cpu_count()} cores, shared), {datetime.date.today().isoformat()}\n"
         f"- reproduce: `{command}`\n",
         "## Results\n",
