@@ -125,6 +125,9 @@ def test_each_run_is_an_ordinary_train_command(tmp_path):
     assert sets == ["train.max_steps=5", "train.lr=0.001", "train.seed=1", "train.progress=false", "train.max_minutes=2.5"]
     assert argv[-3:] == ["--out", str(tmp_path / "run"), "--resume"] and "--no-baseline" not in argv
     clf = SweepSpec("classify", tmp_path, axes_from({"train.lr": [0.001]}), seeds=1, data="thucnews")
-    assert "--no-baseline" in clf.argv(clf.cells()[0], 0, tmp_path / "c", resume=False)  # fitted once, not per cell
+    argv = clf.argv(clf.cells()[0], 0, tmp_path / "c", resume=False)
+    assert "--no-baseline" in argv  # fitted once, not per cell
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert sets[0] == "ensemble=1"  # no --config: one run per cell, not the adaptive default's seeds
     with pytest.raises(UserError, match="--task"):
         SweepSpec("mlm", tmp_path, [])

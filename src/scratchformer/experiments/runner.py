@@ -65,7 +65,10 @@ class SweepSpec:
         for flag in ("data", "valid", "test"):
             if getattr(self, flag):
                 argv += [f"--{flag}", str(getattr(self, flag))]
-        sets = list(self.sets) + list(cell.sets) + [f"train.seed={seed}", "train.progress=false"]
+        # without --config a classify run is the adaptive default, which trains as many seeds as fit:
+        # here the sweep's own seeds are the repeats, so each cell is one run (a --set can still say otherwise)
+        one_run = ["ensemble=1"] if self.task == "classify" and not self.config else []
+        sets = one_run + list(self.sets) + list(cell.sets) + [f"train.seed={seed}", "train.progress=false"]
         if self.time_budget:
             sets.append(f"train.max_minutes={self.time_budget}")
         for s in sets:
