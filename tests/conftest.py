@@ -1,4 +1,8 @@
-"""Shared pytest settings (kept minimal)."""
+"""Shared pytest settings (kept minimal), and tests/ on sys.path for the shared helpers (toy_data.py)."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_configure(config):

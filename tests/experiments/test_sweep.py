@@ -1,12 +1,12 @@
 """`scratchformer sweep` on a tiny synthetic data set: table, figures, skip, resume, divergence."""
 import json
-import random
 
 import pandas as pd
 import pytest
 
 from scratchformer.cli import main
 from scratchformer.experiments.results import read_jsonl
+from toy_data import write_reviews_tsv
 
 TINY = {"data": {"tokenizer": "word", "batch_size": 16},
         "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},
@@ -14,21 +14,11 @@ TINY = {"data": {"tokenizer": "word", "batch_size": 16},
                   "metric": "accuracy", "metric_mode": "max"}}
 
 
-def _write(path, n, seed):
-    rng = random.Random(seed)
-    lines = ["text\tlabel"]
-    for _ in range(n):
-        label = rng.choice(["pos", "neg"])
-        words = ["good", "great", "fine"] if label == "pos" else ["bad", "awful", "poor"]
-        lines.append(" ".join(rng.choice(words + ["the", "movie"]) for _ in range(6)) + f"\t{label}")
-    path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("sweepdata")
     for name, n, seed in (("train", 160, 0), ("valid", 40, 1), ("test", 40, 2)):
-        _write(d / f"{name}.tsv", n, seed)
+        write_reviews_tsv(d / f"{name}.tsv", n, seed, filler=("the", "movie"))
     (d / "base.json").write_text(json.dumps(TINY))
     return d
 

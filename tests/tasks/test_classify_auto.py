@@ -1,7 +1,6 @@
 """The adaptive default of `train classify` (auto.py) and the time budget (budget.py)."""
 import json
 import math
-import random
 
 import pytest
 
@@ -9,20 +8,11 @@ from scratchformer.errors import UserError
 from scratchformer.tasks.classify import ClassifyRecipe, train_classifier
 from scratchformer.tasks.classify.auto import DataProfile, adaptive_recipe, auto_recipe, choose, describe
 from scratchformer.tasks.classify.budget import EVALS_PER_EPOCH, OVERHEAD_S, SLACK, StepTimes, plan_budget
+from toy_data import write_reviews_tsv
 
 ZH = ["火箭客场击败湖人队", "央行宣布下调存款准备金率", "新款手机发布搭载处理器", "北京二手房成交量下滑"]
 EN = ["the movie was good and the actors were great", "a dull , tedious film with awful dialogue",
       "fine work by a great cast", "poor script ; bad pacing"]
-
-
-def _tsv(path, n, seed=0):
-    rng = random.Random(seed)
-    lines = ["text\tlabel"]
-    for _ in range(n):
-        label = rng.choice(["pos", "neg"])
-        words = ["good", "great", "fine"] if label == "pos" else ["bad", "awful", "poor"]
-        lines.append(" ".join(rng.choice(words + ["the", "movie", "was"]) for _ in range(6)) + f"\t{label}")
-    path.write_text("\n".join(lines) + "\n")
 
 
 # ----------------------------------------------------------------------------- recipe choice
@@ -64,7 +54,7 @@ def test_a_pretrained_backbone_keeps_its_own_tokenizer_and_size():
 
 
 def test_set_and_flags_apply_on_top_of_the_adaptive_choice(tmp_path):
-    _tsv(tmp_path / "train.tsv", 100)
+    write_reviews_tsv(tmp_path / "train.tsv", 100)
     r = adaptive_recipe(["model.encoder.n_layers=3", "data.lowercase=false"], {"data.dataset": str(tmp_path / "train.tsv")})
     assert r.data.tokenizer == "word" and r.model.encoder.n_layers == 3 and r.data.lowercase is False
     assert "word lower-cased, d128 x 3 layers" in describe(r.replace(data=r.data.replace(lowercase=True)))
@@ -97,7 +87,7 @@ def test_plan_keeps_every_epoch_when_they_fit_and_refuses_a_budget_with_no_room(
 
 def test_training_follows_the_plan_with_an_injected_step_time(tmp_path):
     """A fake 1 s/step: the schedule is planned for the steps that fit (lr ends at its floor)."""
-    _tsv(tmp_path / "train.tsv", 200)
+    write_reviews_tsv(tmp_path / "train.tsv", 200)
     recipe = ClassifyRecipe.from_dict({
         "data": {"dataset": str(tmp_path / "train.tsv"), "tokenizer": "word", "batch_size": 16},
         "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},
@@ -136,7 +126,7 @@ def test_the_tutorial_recipe_is_the_old_default():
 def test_an_ensemble_shares_the_budget_and_learns_the_real_step_time(tmp_path):
     """Member 0 plans with the (fake, slow) measurement; member 1 with the faster real speed
     member 0 showed, for its share of what was left."""
-    _tsv(tmp_path / "train.tsv", 120)
+    write_reviews_tsv(tmp_path / "train.tsv", 120)
     recipe = ClassifyRecipe.from_dict({
         "data": {"dataset": str(tmp_path / "train.tsv"), "tokenizer": "word", "batch_size": 16},
         "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},
@@ -188,7 +178,7 @@ def test_ensemble_zero_trains_the_members_that_fit(tmp_path, step_s, planned, me
     in the plain layout, planned with the same timing (measured once), never grown."""
     import scratchformer.tasks.classify.budget as budget
 
-    _tsv(tmp_path / "train.tsv", 120)
+    write_reviews_tsv(tmp_path / "train.tsv", 120)
     recipe = ClassifyRecipe.from_dict({
         "data": {"dataset": str(tmp_path / "train.tsv"), "tokenizer": "word", "batch_size": 16},
         "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},

@@ -1,6 +1,5 @@
 """Classification end to end on a tiny synthetic data set: CLI train / predict / evaluate."""
 import json
-import random
 
 import pytest
 
@@ -8,6 +7,7 @@ from scratchformer.cli import main
 from scratchformer.errors import UserError
 from scratchformer.tasks.classify import Classifier, ClassifyRecipe
 from scratchformer.commands.common import load_recipe
+from toy_data import write_reviews_tsv
 
 TINY = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=2",
         "--set", "model.encoder.d_ff=64", "--set", "model.encoder.n_layers=1",
@@ -15,21 +15,11 @@ TINY = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=2",
         "--set", "train.progress=false"]
 
 
-def _write_tsv(path, n, seed):
-    rng = random.Random(seed)
-    lines = ["text\tlabel"]
-    for _ in range(n):
-        label = rng.choice(["pos", "neg"])
-        words = ["good", "great", "fine"] if label == "pos" else ["bad", "awful", "poor"]
-        lines.append(" ".join(rng.choice(words + ["the", "movie", "was"]) for _ in range(6)) + f"\t{label}")
-    path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("clf")
-    _write_tsv(d / "train.tsv", 240, 0)
-    _write_tsv(d / "test.tsv", 60, 1)
+    write_reviews_tsv(d / "train.tsv", 240, 0)
+    write_reviews_tsv(d / "test.tsv", 60, 1)
     out = d / "run"
     rc = main(["train", "classify", "--data", str(d / "train.tsv"), "--test", str(d / "test.tsv"),
                "--out", str(out), "--set", "data.tokenizer=word", "--set", "ensemble=1"] + TINY)  # a single run's layout
@@ -80,8 +70,8 @@ def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
 
 
 def test_ensemble_run_trains_members_and_averages(tmp_path, capsys):
-    _write_tsv(tmp_path / "train.tsv", 160, 0)
-    _write_tsv(tmp_path / "test.tsv", 40, 1)
+    write_reviews_tsv(tmp_path / "train.tsv", 160, 0)
+    write_reviews_tsv(tmp_path / "test.tsv", 40, 1)
     out = tmp_path / "ens"
     args = ["train", "classify", "--data", str(tmp_path / "train.tsv"), "--test", str(tmp_path / "test.tsv"),
             "--out", str(out), "--set", "data.tokenizer=word", "--set", "ensemble=2"] + TINY + ["--set", "train.epochs=3"]

@@ -1,7 +1,6 @@
 """The LSTM baseline (`model.kind=lstm`): trains through the same CLI and Trainer, loads back
 through `Classifier.load`, predicts, and says in one line that it has no attention."""
 import json
-import random
 
 import pytest
 import torch
@@ -12,27 +11,18 @@ from scratchformer.models.classifier import ClassifierConfig, EncoderClassifier,
 from scratchformer.models.rnn import LSTMClassifier
 from scratchformer.nn import TransformerConfig
 from scratchformer.tasks.classify import Classifier
+from toy_data import write_reviews_tsv
 
 TINY = ["--set", "model.kind=lstm", "--set", "model.encoder.d_model=32", "--set", "model.encoder.n_layers=1",
         "--set", "train.epochs=8", "--set", "train.lr=3e-3", "--set", "data.batch_size=16",
         "--set", "train.progress=false", "--set", "data.tokenizer=word"]
 
 
-def _write_tsv(path, n, seed):
-    rng = random.Random(seed)
-    lines = ["text\tlabel"]
-    for _ in range(n):
-        label = rng.choice(["pos", "neg"])
-        words = ["good", "great", "fine"] if label == "pos" else ["bad", "awful", "poor"]
-        lines.append(" ".join(rng.choice(words + ["the", "movie", "was"]) for _ in range(6)) + f"\t{label}")
-    path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("lstm")
-    _write_tsv(d / "train.tsv", 240, 0)
-    _write_tsv(d / "test.tsv", 60, 1)
+    write_reviews_tsv(d / "train.tsv", 240, 0)
+    write_reviews_tsv(d / "test.tsv", 60, 1)
     out = d / "run"
     assert main(["train", "classify", "--data", str(d / "train.tsv"), "--test", str(d / "test.tsv"),
                  "--out", str(out)] + TINY) == 0

@@ -19,6 +19,7 @@ from scratchformer.tasks.lm import (LanguageModel, LMDataConfig, LMRecipe, Rando
                                     fixed_windows, position_buckets)
 from scratchformer.tasks.lm.context import position_losses, rope_scaling
 from scratchformer.train import trainer as trainer_mod
+from toy_data import write_reviews_tsv
 
 TINY = ["--set", "model.transformer.d_model=32", "--set", "model.transformer.n_heads=2",
         "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1",
@@ -214,19 +215,9 @@ def test_cli_context_errors_are_one_line(runs, capsys):
         assert err.startswith("error: ") and says in err and "\n" not in err
 
 
-def _write_tsv(path, n, seed):
-    rng = random.Random(seed)
-    lines = ["text\tlabel"]
-    for _ in range(n):
-        label = rng.choice(["pos", "neg"])
-        words = ["good", "great", "fine"] if label == "pos" else ["bad", "awful", "poor"]
-        lines.append(" ".join(rng.choice(words + ["the", "movie", "was"]) for _ in range(rng.randint(4, 30))) + f"\t{label}")
-    path.write_text("\n".join(lines) + "\n")
-
-
 def test_classifier_evaluates_at_a_longer_max_len_and_a_learned_table_refuses(tmp_path, capsys):
-    _write_tsv(tmp_path / "train.tsv", 160, 0)
-    _write_tsv(tmp_path / "test.tsv", 40, 1)
+    write_reviews_tsv(tmp_path / "train.tsv", 160, 0, words_per_text=(4, 30))
+    write_reviews_tsv(tmp_path / "test.tsv", 40, 1, words_per_text=(4, 30))
     base = ["train", "classify", "--data", str(tmp_path / "train.tsv"), "--test", str(tmp_path / "test.tsv"),
             "--set", "data.tokenizer=word", "--set", "data.max_len=8", "--set", "model.encoder.d_model=16",
             "--set", "model.encoder.n_heads=2", "--set", "model.encoder.d_ff=32", "--set", "model.encoder.n_layers=1",
