@@ -19,12 +19,7 @@ score tensor (B·H·T²·4 bytes) is reported beside it.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -127,26 +122,6 @@ def bf16_markdown(r: dict) -> str:
 
 # ----------------------------------------------------------------------------- memory
 
-def _status() -> dict[str, int]:
-    text = Path("/proc/self/status").read_text()
-    return {k: int(re.search(k + r":\s+(\d+)", text).group(1)) * 1024 for k in ("VmRSS", "VmHWM")}
-
-
-def peak_bytes(fn) -> int | None:
-    """Resident high-water mark of one call above the resident size before it (Linux)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current resident size
-        before = _status()["VmRSS"]
-        with torch.inference_mode():
-            out = fn()
-        after = _status()["VmHWM"]
-        del out
-        return max(0, after - before)
-    except OSError:
-        return None
-
-
 def memory_worker(quick: bool) -> dict:
     """{T: {impl: bytes}} — run in a child process with MALLOC_MMAP_THRESHOLD_ set."""
     p = plan(quick)
@@ -160,7 +135,7 @@ def memory_worker(quick: bool) -> dict:
                 res[T][name] = None  # would not fit next to the other engineers' jobs
                 continue
             fns[name]()  # warm: one-time allocations (thread pools, kernels) do not count
-            res[T][name] = peak_bytes(fns[name])
+            res[T][name] = common.peak_bytes(fns[name], inference=True)
     return res
 
 
@@ -171,18 +146,9 @@ def _mem_available() -> int | None:
         return None
 
 
-def measure_memory(quick: bool, subprocess_: bool) -> tuple[dict, str]:
-    if not subprocess_:
-        return memory_worker(quick), "in-process VmHWM (allocator may reuse memory: a lower bound)"
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    root = Path(__file__).resolve().parent.parent
-    cmd = [sys.executable, "-m", "benchmarks.attention", "--memory-worker"] + (["--quick"] if quick else [])
-    try:
-        out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=600, check=True)
-        raw = json.loads(out.stdout.strip().splitlines()[-1])
-        return {int(T): v for T, v in raw.items()}, "child process, MALLOC_MMAP_THRESHOLD_=65536, VmHWM delta"
-    except (subprocess.SubprocessError, ValueError, IndexError) as e:
-        return memory_worker(quick), f"child process failed ({type(e).__name__}); in-process VmHWM, a lower bound"
+def measure_memory(quick: bool, own_process: bool) -> tuple[dict, str]:
+    raw, how = common.memory_in_child("attention", memory_worker, quick, own_process)
+    return {int(T): v for T, v in raw.items()}, how  # JSON keys are strings
 
 
 # ----------------------------------------------------------------------------- run
@@ -295,15 +261,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--memory-worker", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.memory_worker:
-        print(json.dumps(memory_worker(a.quick)))
-        return
-    run(a.quick, a.out)
+    common.memory_bench_main(__doc__, run, memory_worker, argv)
 
 
 if __name__ == "__main__":

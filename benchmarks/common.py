@@ -15,6 +15,8 @@ import os
 import platform
 import re
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -194,3 +196,61 @@ def cli(run, doc: str, argv=None, options: dict[str, tuple[str, str]] | None = N
         ap.add_argument(flag, dest=name, default=None, help=help_text)
     a = ap.parse_args(argv)
     run(a.quick, a.out, **{name: getattr(a, name) for name in options or {}})
+
+
+# ----------------------------------------------------------------------------- peak memory (Linux)
+
+def _status() -> dict[str, int]:
+    text = Path("/proc/self/status").read_text()
+    return {k: int(re.search(k + r":\s+(\d+)", text).group(1)) * 1024 for k in ("VmRSS", "VmHWM")}
+
+
+def peak_bytes(fn, inference: bool = False) -> int | None:
+    """Resident high-water mark of one call of `fn` above the resident size before it (Linux;
+    None elsewhere). `inference`: call it under `torch.inference_mode()`."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident size
+        before = _status()["VmRSS"]
+        if inference:
+            with torch.inference_mode():
+                out = fn()
+        else:
+            out = fn()
+        after = _status()["VmHWM"]
+        del out
+        return max(0, after - before)
+    except OSError:
+        return None
+
+
+def memory_in_child(module: str, worker: Callable[[bool], dict], quick: bool, own_process: bool,
+                    timeout: int = 600) -> tuple[dict, str]:
+    """`worker(quick)` in a child `python -m benchmarks.<module> --memory-worker` started with
+    `MALLOC_MMAP_THRESHOLD_=65536` (each tensor over 64 KiB is its own mmap, returned when freed, so
+    VmHWM deltas are per call), its JSON result and how it was measured. Not `own_process`, or if
+    the child fails: in this process, a lower bound (the allocator may reuse memory)."""
+    if not own_process:
+        return worker(quick), "in-process VmHWM (allocator may reuse memory: a lower bound)"
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+    cmd = [sys.executable, "-m", f"benchmarks.{module}", "--memory-worker"] + (["--quick"] if quick else [])
+    try:
+        out = subprocess.run(cmd, env=env, cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                             text=True, timeout=timeout, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1]), "child process, MALLOC_MMAP_THRESHOLD_=65536, VmHWM delta"
+    except (subprocess.SubprocessError, ValueError, IndexError) as e:
+        return worker(quick), f"child process failed ({type(e).__name__}); in-process VmHWM, a lower bound"
+
+
+def memory_bench_main(doc: str, run: Callable, worker: Callable[[bool], dict], argv=None) -> None:
+    """The command line of a benchmark with a memory child: `--quick`, `--out`, and the hidden
+    `--memory-worker` that `memory_in_child` starts."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--memory-worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.memory_worker:
+        print(json.dumps(worker(a.quick)))
+        return
+    run(a.quick, a.out)

@@ -21,14 +21,7 @@ resident size before the call. Times: interleaved repetitions, medians (min–ma
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -100,25 +93,6 @@ def calls(T: int, p: dict, names) -> tuple[dict, dict]:
 
 # ----------------------------------------------------------------------------- memory
 
-def _status() -> dict[str, int]:
-    text = Path("/proc/self/status").read_text()
-    return {k: int(re.search(k + r":\s+(\d+)", text).group(1)) * 1024 for k in ("VmRSS", "VmHWM")}
-
-
-def peak_bytes(fn) -> int | None:
-    """Resident high-water mark of one call above the resident size before it (Linux)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current resident size
-        before = _status()["VmRSS"]
-        out = fn()
-        after = _status()["VmHWM"]
-        del out
-        return max(0, after - before)
-    except OSError:
-        return None
-
-
 def demo_step(p: dict, variant: str):
     """One AdamW training step of the `demo` encoder on one sequence of `demo.T` tokens."""
     d = p["demo"]
@@ -154,30 +128,21 @@ def memory_worker(quick: bool) -> dict:
             if n not in warmed:  # one-time allocations (thread pools, kernels) do not count
                 fwd[n](), train[n]()
                 warmed.add(n)
-            res["by_length"][T][n] = {"forward": peak_bytes(fwd[n]), "train": peak_bytes(train[n])}
+            res["by_length"][T][n] = {"forward": common.peak_bytes(fwd[n]), "train": common.peak_bytes(train[n])}
         del fwd, train
     for variant in DEMO_VARIANTS:
         step = demo_step(p, variant)
-        peak = peak_bytes(step)  # the first step: AdamW's state is allocated in it
+        peak = common.peak_bytes(step)  # the first step: AdamW's state is allocated in it
         t0 = time.perf_counter()
         step()
         res["demo"][variant] = {"peak_bytes": peak, "step_s": time.perf_counter() - t0}
     return res
 
 
-def measure_memory(quick: bool, subprocess_: bool) -> tuple[dict, str]:
-    if not subprocess_:
-        return memory_worker(quick), "in-process VmHWM (allocator may reuse memory: a lower bound)"
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    root = Path(__file__).resolve().parent.parent
-    cmd = [sys.executable, "-m", "benchmarks.long_sequence", "--memory-worker"] + (["--quick"] if quick else [])
-    try:
-        out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=900, check=True)
-        raw = json.loads(out.stdout.strip().splitlines()[-1])
-        raw["by_length"] = {int(T): v for T, v in raw["by_length"].items()}
-        return raw, "child process, MALLOC_MMAP_THRESHOLD_=65536, VmHWM delta"
-    except (subprocess.SubprocessError, ValueError, IndexError) as e:
-        return memory_worker(quick), f"child process failed ({type(e).__name__}); in-process VmHWM, a lower bound"
+def measure_memory(quick: bool, own_process: bool) -> tuple[dict, str]:
+    raw, how = common.memory_in_child("long_sequence", memory_worker, quick, own_process, timeout=900)
+    raw["by_length"] = {int(T): v for T, v in raw["by_length"].items()}  # JSON keys are strings
+    return raw, how
 
 
 # ----------------------------------------------------------------------------- run
@@ -303,15 +268,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--memory-worker", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.memory_worker:
-        print(json.dumps(memory_worker(a.quick)))
-        return
-    run(a.quick, a.out)
+    common.memory_bench_main(__doc__, run, memory_worker, argv)
 
 
 if __name__ == "__main__":
