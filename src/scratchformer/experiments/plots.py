@@ -40,6 +40,8 @@ def plot_vs_value(summary: pd.DataFrame, axes: list[Axis], columns: list[str], p
             ax.errorbar(xs, g[f"{col}_mean"], yerr=g[f"{col}_std"].fillna(0), marker="o", capsize=3, label=label)
         if numeric and max(x_axis.values) >= 8 * max(min(x_axis.values), 1e-12) and min(x_axis.values) > 0:
             ax.set_xscale("log", base=2)
+        elif numeric:  # a linear axis: ticks at the swept values only (matplotlib's own overlapped, e.g. lr 3e-4..1e-3)
+            ax.set_xticks(list(x_axis.values), [f"{v:g}" for v in x_axis.values])
         if not numeric:
             # long names overlap side by side: slant them when the row of labels is wider than ~40 characters
             crowded = len(x_axis.labels) > 4 or sum(len(str(lab)) for lab in x_axis.labels) > 40

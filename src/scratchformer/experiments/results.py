@@ -172,7 +172,7 @@ def markdown_table(summary: pd.DataFrame, axes: list[str], columns: list[str]) -
 
 
 def _title(column: str) -> str:
-    return {"time_per_step_s": "time/step", "peak_rss_mib": "peak RSS (MiB)", "wall_s": "wall time",
+    return {"time_per_step_s": "time/step", "peak_rss_mib": "peak RSS (MiB)", "wall_s": "wall time", "epoch_s": "time/epoch",
             "tokens_per_s": "training tokens/s", "params": "parameters"}.get(column, column.replace("_", " "))
 
 
