@@ -60,14 +60,10 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
         tok = build_tokenizer_for(recipe.data, [t for t, _ in data.train], recipe.model.bigram_buckets)
-    label_ids = {lab: i for i, lab in enumerate(data.labels)}
     splits: dict[str, EncodedSplit | None] = {}
 
     def encode_splits(r: ClassifyRecipe) -> None:
-        encode, seed = encoder_for(r, tok), r.train.seed
-        splits["train"] = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=seed)
-        splits["valid"] = EncodedSplit(data.valid, encode, label_ids, r.data, shuffle=False) if data.valid else None
-        splits["test"] = EncodedSplit(data.test, encode, label_ids, r.data, shuffle=False) if data.test else None
+        splits["train"], splits["valid"], splits["test"] = encoded_splits(data, tok, r)
 
     def derive(r: ClassifyRecipe) -> None:  # what comes from the data, the checkpoint and the clock
         if source is not None:
@@ -113,14 +109,33 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     return result
 
 
-def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None, test: EncodedSplit | None,
-              started: float, step_timer: StepTimer | None, log) -> None:
-    """Measure, plan, and write the plan into the (not yet frozen) recipe `r`."""
+def encoded_splits(data, tok, r: ClassifyRecipe) -> tuple[EncodedSplit, EncodedSplit | None, EncodedSplit | None]:
+    """train (shuffled with the run's seed), valid and test, encoded once with `tok` as `r` says."""
+    encode, label_ids = encoder_for(r, tok), {lab: i for i, lab in enumerate(data.labels)}
+    train = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=r.train.seed)
+    valid = EncodedSplit(data.valid, encode, label_ids, r.data, shuffle=False) if data.valid else None
+    test = EncodedSplit(data.test, encode, label_ids, r.data, shuffle=False) if data.test else None
+    return train, valid, test
+
+
+def measure_and_plan(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None, test: EncodedSplit | None,
+                     started: float, step_timer: StepTimer | None, setup_since: float | None = None):
+    """Time a few steps of `r` on these splits and plan its budget: (Plan, StepTimes).
+    `setup_since`: when a member's setup began (its seconds until now count per member)."""
     train_batches = train.batches(0)
     valid_batches = valid.batches(0) if valid else []
     times = (step_timer or measure)(r, train_batches, valid_batches)
-    plan = plan_budget(60 * r.time_budget, time.monotonic() - started, times, len(train_batches), r.train.epochs,
-                       len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0, r.train.eval_every)
+    now = time.monotonic()
+    plan = plan_budget(60 * r.time_budget, now - started, times, len(train_batches), r.train.epochs,
+                       len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0, r.train.eval_every,
+                       member_setup_s=0.0 if setup_since is None else now - setup_since)
+    return plan, times
+
+
+def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None, test: EncodedSplit | None,
+              started: float, step_timer: StepTimer | None, log) -> None:
+    """Measure, plan, and write the plan into the (not yet frozen) recipe `r`."""
+    plan, _ = measure_and_plan(r, train, valid, test, started, step_timer)
     t = r.train
     t.max_steps = plan.max_steps if t.max_steps is None else min(t.max_steps, plan.max_steps)
     t.eval_every = plan.eval_every
@@ -140,15 +155,7 @@ def members_that_fit(recipe: ClassifyRecipe, data, started: float, step_timer: S
     probe.ensemble = 1
     tok = build_tokenizer_for(probe.data, [t for t, _ in data.train], probe.model.bigram_buckets)
     probe.model.vocab_size, probe.model.n_classes = tok.vocab_size, len(data.labels)
-    encode, label_ids = encoder_for(probe, tok), {lab: i for i, lab in enumerate(data.labels)}
-    train = EncodedSplit(data.train, encode, label_ids, probe.data, shuffle=True, seed=probe.train.seed)
-    valid = EncodedSplit(data.valid, encode, label_ids, probe.data, shuffle=False) if data.valid else None
-    test = EncodedSplit(data.test, encode, label_ids, probe.data, shuffle=False) if data.test else None
-    train_batches, valid_batches = train.batches(0), valid.batches(0) if valid else []
-    times = (step_timer or measure)(probe, train_batches, valid_batches)
-    plan = plan_budget(60 * recipe.time_budget, time.monotonic() - started, times, len(train_batches),
-                       probe.train.epochs, len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0,
-                       probe.train.eval_every, member_setup_s=time.monotonic() - t0)
+    plan, times = measure_and_plan(probe, *encoded_splits(data, tok, probe), started, step_timer, setup_since=t0)
     n = plan.members_fit
     if plan.cut:
         log(f"ensemble=0: not even one whole run fits the budget ({plan.max_steps} of {plan.wanted_steps} steps "
