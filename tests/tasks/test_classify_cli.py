@@ -78,15 +78,19 @@ def test_ensemble_run_trains_members_and_averages(tmp_path, capsys):
     assert main(args) == 0
     members = json.loads((out / "members.json").read_text())
     assert [m["seed"] for m in members] == [0, 1] and (out / "member1" / "model.safetensors").exists()
-    clf = Classifier.load(out)
+    clf = Classifier.load(out, blend=False)
     texts = ["good great fine movie", "bad awful poor movie"]
     mean = (clf.members[0].predict_proba(texts) + clf.members[1].predict_proba(texts)) / 2
     assert abs(clf.predict_proba(texts) - mean).max() < 1e-6
     assert [r["label"] for r in clf.predict(texts)] == ["pos", "neg"]
     rep = json.loads((out / "test_metrics.json").read_text())
     assert rep["members"] == 2 and rep["n"] == 40
+    blended = Classifier.load(out)  # the adaptive default blends the ensemble with the TF-IDF baseline
+    w = blended.weight
+    assert len(blended.members) == 2
+    assert abs(blended.predict_proba(texts) - (w * mean + (1 - w) * blended.baseline.predict_proba(texts))).max() < 1e-6
     capsys.readouterr()
-    assert main(["evaluate", str(out), "--data", str(tmp_path / "test.tsv"), "--json"]) == 0
+    assert main(["evaluate", str(out), "--data", str(tmp_path / "test.tsv"), "--json", "--no-blend"]) == 0
     assert json.loads(capsys.readouterr().out)["accuracy"] == rep["accuracy"]
     # resume keeps finished members
     stamp = (out / "member0" / "model.safetensors").stat().st_mtime_ns

@@ -67,7 +67,7 @@ def test_train_classify_init_minilm_round_trip(minilm, tmp_path, monkeypatch):
     assert set(lrs) == {0.05, 1.0} and lrs[0.05] == pytest.approx(0.05 * lrs[1.0])
     cfg = json.loads((out / "config.json").read_text())["model"]
     assert cfg["init"] == "minilm" and cfg["bert"]["hidden_size"] == 384 and cfg["bert"]["attention_probs_dropout_prob"] == 0.0
-    clf = Classifier.load(out)
+    clf = Classifier.load(out, blend=False)  # the model itself (the default blends with TF-IDF)
     assert isinstance(clf.tokenizer, BertTokenizer)
     batch = clf._batch(["A delight!", "boring"])
     assert batch.ids[:, 0].tolist() == [101, 101] and 102 in batch.ids[0].tolist()

@@ -226,7 +226,7 @@ def test_classifier_evaluates_at_a_longer_max_len_and_a_learned_table_refuses(tm
     assert main(base + ["--out", str(tmp_path / "learned"), "--set", "model.encoder.position=learned",
                         "--set", "model.encoder.max_len=16"]) == 0
     capsys.readouterr()
-    assert main(["evaluate", str(tmp_path / "sin"), "--max-len", "32", "--json"]) == 0
+    assert main(["evaluate", str(tmp_path / "sin"), "--max-len", "32", "--json", "--no-blend"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["max_len"] == 32 and rep["trained_max_len"] == 8
     assert (tmp_path / "sin" / "test_maxlen32_metrics.json").exists()

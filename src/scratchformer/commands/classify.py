@@ -21,7 +21,8 @@ def register(cli) -> None:
                    help="minutes for the whole run (baseline, training, test): a few steps are timed and "
                         "the schedule is planned for the steps that fit (default without --config: 8)")
     p.add_argument("--no-baseline", action="store_true",
-                   help="skip the TF-IDF + logistic regression baseline fitted on the same split")
+                   help="skip the TF-IDF + logistic regression baseline fitted on the same split "
+                        "(and so the blend with it; `--set blend=false` keeps the baseline but does not blend)")
     add_recipe_args(p)
     p.set_defaults(func=train)
 
@@ -31,11 +32,19 @@ def register(cli) -> None:
     p.add_argument("--file", help="one text per line")
     p.add_argument("--json", action="store_true", help="JSON lines with all probabilities")
     p.add_argument("--top", type=positive_int, default=3, help="probabilities shown per text")
+    p.add_argument("--no-blend", action="store_true", help="ours alone, without the run's blend with TF-IDF")
     p.set_defaults(func=predict)
+
+    p = cli.verb("blend", help="average a finished classification run with the TF-IDF baseline "
+                               "(weight chosen on valid); `predict` and `evaluate` then use the blend")
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(func=blend)
 
     ev = cli.verbs.choices["evaluate"]
     ev.add_argument("--no-baseline", action="store_true",
                     help="classifiers: skip the TF-IDF + logistic regression baseline printed beside the result")
+    ev.add_argument("--no-blend", action="store_true",
+                    help="classifiers: evaluate ours alone, without the run's blend with TF-IDF")
     ev.add_argument("--max-len", type=positive_int, default=None, metavar="N",
                     help="classifiers: evaluate with data.max_len=N tokens per segment instead of the "
                          "trained one (a learned position table cannot go past its length)")
@@ -69,14 +78,40 @@ def train(args) -> int:
     if "comparison" in result:
         out["baseline"] = {k: result["baseline"][k] for k in ("accuracy", "macro_f1")}
         out["difference_points"] = result["comparison"]["difference"]
+    if "blend" in result:
+        out["blend"] = {"weight": result["blend"]["weight"], **result["blend"].get("test", {})}
     print(json.dumps(out, ensure_ascii=False))
+    return 0
+
+
+def blend(args) -> int:
+    """Fit the baseline on the run's own training split, compare, choose the blend weight on
+    valid and save it into the run (what `train classify` does at the end with `blend: true`)."""
+    from ..data.tokenizers import cjk_fraction
+    from ..tasks.classify import Classifier, load_classification
+    from ..tasks.classify.blend import blend_run
+    from ..tasks.classify.pipeline import baseline_beside, fit_and_log_baseline
+
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    ours = Classifier.load(args.run_dir, blend=False)
+    data = load_classification(ours.recipe.data)
+    base = fit_and_log_baseline(data, log)
+    split = "test" if data.test else "valid"
+    rep = ours.evaluate(getattr(data, split), None, split)
+    alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
+    members = len(getattr(ours, "members", ())) or 1
+    baseline_beside(base, getattr(data, split), split, rep["accuracy"], ours.labels, alphabetic, args.run_dir, log,
+                    members)
+    result = blend_run(args.run_dir, ours, base, data, log)["blend"]
+    print(json.dumps({"run_dir": str(args.run_dir), f"ours_{split}_accuracy": rep["accuracy"], "blend": result},
+                     ensure_ascii=False))
     return 0
 
 
 def predict(args) -> int:
     from ..tasks.classify import Classifier
 
-    clf = Classifier.load(args.run_dir)
+    clf = Classifier.load(args.run_dir, blend=not args.no_blend)
     texts = read_inputs(args.texts, args.file)
     for text, res in zip(texts, clf.predict(texts)):
         if args.json:
@@ -92,11 +127,12 @@ def evaluate(args) -> int:
     from ..data.readers import read_labeled_file
     from ..tasks.classify import Classifier
     from ..tasks.classify import format_report, load_classification
+    from ..tasks.classify.report import meta_for
     from ..errors import UserError
 
     if getattr(args, "context", None) is not None:
         raise UserError("--context is for language-model runs; for a classifier use --max-len N")
-    clf = Classifier.load(args.run_dir)
+    clf = Classifier.load(args.run_dir, blend=not args.no_blend)
     trained_max_len = clf.recipe.data.max_len
     if args.max_len is not None:
         clf = clf.with_max_len(args.max_len)
@@ -105,33 +141,38 @@ def evaluate(args) -> int:
     else:
         data = load_classification(clf.recipe.data)
         pairs, name, meta = getattr(data, args.split), args.split, data.meta
+    split = name
     if args.max_len is not None:  # its own report files beside the trained-length ones
-        longer = f"{name}_maxlen{args.max_len}"
-        if meta and f"{name}_in_train" in meta:
-            meta = {**meta, f"{longer}_in_train": meta[f"{name}_in_train"]}
-        name = longer
-    rep = clf.evaluate(pairs, args.run_dir, name, meta)
+        name = f"{name}_maxlen{args.max_len}"
+    # the blend's report files beside ours' (test_metrics.json stays ours)
+    report_name = f"blend_{name}" if hasattr(clf, "baseline") else name
+    rep = clf.evaluate(pairs, args.run_dir, report_name, meta_for(meta, split, report_name))
     if args.max_len is not None:
         rep.update({"max_len": args.max_len, "trained_max_len": trained_max_len})
     lines: list[str] = []
     if not args.no_baseline:
-        rep.update(_baseline(clf, pairs, name, rep["accuracy"], args.run_dir, lines.append))
+        rep.update(_baseline(clf, pairs, name, rep.get("ours_accuracy", rep["accuracy"]), args.run_dir, lines.append))
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
     else:
         if args.max_len is not None:
             print(f"evaluated with data.max_len={args.max_len} (trained with {trained_max_len})")
+        if "blend_weight" in rep:
+            w = rep["blend_weight"]
+            print(f"the run's blend: {w:.1f} × ours + {1 - w:.1f} × TF-IDF (--no-blend: ours alone); "
+                  f"accuracy of its parts alone: ours {rep['ours_accuracy']:.4f}, TF-IDF {rep['baseline_accuracy']:.4f}")
         print(format_report(rep))
         if "accuracy_without_train_overlap" in rep:
             print(f"accuracy without the {name} texts that also occur in train: {rep['accuracy_without_train_overlap']:.4f}")
-        print(f"confusion matrix: {args.run_dir / f'confusion_{name}.png'}")
+        print(f"confusion matrix: {args.run_dir / f'confusion_{report_name}.png'}")
         for line in lines:
             print(line)
     return 0
 
 
-def _baseline(clf, pairs, name: str, ours: float, run_dir: Path, log) -> dict:
-    """The TF-IDF baseline fitted on the run's own training split (seconds), scored on `pairs`."""
+def _baseline(clf, pairs, name: str, ours_alone: float, run_dir: Path, log) -> dict:
+    """The TF-IDF baseline (the run's saved one, else fitted on the run's own training split in
+    seconds) scored on `pairs`, beside ours alone (`ours_alone`: accuracy without the blend)."""
     from ..errors import UserError
     from ..tasks.classify.baseline import fit_baseline
     from ..tasks.classify.data import load_classification
@@ -139,6 +180,10 @@ def _baseline(clf, pairs, name: str, ours: float, run_dir: Path, log) -> dict:
 
     from ..data.tokenizers import cjk_fraction
 
+    members = len(getattr(clf, "members", ())) or 1
+    if hasattr(clf, "baseline"):  # a blended run saved its baseline: ours alone against it, nothing refitted
+        alphabetic = cjk_fraction([t for t, _ in pairs[:2000]]) <= 0.30
+        return baseline_beside(clf.baseline, pairs, name, ours_alone, clf.labels, alphabetic, run_dir, log, members)
     try:
         data = load_classification(clf.recipe.data)
     except UserError as e:  # e.g. the training file moved: the run still evaluates
@@ -146,6 +191,5 @@ def _baseline(clf, pairs, name: str, ours: float, run_dir: Path, log) -> dict:
         return {}
     base = fit_baseline(data.train, clf.labels, data.valid or None)
     alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
-    members = len(getattr(clf, "members", ())) or 1
-    return baseline_beside(base, pairs, name, ours, clf.labels, alphabetic, run_dir, log, members)
+    return baseline_beside(base, pairs, name, ours_alone, clf.labels, alphabetic, run_dir, log, members)
 

@@ -106,7 +106,7 @@ class ClassifyAdapter:
         from ..tasks.classify import Classifier
 
         self.run_dir, self.notes = run_dir, []
-        clf = Classifier.load(run_dir)
+        clf = Classifier.load(run_dir, blend=False)  # the Transformer, not its blend with TF-IDF
         if hasattr(clf, "members"):  # an ensemble run: look at its first member
             self.notes.append("an ensemble run: member 0 is examined")
             clf, self.run_dir = clf.members[0], run_dir / "member0"

@@ -35,7 +35,7 @@ def classifier_length_buckets(run_dir: Path, texts: list[str]) -> dict[str, floa
     measure needs the labelled test split, read from the run's own recipe)."""
     from ..tasks.classify import Classifier, EncodedSplit, load_classification
 
-    clf = Classifier.load(run_dir)
+    clf = Classifier.load(run_dir, blend=False)  # the Transformer, not its blend with TF-IDF
     data = load_classification(clf.recipe.data)
     if not data.test:
         raise UserError(f"{run_dir}: accuracy by length needs a test split")

@@ -38,7 +38,7 @@ def classifier_head_redundancy(run_dir: Path, texts: list[str]) -> float:
     `Classifier.load(run).attention(text)`)."""
     from ..tasks.classify import Classifier
 
-    clf = Classifier.load(run_dir)
+    clf = Classifier.load(run_dir, blend=False)  # the Transformer, not its blend with TF-IDF
     values = [head_redundancy(clf.attention(t)[1]) for t in texts if t.strip()]
     values = [v for v in values if not math.isnan(v)]
     return sum(values) / len(values) if values else math.nan

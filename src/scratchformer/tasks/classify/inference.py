@@ -1,6 +1,7 @@
 """The inference API of classification: `Classifier.load(run_dir).predict([...])`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -8,9 +9,11 @@ import numpy as np
 import torch
 
 from ...errors import UserError
+from ...fileio import atomic_write_text
 from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import load_weights
 from ..runs import WEIGHTS, RunDir
+from .baseline import NAME as BASELINE_NAME, Baseline
 from .data import ClassifyBatch, EncodedSplit, collate, encoder_for, load_tokenizer
 from .recipe import ClassifyRecipe
 from .report import write_report
@@ -31,9 +34,13 @@ class Classifier:
         self._encode = encoder_for(recipe, tokenizer)
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "Classifier":
-        """A finished run directory; an ensemble run gives an `EnsembleClassifier`."""
+    def load(cls, run_dir: str | Path, blend: bool = True) -> "Classifier":
+        """A finished run directory; an ensemble run gives an `EnsembleClassifier`. When the run
+        holds a blend with the TF-IDF baseline (`baseline/blend.json`, see blend.py), the
+        `BlendedClassifier` is what the run predicts with; `blend=False`: ours alone."""
         run = RunDir(run_dir)
+        if blend and (run.path / BLEND_DIR / BLEND_FILE).is_file():
+            return BlendedClassifier.load(cls.load(run_dir, blend=False), run.path / BLEND_DIR)
         if run.is_ensemble:
             recipe = run.load_recipe(ClassifyRecipe, "classify", (), "classification")
             members = [cls.load(run.member(i).path) for i in range(recipe.ensemble)]
@@ -147,14 +154,14 @@ class EnsembleClassifier:
 
     predict = Classifier.predict
 
+    def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        return np.mean([m.split_proba(pairs) for m in self.members], axis=0)  # (N, K)
+
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
         _check_labels(pairs, self.labels)
-        probs = np.mean([m.split_proba(pairs) for m in self.members], axis=0)  # (N, K)
-        gold = np.asarray([self.labels.index(lab) for _, lab in pairs], dtype=np.int64)
-        loss = float(-np.log(np.clip(probs[np.arange(len(gold)), gold], 1e-12, None)).mean()) if len(gold) else 0.0
-        return write_report(probs.argmax(-1), gold, self.labels, loss, Path(out_dir) if out_dir else None,
-                            name, meta, extra={"members": len(self.members)})
+        return report_probs(self.split_proba(pairs), pairs, self.labels, out_dir, name, meta,
+                            {"members": len(self.members)})
 
     def attention(self, text: str):
         return self.members[0].attention(text)
@@ -162,3 +169,80 @@ class EnsembleClassifier:
     def with_max_len(self, max_len: int) -> "EnsembleClassifier":
         return EnsembleClassifier([m.with_max_len(max_len) for m in self.members],
                                   self.recipe.replace(data=self.recipe.data.replace(max_len=max_len)).freeze())
+
+
+def report_probs(probs: np.ndarray, pairs, labels: list[str], out_dir, name: str, meta: dict | None,
+                 extra: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation report of `(N, K)` probabilities for labelled `pairs` (their mean
+    negative log-likelihood as the loss)."""
+    gold = np.asarray([labels.index(lab) for _, lab in pairs], dtype=np.int64)
+    loss = float(-np.log(np.clip(probs[np.arange(len(gold)), gold], 1e-12, None)).mean()) if len(gold) else 0.0
+    return write_report(probs.argmax(-1), gold, labels, loss, Path(out_dir) if out_dir else None, name, meta,
+                        extra=extra)
+
+
+BLEND_DIR, BLEND_FILE = "baseline", "blend.json"  # in a run directory, beside the saved baseline
+
+
+class BlendedClassifier:
+    """Ours (a `Classifier` or an `EnsembleClassifier`) averaged with the run's saved TF-IDF
+    baseline: p = w · p_ours + (1 − w) · p_tfidf, the weight w chosen on valid (blend.py). The
+    same interface as `Classifier`; attention maps and `.model` are ours."""
+
+    def __init__(self, ours, baseline: Baseline, weight: float):
+        if baseline.labels != ours.labels:
+            raise UserError(f"the saved baseline's labels {baseline.labels[:5]} differ from the run's "
+                            f"{ours.labels[:5]}: run `scratchformer blend RUN_DIR` again")
+        if not 0.0 <= weight <= 1.0:
+            raise UserError(f"blend weight {weight} is not in [0, 1]: run `scratchformer blend RUN_DIR` again")
+        self.ours, self.baseline, self.weight = ours, baseline, weight
+        self.labels, self.recipe, self.tokenizer, self.model = ours.labels, ours.recipe, ours.tokenizer, ours.model
+        if hasattr(ours, "members"):  # an ensemble inside (hasattr(clf, "members") means one, elsewhere)
+            self.members = ours.members
+
+    @classmethod
+    def load(cls, ours, directory: Path) -> "BlendedClassifier":
+        try:
+            weight = float(json.loads((directory / BLEND_FILE).read_text(encoding="utf-8"))["weight"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"{directory / BLEND_FILE} is unreadable ({type(e).__name__}: {e}); "
+                            "run `scratchformer blend RUN_DIR` again") from None
+        return cls(ours, Baseline.load(directory), weight)
+
+    def save(self, directory: Path, record: dict[str, Any]) -> None:
+        """The baseline, then `blend.json` (its presence is what makes the run predict blended)."""
+        self.baseline.save(directory)
+        atomic_write_text(directory / BLEND_FILE, json.dumps({"weight": self.weight, "baseline": BASELINE_NAME,
+                                                               **record}, indent=1) + "\n")
+
+    def _mix(self, ours: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+        if self.weight == 1.0:
+            return ours
+        return self.weight * ours + (1.0 - self.weight) * self.baseline.predict_proba(texts)
+
+    def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        texts = [texts] if isinstance(texts, str) else texts
+        return self._mix(self.ours.predict_proba(texts, batch_size), texts)  # ours first: it refuses empty texts
+
+    predict = Classifier.predict
+
+    def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        return self._mix(self.ours.split_proba(pairs), [t for t, _ in pairs])
+
+    def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
+                 name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
+        """The blend's report, with the accuracy of each part on the same pairs beside it."""
+        _check_labels(pairs, self.labels)
+        ours, base = self.ours.split_proba(pairs), self.baseline.predict_proba([t for t, _ in pairs])
+        gold = np.asarray([self.labels.index(lab) for _, lab in pairs], dtype=np.int64)
+        parts = {f"{k}_accuracy": float((p.argmax(1) == gold).mean()) if len(gold) else 0.0
+                 for k, p in (("ours", ours), ("baseline", base))}
+        return report_probs(self.weight * ours + (1 - self.weight) * base, pairs, self.labels, out_dir, name, meta,
+                            {"blend_weight": self.weight, "members": len(getattr(self, "members", [self.ours])),
+                             **parts})
+
+    def attention(self, text: str):
+        return self.ours.attention(text)
+
+    def with_max_len(self, max_len: int) -> "BlendedClassifier":
+        return BlendedClassifier(self.ours.with_max_len(max_len), self.baseline, self.weight)

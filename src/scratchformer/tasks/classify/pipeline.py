@@ -17,6 +17,7 @@ from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import RunDir, count_parameters, train_members
 from .baseline import NAME, Baseline, Comparison, fit_baseline
+from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
 from .data import EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer
@@ -105,8 +106,19 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         log(f"test: accuracy {result['test']['accuracy']:.4f}, macro-F1 {result['test']['macro_f1']:.4f}")
     if base is not None:
         result.update(compare_with_baseline(base, data, result, out_dir, log))
+        result.update(maybe_blend(recipe, out_dir, base, data, log))
     log(f"wall time: {(time.monotonic() - started) / 60:.1f} min")
     return result
+
+
+def maybe_blend(recipe: ClassifyRecipe, out_dir: Path, base: Baseline, data, log) -> dict[str, Any]:
+    """`recipe.blend`: average ours with the fitted baseline, the weight chosen on valid (blend.py)."""
+    if not recipe.blend:
+        return {}
+    if not data.valid:
+        log("blend skipped: its weight is chosen on a valid split and this run has none")
+        return {}
+    return blend_run(out_dir, Classifier.load(out_dir, blend=False), base, data, log)
 
 
 def encoded_splits(data, tok, r: ClassifyRecipe) -> tuple[EncodedSplit, EncodedSplit | None, EncodedSplit | None]:
@@ -266,7 +278,7 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
     done = train_members(recipe, out_dir, resume, train_one, lambda res: {
         "best_valid": res["train"].get("best_metric"), "test_accuracy": res.get("test", {}).get("accuracy"),
         "test_macro_f1": res.get("test", {}).get("macro_f1")}, log, another=None if resume or not grow_to else another)
-    ens = Classifier.load(out_dir)
+    ens = Classifier.load(out_dir, blend=False)
     RunDir(out_dir).save_labels(ens.labels)
     result: dict[str, Any] = {"train": {"members": done}}
     if data.valid:
@@ -280,5 +292,6 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
             f"macro-F1 {result['test']['macro_f1']:.4f} (members: {members})")
     if base is not None:
         result.update(compare_with_baseline(base, data, result, out_dir, log))
+        result.update(maybe_blend(recipe, out_dir, base, data, log))
     log(f"wall time: {(time.monotonic() - started) / 60:.1f} min")
     return result

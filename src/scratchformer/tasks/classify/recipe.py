@@ -52,6 +52,9 @@ class ClassifyRecipe(Recipe):
     # few steps and plans train.max_steps to fit (budget.py). None: no plan, the train section rules
     time_budget: float | None = None
     plan: dict | None = None  # what the planner measured and chose (filled in once, when resolved)
+    # predict with ours averaged with the TF-IDF baseline, the weight chosen on valid (blend.py);
+    # needs the baseline (not --no-baseline) and a valid split. The adaptive default turns it on
+    blend: bool = False
 
     def __post_init__(self) -> None:
         check_ensemble(self.ensemble, auto=True)

@@ -76,6 +76,14 @@ def plot_confusion(cm: np.ndarray, labels: list[str], path: str | Path, title: s
     return path
 
 
+def meta_for(meta: dict | None, split: str, name: str) -> dict | None:
+    """`meta` with the split's train-overlap list also under the report `name` (e.g. a
+    `blend_test` or `test_maxlen512` report of the `test` split)."""
+    if meta and f"{split}_in_train" in meta:
+        return {**meta, f"{name}_in_train": meta[f"{split}_in_train"]}
+    return meta
+
+
 def write_report(preds: np.ndarray, gold: np.ndarray, labels: list[str], loss: float,
                  out_dir: Path | None, name: str, meta: dict | None = None,
                  order: np.ndarray | None = None, extra: dict | None = None) -> dict[str, Any]:

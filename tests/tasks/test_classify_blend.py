@@ -1,0 +1,147 @@
+"""The blend of ours with the TF-IDF baseline: the saved baseline (JSON + safetensors, no pickle)
+predicts what scikit-learn predicts, the weight rule, and a run that blends end to end."""
+import json
+import random
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from scratchformer.cli import main
+from scratchformer.errors import UserError
+from scratchformer.tasks.classify import Classifier
+from scratchformer.tasks.classify.baseline import Baseline, _clip, fit_baseline
+from scratchformer.tasks.classify.blend import WEIGHTS, choose_weight
+from scratchformer.tasks.classify.inference import BlendedClassifier
+from toy_data import write_reviews_tsv
+
+EN = {"pos": ["good", "great", "fine"], "neg": ["bad", "awful", "poor"]}
+ZH = {"体育": list("球赛队"), "财经": list("股市钱"), "娱乐": list("星影歌")}
+
+
+def _pairs(n, seed, words):
+    rng = random.Random(seed)
+    filler = ["the", "movie", "was"] if words is EN else list("的了是")
+    out = []
+    for _ in range(n):
+        label = rng.choice(sorted(words))
+        # noisy on purpose: a filler-only text is possible, so the probabilities are not all 0/1
+        tokens = [rng.choice(words[label] + filler) for _ in range(4)]
+        out.append(((" " if words is EN else "").join(tokens), label))
+    return out
+
+
+@pytest.mark.parametrize("words", [EN, ZH], ids=["alphabetic-2-classes", "cjk-3-classes"])
+def test_baseline_probabilities_match_sklearn_and_survive_a_round_trip(words, tmp_path):
+    from sklearn.linear_model import LogisticRegression
+
+    labels = sorted(words)
+    train, valid, test = _pairs(300, 0, words), _pairs(60, 1, words), _pairs(80, 2, words)
+    base = fit_baseline(train, labels, valid)
+    assert len(base.vectorizers) == (2 if words is EN else 1)  # word + char n-grams / characters only
+    texts = [t for t, _ in test] + ["", "zzz unseen 未见"]  # empty and unseen: intercept only
+    ref = LogisticRegression(C=base.C, solver="saga", tol=1e-3, max_iter=1000, random_state=0)
+    ref.fit(base.features([t for t, _ in train]), [labels.index(lab) for _, lab in train])
+    np.testing.assert_allclose(ref.coef_, base.coef, atol=1e-5)  # the same fit (float32 features: rounding)
+    ours = base.predict_proba(texts)
+    np.testing.assert_allclose(ours, ref.predict_proba(base.features(texts)), atol=1e-5)
+    assert ours.shape == (len(texts), len(labels)) and 0.05 < ours.std()  # not all one-hot
+
+    base.save(tmp_path / "b")
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["baseline.json", "baseline.safetensors"]
+    spec = json.loads((tmp_path / "b" / "baseline.json").read_text(encoding="utf-8"))
+    assert spec["labels"] == labels and spec["C"] == base.C
+    assert sum(len(v["vocabulary"]) for v in spec["vectorizers"]) == base.coef.shape[1]
+    assert set(load_file(str(tmp_path / "b" / "baseline.safetensors"))) >= {"coef", "intercept", "idf.0"}
+    loaded = Baseline.load(tmp_path / "b")
+    np.testing.assert_allclose(loaded.predict_proba(texts), ours, atol=1e-5)  # float32 on disk
+    assert (loaded.predict(texts) == base.predict(texts)).all()
+    assert len(_clip(["x" * 5000])[0]) == 1000  # loaded or fitted, both read the first 1,000 characters
+
+
+def test_a_damaged_saved_baseline_gives_one_line_errors(tmp_path):
+    base = fit_baseline(_pairs(100, 0, EN), ["neg", "pos"])
+    base.save(tmp_path / "b")
+    spec = (tmp_path / "b" / "baseline.json").read_text(encoding="utf-8")
+    (tmp_path / "b" / "baseline.json").write_text(spec.replace('"vocabulary"', '"vocab"'), encoding="utf-8")
+    with pytest.raises(UserError, match="does not hold a readable baseline"):
+        Baseline.load(tmp_path / "b")
+    (tmp_path / "b" / "baseline.json").write_text(spec.replace('["neg", "pos"]', '["neg", "pos", "mixed"]'),
+                                                  encoding="utf-8")
+    with pytest.raises(UserError, match="coef has shape"):
+        Baseline.load(tmp_path / "b")
+    (tmp_path / "b" / "baseline.safetensors").unlink()
+    with pytest.raises(UserError, match="baseline.safetensors is missing"):
+        Baseline.load(tmp_path / "b")
+
+
+def test_the_weight_is_the_best_on_valid_and_ties_go_to_the_even_mix():
+    ours, base = np.array([[0.9, 0.1]]), np.array([[0.2, 0.8]])
+    # label 1 wins iff 0.1w + 0.8(1-w) > 0.9w + 0.2(1-w), i.e. w < 3/7: w in 0..0.4 are right
+    assert choose_weight(ours, base, np.array([1])) == (0.4, 1.0)
+    assert choose_weight(ours, base, np.array([0])) == (0.5, 1.0)  # w in 0.5..1 are right
+    two = np.concatenate([ours, ours]), np.concatenate([base, base])
+    assert choose_weight(*two, np.array([1, 0])) == (0.5, 0.5)  # every w is 50%: the even mix
+    # ours always right, the baseline always wrong with more confidence: only w >= 0.7 is right
+    assert choose_weight(np.array([[0.8, 0.2]] * 3), np.array([[0.0, 1.0]] * 3), np.zeros(3, int)) == (0.7, 1.0)
+    assert WEIGHTS[0] == 0.0 and WEIGHTS[-1] == 1.0 and len(WEIGHTS) == 11
+    with pytest.raises(UserError, match="valid split, which is empty"):
+        choose_weight(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0, int))
+
+
+TINY = ["--set", "model.encoder.d_model=16", "--set", "model.encoder.n_heads=2", "--set", "model.encoder.d_ff=32",
+        "--set", "model.encoder.n_layers=1", "--set", "train.epochs=2", "--set", "train.progress=false",
+        "--set", "data.tokenizer=word"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("blend")
+    write_reviews_tsv(d / "train.tsv", 300, 0, words_per_text=(2, 7))  # short texts: both models err a little
+    write_reviews_tsv(d / "test.tsv", 100, 1, words_per_text=(2, 7))
+    common = ["--data", str(d / "train.tsv"), "--test", str(d / "test.tsv"), "--set", "ensemble=1"] + TINY
+    assert main(["train", "classify", "--out", str(d / "blended")] + common) == 0  # the adaptive default blends
+    assert main(["train", "classify", "--out", str(d / "plain"), "--set", "blend=false"] + common) == 0
+    return d
+
+
+def test_a_default_run_predicts_with_the_blend_of_its_parts(runs, capsys):
+    run = runs / "blended"
+    record = json.loads((run / "baseline" / "blend.json").read_text())
+    w = record["weight"]
+    assert w in WEIGHTS and record["chosen_on"] == "valid"
+    clf, ours = Classifier.load(run), Classifier.load(run, blend=False)
+    assert isinstance(clf, BlendedClassifier) and not isinstance(ours, BlendedClassifier) and clf.weight == w
+    texts = ["good movie", "the awful was", "fine fine bad", "movie"]
+    base = Baseline.load(run / "baseline")
+    np.testing.assert_allclose(clf.predict_proba(texts),
+                               w * ours.predict_proba(texts) + (1 - w) * base.predict_proba(texts), atol=1e-6)
+    assert clf.attention("good movie")[0] == ours.attention("good movie")[0]  # maps are ours
+    with pytest.raises(UserError, match="empty"):
+        clf.predict(["  "])
+
+    test = json.loads((run / "blend_test_metrics.json").read_text())
+    ours_test = json.loads((run / "test_metrics.json").read_text())
+    assert test["blend_weight"] == w and test["ours_accuracy"] == ours_test["accuracy"]
+    assert main(["evaluate", str(run), "--data", str(runs / "test.tsv"), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["accuracy"] == test["accuracy"] and rep["blend_weight"] == w
+    assert rep["comparison"]["ours"] == round(100 * ours_test["accuracy"], 2)  # ours alone beside the baseline
+    assert (run / "blend_test_metrics.json").exists() and (run / "confusion_blend_test.png").exists()
+    assert json.loads((run / "test_metrics.json").read_text()) == ours_test  # ours' report is left alone
+
+    assert main(["predict", str(run), "--json", "--no-blend", "good movie"]) == 0
+    alone = json.loads(capsys.readouterr().out)["probs"]
+    assert alone == pytest.approx(ours.predict(["good movie"])[0]["probs"], abs=1e-6)
+
+
+def test_blending_a_finished_run_equals_blending_in_training(runs, capsys):
+    plain = runs / "plain"
+    assert not (plain / "baseline").exists() and not isinstance(Classifier.load(plain), BlendedClassifier)
+    assert main(["blend", str(plain)]) == 0  # same data, seed and recipe: the same parts, the same weight
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    trained = json.loads((runs / "blended" / "baseline" / "blend.json").read_text())
+    assert out["blend"]["weight"] == trained["weight"]
+    assert out["blend"]["test"] == pytest.approx(
+        {k: json.loads((runs / "blended" / "blend_test_metrics.json").read_text())[k] for k in ("accuracy", "macro_f1")})
+    assert isinstance(Classifier.load(plain), BlendedClassifier)
