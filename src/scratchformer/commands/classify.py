@@ -17,6 +17,9 @@ def register(cli) -> None:
     p.add_argument("--label-col", help="label column name or 0-based position")
     p.add_argument("--init", help="start from a pretrained encoder: a `pretrain mlm` run directory, "
                                   "'minilm' (all-MiniLM-L6-v2) or a Hugging Face BERT folder")
+    p.add_argument("--teacher", metavar="RUN",
+                   help="distillation: also learn this finished run's probabilities on the training texts "
+                        "(e.g. an ensemble; `distill_weight` of the loss, default 0.5)")
     p.add_argument("--time-budget", type=float, metavar="MIN",
                    help="minutes for the whole run (baseline, training, test): a few steps are timed and "
                         "the schedule is planned for the steps that fit (default without --config: 8)")
@@ -64,7 +67,8 @@ def train(args) -> int:
     started = time.monotonic()
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     flags = {"data.text_col": _col(args.text_col), "data.label_col": _col(args.label_col),
-             "model.init": None if args.resume else args.init, "time_budget": args.time_budget}
+             "model.init": None if args.resume else args.init, "time_budget": args.time_budget,
+             "teacher": None if args.resume else args.teacher}
     if args.config or args.resume:
         recipe = recipe_for_run(ClassifyRecipe, args, flags)
     else:  # the adaptive default: chosen from the data (tasks/classify/auto.py)

@@ -43,7 +43,9 @@ PROJECT_FILES = frozenset({
 })
 PROJECT_PATTERNS = ("*_metrics.json", "confusion_*.png", "*_hyps.txt", ".*.tmp")
 # folders we create: name pattern -> what inside is ours ("run": a run folder of its own)
-PROJECT_DIRS = {"checkpoints": "*", "snapshots": "step-*.safetensors", "member[0-9]*": "run"}
+# (a tuple: any of these patterns)
+PROJECT_DIRS = {"checkpoints": "*", "snapshots": "step-*.safetensors", "member[0-9]*": "run",
+                "baseline": ("baseline.json", "baseline.safetensors", "blend.json", ".*.tmp")}
 # what means "a run was trained here" (the Trainer refuses to start a fresh one on top)
 RUN_MARKERS = ("config.json", "train_config.json", "model.safetensors", "metrics.jsonl",
                "checkpoint.json", "checkpoints", "trainer_state.pt", "last.safetensors")
@@ -109,8 +111,9 @@ def lock_run_folder(path: str | Path, what: str = "command") -> Iterator[Path]:
 
 
 # ---------------------------------------------------------------------------- contents
-def _ours(name: str, is_dir: bool) -> str | None:
-    """What of entry `name` is ours: "file", a pattern of files inside, "run", or None."""
+def _ours(name: str, is_dir: bool) -> str | tuple[str, ...] | None:
+    """What of entry `name` is ours: "file", a pattern (or tuple of patterns) of files inside,
+    "run", or None."""
     if is_dir:
         return next((inner for pat, inner in PROJECT_DIRS.items() if fnmatch.fnmatchcase(name, pat)), None)
     if name in PROJECT_FILES or any(fnmatch.fnmatchcase(name, p) for p in PROJECT_PATTERNS):
@@ -134,7 +137,9 @@ def project_files(path: str | Path) -> list[Path]:
         elif ours == "run":
             out += project_files(entry) + [entry]
         else:
-            out += [p for p in sorted(entry.iterdir()) if fnmatch.fnmatchcase(p.name, ours)] + [entry]
+            patterns = ours if isinstance(ours, tuple) else (ours,)
+            out += [p for p in sorted(entry.iterdir())
+                    if any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)] + [entry]
     return out
 
 

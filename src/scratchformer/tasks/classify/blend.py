@@ -1,7 +1,8 @@
 """Ours averaged with the TF-IDF baseline: the run's predictor when the recipe says `blend`.
 
     p(y | x) = w · p_ours(y | x) + (1 − w) · p_tfidf(y | x),   w ∈ {0, 0.1, ..., 1}
-    w: the best accuracy on the valid split; ties go to the w nearest 0.5
+    w: the best accuracy (or macro-F1, when the run is tuned for it) on the valid split; ties go
+       to the w nearest 0.5
     融合：本模型与 TF-IDF 基线的概率加权平均，权重在验证集上选。
 
 The two models err on different texts: the Transformer reads order and composition, the
@@ -21,25 +22,31 @@ import numpy as np
 from ...errors import UserError
 from .baseline import NAME, Baseline
 from .inference import BLEND_DIR, BlendedClassifier
-from .report import meta_for
+from .report import confusion_matrix, meta_for, report
 
 WEIGHTS = tuple(i / 10 for i in range(11))  # coarse on purpose: a valid split of ~1,000 texts cannot tell finer
 
 
 def choose_weight(ours: np.ndarray, baseline: np.ndarray, gold: np.ndarray,
-                  weights: Sequence[float] = WEIGHTS) -> tuple[float, float]:
-    """(w, its valid accuracy) for `(N, K)` probabilities of ours and the baseline and `(N,)`
-    gold ids: the highest accuracy; among ties the w nearest 0.5 (an even mix fits valid least),
-    then the smaller w."""
+                  weights: Sequence[float] = WEIGHTS, metric: str = "accuracy") -> tuple[float, float]:
+    """(w, its valid score) for `(N, K)` probabilities of ours and the baseline and `(N,)` gold
+    ids: the best `metric` ("accuracy" or "macro_f1", the run's own `train.metric` when it is
+    one of them); among ties the w nearest 0.5 (an even mix fits valid least), then the smaller w."""
     if len(gold) == 0:
         raise UserError("the blend weight is chosen on the valid split, which is empty")
+    if metric not in ("accuracy", "macro_f1"):
+        raise UserError(f"the blend weight is chosen by accuracy or macro_f1, not {metric!r}")
+    n_classes = ours.shape[1]
 
-    def accuracy(w: float) -> float:
-        return float(((w * ours + (1 - w) * baseline).argmax(1) == gold).mean())
+    def score(w: float) -> float:
+        pred = (w * ours + (1 - w) * baseline).argmax(1)
+        if metric == "accuracy":
+            return float((pred == gold).mean())
+        return float(report(confusion_matrix(gold, pred, n_classes), [str(i) for i in range(n_classes)])["macro_f1"])
 
-    scored = [(accuracy(w), -abs(w - 0.5), -w, w) for w in weights]
-    acc, _, _, w = max(scored)
-    return w, acc
+    scored = [(score(w), -abs(w - 0.5), -w, w) for w in weights]
+    best, _, _, w = max(scored)
+    return w, best
 
 
 def blend_run(run_dir: str | Path, ours, base: Baseline, data, log=print) -> dict[str, Any]:
@@ -53,15 +60,19 @@ def blend_run(run_dir: str | Path, ours, base: Baseline, data, log=print) -> dic
     texts = [t for t, _ in data.valid]
     gold = np.asarray([ours.labels.index(lab) for _, lab in data.valid])
     p_ours, p_base = ours.split_proba(data.valid), base.predict_proba(texts)
-    w, valid_acc = choose_weight(p_ours, p_base, gold)
-    record = {"valid_accuracy": valid_acc, "chosen_on": "valid", "grid": list(WEIGHTS),
+    metric = ours.recipe.train.metric if ours.recipe.train.metric in ("accuracy", "macro_f1") else "accuracy"
+    w, valid_score = choose_weight(p_ours, p_base, gold, metric=metric)
+    blend_valid = (w * p_ours + (1 - w) * p_base).argmax(1)
+    record = {"valid_accuracy": float((blend_valid == gold).mean()), "chosen_by": metric,
+              f"valid_{metric}": valid_score, "chosen_on": "valid", "grid": list(WEIGHTS),
               "ours_valid_accuracy": float((p_ours.argmax(1) == gold).mean()),
               "baseline_valid_accuracy": float((p_base.argmax(1) == gold).mean())}
     blended = BlendedClassifier(ours, base, w)
     blended.save(run_dir / BLEND_DIR, record)
     what = ("ours alone" if w == 1.0 else f"the {NAME} baseline alone" if w == 0.0
             else f"{w:.1f} × ours + {1 - w:.1f} × {NAME}")
-    log(f"blend: {what}, chosen on valid (accuracy {valid_acc:.4f}; ours {record['ours_valid_accuracy']:.4f}, "
+    log(f"blend: {what}, chosen on valid by {metric} ({valid_score:.4f}; valid accuracy {record['valid_accuracy']:.4f}, "
+        f"ours {record['ours_valid_accuracy']:.4f}, "
         f"{NAME} {record['baseline_valid_accuracy']:.4f}); saved in {run_dir / BLEND_DIR}/")
     out: dict[str, Any] = {"weight": w, **record}
     if data.test:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from ...data.batching import LengthBucketSampler, pad_sequences, segment, truncate
@@ -49,10 +50,12 @@ class ClassifyBatch:
     labels: torch.Tensor  # (B,)
     bigrams: torch.Tensor | None = None  # (S, T)
     doc_index: torch.Tensor | None = None  # (S,) document of each segment; None = one each
+    soft: torch.Tensor | None = None  # (B, K) a teacher's probabilities (distillation, distill.py)
 
     def to(self, device) -> "ClassifyBatch":
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return ClassifyBatch(move(self.ids), move(self.labels), move(self.bigrams), move(self.doc_index))
+        return ClassifyBatch(move(self.ids), move(self.labels), move(self.bigrams), move(self.doc_index),
+                             move(self.soft))
 
 
 class DocumentEncoder:
@@ -83,23 +86,29 @@ class DocumentEncoder:
         return [self.prefix + s + self.suffix for s in segs]
 
 
-def collate(docs: Sequence[list[list[tuple[int, int]]]], labels: Sequence[int], bigrams: bool) -> ClassifyBatch:
+def collate(docs: Sequence[list[list[tuple[int, int]]]], labels: Sequence[int], bigrams: bool,
+            soft: np.ndarray | None = None) -> ClassifyBatch:
     segs = [s for d in docs for s in d]
     ids, _ = pad_sequences([[i for i, _ in s] for s in segs], PAD_ID)  # (S, T)
     bi = pad_sequences([[b for _, b in s] for s in segs], 0)[0] if bigrams else None
     doc_index = None
     if len(segs) != len(docs):
         doc_index = torch.tensor([d for d, doc in enumerate(docs) for _ in doc])
-    return ClassifyBatch(ids, torch.tensor(list(labels)), bi, doc_index)
+    return ClassifyBatch(ids, torch.tensor(list(labels)), bi, doc_index,
+                         None if soft is None else torch.as_tensor(soft, dtype=torch.float32))
 
 
 class EncodedSplit:
     """One split, encoded once: documents as segments, labels as ids, batches on demand."""
 
     def __init__(self, pairs, encode: DocumentEncoder, label_ids: dict[str, int], dc: ClassifyDataConfig,
-                 shuffle: bool, seed: int = 0):
+                 shuffle: bool, seed: int = 0, soft: np.ndarray | None = None):
         self.docs = [encode(t) for t, _ in pairs]
         self.labels = [label_ids[lab] for _, lab in pairs]
+        self.soft = soft  # (N, K) a teacher's probabilities of these pairs, in their order, or None
+        if soft is not None and soft.shape != (len(pairs), len(label_ids)):
+            raise UserError(f"the teacher's probabilities have shape {soft.shape}, expected "
+                            f"({len(pairs)}, {len(label_ids)}): one row per text, one column per label")
         self.bigrams = encode.bigrams
         lengths = [sum(len(s) for s in d) for d in self.docs]
         self.sampler = LengthBucketSampler(lengths, batch_size=None if dc.max_tokens else dc.batch_size,
@@ -110,7 +119,8 @@ class EncodedSplit:
         return len(self.docs)
 
     def batches(self, epoch: int = 0) -> list[ClassifyBatch]:
-        return [collate([self.docs[i] for i in idx], [self.labels[i] for i in idx], self.bigrams)
+        return [collate([self.docs[i] for i in idx], [self.labels[i] for i in idx], self.bigrams,
+                        None if self.soft is None else self.soft[np.asarray(idx)])
                 for idx in self.sampler.epoch_batches(epoch)]
 
 

@@ -20,6 +20,7 @@ from .baseline import NAME, Baseline, Comparison, fit_baseline
 from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
+from .distill import teacher_probabilities
 from .data import EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer
 from .inference import Classifier
 from .pretrained import load_init
@@ -62,9 +63,10 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     else:
         tok = build_tokenizer_for(recipe.data, [t for t, _ in data.train], recipe.model.bigram_buckets)
     splits: dict[str, EncodedSplit | None] = {}
+    soft = teacher_probabilities(recipe.teacher, data.train, data.labels, log) if recipe.teacher else None
 
     def encode_splits(r: ClassifyRecipe) -> None:
-        splits["train"], splits["valid"], splits["test"] = encoded_splits(data, tok, r)
+        splits["train"], splits["valid"], splits["test"] = encoded_splits(data, tok, r, soft)
 
     def derive(r: ClassifyRecipe) -> None:  # what comes from the data, the checkpoint and the clock
         if source is not None:
@@ -121,10 +123,12 @@ def maybe_blend(recipe: ClassifyRecipe, out_dir: Path, base: Baseline, data, log
     return blend_run(out_dir, Classifier.load(out_dir, blend=False), base, data, log)
 
 
-def encoded_splits(data, tok, r: ClassifyRecipe) -> tuple[EncodedSplit, EncodedSplit | None, EncodedSplit | None]:
-    """train (shuffled with the run's seed), valid and test, encoded once with `tok` as `r` says."""
+def encoded_splits(data, tok, r: ClassifyRecipe, soft=None) -> tuple[EncodedSplit, EncodedSplit | None,
+                                                                    EncodedSplit | None]:
+    """train (shuffled with the run's seed), valid and test, encoded once with `tok` as `r` says;
+    `soft`: a teacher's `(N, K)` probabilities of the training texts (distillation)."""
     encode, label_ids = encoder_for(r, tok), {lab: i for i, lab in enumerate(data.labels)}
-    train = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=r.train.seed)
+    train = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=r.train.seed, soft=soft)
     valid = EncodedSplit(data.valid, encode, label_ids, r.data, shuffle=False) if data.valid else None
     test = EncodedSplit(data.test, encode, label_ids, r.data, shuffle=False) if data.test else None
     return train, valid, test

@@ -55,11 +55,19 @@ class ClassifyRecipe(Recipe):
     # predict with ours averaged with the TF-IDF baseline, the weight chosen on valid (blend.py);
     # needs the baseline (not --no-baseline) and a valid split. The adaptive default turns it on
     blend: bool = False
+    # distillation (distill.py): also learn a finished run's probabilities on the training texts
+    # (`teacher`: its run directory, e.g. an ensemble; its blend if it has one), `distill_weight`
+    # of the loss on them and the rest on the labels
+    teacher: str | None = None
+    distill_weight: float = 0.5
 
     def __post_init__(self) -> None:
         check_ensemble(self.ensemble, auto=True)
         if self.time_budget is not None and not self.time_budget > 0:
             raise UserError(f"time_budget must be a number of minutes > 0 (or null), got {self.time_budget}")
+        if not 0.0 <= self.distill_weight <= 1.0:
+            raise UserError(f"distill_weight must be in [0, 1] (the share of the loss on the teacher), "
+                            f"got {self.distill_weight}")
         if self.ensemble == 0 and self.time_budget is None:
             raise UserError("ensemble=0 (as many members as the time budget fits) needs a time budget: "
                             "add --time-budget MIN, or set ensemble to a number")

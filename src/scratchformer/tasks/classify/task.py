@@ -34,9 +34,14 @@ class ClassificationTask:
         return int((b.ids != PAD_ID).sum())
 
     def loss_sum(self, b: ClassifyBatch):
+        """Cross-entropy with the labels; with a teacher's probabilities `b.soft` (distillation),
+        (1 − a) · that + a · cross-entropy with the teacher, a = `distill_weight`."""
         logits = self.logits(b).float()
         loss = F.cross_entropy(logits, b.labels, reduction="sum",
                                label_smoothing=self.recipe.data.label_smoothing)
+        if b.soft is not None:
+            a = self.recipe.distill_weight
+            loss = (1 - a) * loss + a * -(b.soft * F.log_softmax(logits, -1)).sum()
         return loss, {"accuracy": float((logits.argmax(-1) == b.labels).sum())}
 
     def predictions(self, batches) -> tuple[np.ndarray, np.ndarray, float]:

@@ -1,5 +1,6 @@
-"""The blend of ours with the TF-IDF baseline: the saved baseline (JSON + safetensors, no pickle)
-predicts what scikit-learn predicts, the weight rule, and a run that blends end to end."""
+"""Beyond one model, the issue-17 predictors: the blend of ours with the TF-IDF baseline (the saved
+baseline, JSON + safetensors, predicts what scikit-learn predicts; the weight rule; a run that
+blends end to end) and distillation from a finished run (the loss, the teacher rows, a student)."""
 import json
 import random
 
@@ -85,6 +86,13 @@ def test_the_weight_is_the_best_on_valid_and_ties_go_to_the_even_mix():
     # ours always right, the baseline always wrong with more confidence: only w >= 0.7 is right
     assert choose_weight(np.array([[0.8, 0.2]] * 3), np.array([[0.0, 1.0]] * 3), np.zeros(3, int)) == (0.7, 1.0)
     assert WEIGHTS[0] == 0.0 and WEIGHTS[-1] == 1.0 and len(WEIGHTS) == 11
+    # accuracy and macro-F1 disagree: ours says class 0 for all five (4 right), the baseline catches the one
+    # class-1 text but misses two class-0 ones; with ours at 0.7 the baseline's votes win for w <= 0.7
+    ours, base = np.array([[0.7, 0.3]] * 5), np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
+    gold = np.array([0, 0, 0, 1, 0])
+    assert choose_weight(ours, base, gold) == (0.8, 0.8)  # accuracy 0.8 for w >= 0.8, 0.6 below
+    w, f1 = choose_weight(ours, base, gold, metric="macro_f1")  # macro-F1 0.583 for w <= 0.7, 0.444 above
+    assert w == 0.5 and f1 == pytest.approx((2 / 3 + 1 / 2) / 2)
     with pytest.raises(UserError, match="valid split, which is empty"):
         choose_weight(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0, int))
 
@@ -145,3 +153,67 @@ def test_blending_a_finished_run_equals_blending_in_training(runs, capsys):
     assert out["blend"]["test"] == pytest.approx(
         {k: json.loads((runs / "blended" / "blend_test_metrics.json").read_text())[k] for k in ("accuracy", "macro_f1")})
     assert isinstance(Classifier.load(plain), BlendedClassifier)
+    (plain / "baseline" / "notes.txt").write_text("mine")  # --overwrite removes our files only
+    assert main(["train", "classify", "--data", str(runs / "train.tsv"), "--out", str(plain), "--overwrite",
+                 "--set", "time_budget=null", "--no-baseline"] + TINY) == 0
+    assert sorted(p.name for p in (plain / "baseline").iterdir()) == ["notes.txt"]
+    assert not isinstance(Classifier.load(plain), BlendedClassifier)
+
+
+# ----------------------------------------------------------------------------- distillation
+
+def test_distillation_loss_is_the_stated_mix_and_the_teacher_rows_follow_the_shuffle():
+    import torch
+    import torch.nn.functional as F
+
+    from scratchformer.models.classifier import build_classifier
+    from scratchformer.tasks.classify import ClassificationTask, ClassifyRecipe, EncodedSplit, encoder_for
+    from scratchformer.data.tokenizers import build_tokenizer
+
+    pairs = _pairs(40, 0, EN)
+    labels = sorted(EN)
+    soft = np.random.default_rng(0).dirichlet([1.0, 1.0], size=len(pairs))  # (N, K) any teacher
+    r = ClassifyRecipe.from_dict({"data": {"tokenizer": "word", "batch_size": 8, "label_smoothing": 0.1},
+                                  "model": {"encoder": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}},
+                                  "distill_weight": 0.3})
+    tok = build_tokenizer("word", [t for t, _ in pairs])
+    r.model.vocab_size, r.model.n_classes = tok.vocab_size, 2
+    split = EncodedSplit(pairs, encoder_for(r, tok), {lab: i for i, lab in enumerate(labels)}, r.data,
+                         shuffle=True, seed=3, soft=soft)
+    for idx, b in zip(split.sampler.epoch_batches(2), split.batches(2)):  # a shuffled epoch: rows follow the texts
+        assert torch.equal(b.soft, torch.as_tensor(soft[np.asarray(idx)], dtype=torch.float32))
+        assert b.labels.tolist() == [labels.index(pairs[i][1]) for i in idx]
+    torch.manual_seed(0)
+    task = ClassificationTask(build_classifier(r.model).eval(), r, tok, labels)
+    b = split.batches(0)[0]
+    torch.set_grad_enabled(False)  # numbers only
+    logits = task.logits(b).float()
+    expected = (0.7 * F.cross_entropy(logits, b.labels, reduction="sum", label_smoothing=0.1)
+                - 0.3 * (b.soft * F.log_softmax(logits, -1)).sum())
+    assert abs(float(task.loss_sum(b)[0]) - float(expected)) < 1e-5
+    no_teacher = EncodedSplit(pairs, encoder_for(r, tok), {lab: i for i, lab in enumerate(labels)}, r.data,
+                              shuffle=True, seed=3).batches(0)[0]
+    assert no_teacher.soft is None
+    assert abs(float(task.loss_sum(no_teacher)[0])
+               - float(F.cross_entropy(logits, b.labels, reduction="sum", label_smoothing=0.1))) < 1e-5
+    torch.set_grad_enabled(True)
+    with pytest.raises(UserError, match="teacher's probabilities have shape"):
+        EncodedSplit(pairs, encoder_for(r, tok), {"neg": 0, "pos": 1}, r.data, shuffle=False, soft=soft[:5])
+    with pytest.raises(UserError, match="distill_weight must be in"):
+        ClassifyRecipe.from_dict({"distill_weight": 1.5})
+
+
+def test_a_student_learns_from_a_finished_run(runs, tmp_path, capsys):
+    out = tmp_path / "student"
+    args = ["train", "classify", "--data", str(runs / "train.tsv"), "--test", str(runs / "test.tsv"),
+            "--set", "ensemble=1", "--teacher", str(runs / "plain"), "--out", str(out)] + TINY
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "teacher: " in err and "right on" in err
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["teacher"] == str(runs / "plain") and cfg["distill_weight"] == 0.5
+    assert json.loads((out / "test_metrics.json").read_text())["accuracy"] > 0.5
+    (runs / "zh.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _pairs(60, 0, ZH)))
+    assert main(["train", "classify", "--data", str(runs / "zh.tsv"), "--teacher", str(runs / "plain"),
+                 "--out", str(tmp_path / "wrong"), "--set", "ensemble=1"] + TINY[:-2]) == 2
+    assert "must be trained on the same data set" in capsys.readouterr().err
