@@ -3,6 +3,7 @@ confusion plot, and the one report writer every evaluation goes through."""
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,9 @@ def plot_confusion(cm: np.ndarray, labels: list[str], path: str | Path, title: s
     k = len(labels)
     norm = cm / np.maximum(cm.sum(1, keepdims=True), 1)
     with cjk_fonts():  # Chinese class names are drawn as text, not boxes
-        fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 0.8 + 0.6 * k))
+        # at least 4.5 x 4 inches: with 2-3 classes the title was cut off at the sides
+        width = max(4.5, 1.0 + 0.6 * k)
+        fig, ax = plt.subplots(figsize=(width, max(4.0, 0.8 + 0.6 * k)))
         ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
         ax.set_xticks(range(k), labels, rotation=45, ha="right")
         ax.set_yticks(range(k), labels)
@@ -68,7 +71,8 @@ def plot_confusion(cm: np.ndarray, labels: list[str], path: str | Path, title: s
                             color="white" if norm[i, j] > 0.5 else "black")
         ax.set_xlabel("predicted")
         ax.set_ylabel("true")
-        ax.set_title(title or "confusion matrix (row-normalised colour, counts)")
+        ax.set_title(textwrap.fill(title or "confusion matrix (row-normalised colour, counts)", int(10 * width)),
+                     fontsize=10)
         fig.tight_layout()
         path = Path(path)
         fig.savefig(path, dpi=120)
