@@ -13,6 +13,7 @@ from scratchformer.errors import UserError
 from scratchformer.tasks.classify import Classifier
 from scratchformer.tasks.classify.baseline import Baseline, _clip, fit_baseline
 from scratchformer.tasks.classify.blend import WEIGHTS, choose_weight
+from scratchformer.tasks.classify.distill import soften
 from scratchformer.tasks.classify.inference import BlendedClassifier
 from toy_data import write_reviews_tsv
 
@@ -189,7 +190,7 @@ def test_distillation_loss_is_the_stated_mix_and_the_teacher_rows_follow_the_shu
     torch.set_grad_enabled(False)  # numbers only
     logits = task.logits(b).float()
     expected = (0.7 * F.cross_entropy(logits, b.labels, reduction="sum", label_smoothing=0.1)
-                - 0.3 * (b.soft * F.log_softmax(logits, -1)).sum())
+                - 0.3 * 2.0 ** 2 * (b.soft * F.log_softmax(logits / 2.0, -1)).sum())  # default temperature 2
     assert abs(float(task.loss_sum(b)[0]) - float(expected)) < 1e-5
     no_teacher = EncodedSplit(pairs, encoder_for(r, tok), {lab: i for i, lab in enumerate(labels)}, r.data,
                               shuffle=True, seed=3).batches(0)[0]
@@ -201,6 +202,13 @@ def test_distillation_loss_is_the_stated_mix_and_the_teacher_rows_follow_the_shu
         EncodedSplit(pairs, encoder_for(r, tok), {"neg": 0, "pos": 1}, r.data, shuffle=False, soft=soft[:5])
     with pytest.raises(UserError, match="distill_weight must be in"):
         ClassifyRecipe.from_dict({"distill_weight": 1.5})
+    with pytest.raises(UserError, match="distill_temperature must be > 0"):
+        ClassifyRecipe.from_dict({"distill_temperature": 0})
+    p = np.array([[0.81, 0.18, 0.01], [0.5, 0.5, 0.0]])
+    np.testing.assert_allclose(soften(p, 1.0), np.clip(p, 1e-12, None) / np.clip(p, 1e-12, None).sum(1, keepdims=True))
+    root = np.sqrt(np.clip(p, 1e-12, None))
+    np.testing.assert_allclose(soften(p, 2.0), root / root.sum(1, keepdims=True))  # T = 2: square roots, renormalised
+    assert soften(p, 2.0)[0, 0] < 0.81 and soften(p, 0.5)[0, 0] > 0.81
 
 
 def test_a_student_learns_from_a_finished_run(runs, tmp_path, capsys):
@@ -211,7 +219,7 @@ def test_a_student_learns_from_a_finished_run(runs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "teacher: " in err and "right on" in err
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["teacher"] == str(runs / "plain") and cfg["distill_weight"] == 0.5
+    assert cfg["teacher"] == str(runs / "plain") and cfg["distill_weight"] == 0.5 and cfg["distill_temperature"] == 2.0
     assert json.loads((out / "test_metrics.json").read_text())["accuracy"] > 0.5
     (runs / "zh.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _pairs(60, 0, ZH)))
     assert main(["train", "classify", "--data", str(runs / "zh.tsv"), "--teacher", str(runs / "plain"),

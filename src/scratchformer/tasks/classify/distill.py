@@ -1,6 +1,8 @@
 """Distillation: one model trained on an ensemble's probabilities as well as on the labels.
 
-    loss = (1 − a) · CE(labels, p_student) + a · CE(p_teacher, p_student),   a = distill_weight
+    loss = (1 − a) · CE(labels, p_student) + a · T² · CE(p_teacher^T, p_student^T)
+    p^T = softmax(log p / T) (the teacher's mean probabilities), softmax(z / T) (the student's logits)
+    a = distill_weight, T = distill_temperature
     蒸馏：学生模型同时学习标签和教师（集成）在训练文本上的概率分布。
 
 An ensemble of seeds is the most reliable gain measured here (THUCNews: +1.4 to +3 points over
@@ -8,8 +10,9 @@ its members) but costs its size at every prediction. The teacher's probabilities
 training texts carry what the members agree on, and how unsure they are between classes
 (the "dark knowledge" of Hinton et al., 2015), which the one-hot labels do not. The teacher
 is the run's Transformer part (its members' mean; a blend with TF-IDF is left out: the
-linear model is near one-hot on the texts it was fitted on). Temperature 1: a mean of
-probabilities is already soft.
+linear model is near one-hot on the texts it was fitted on). The teacher has seen these texts:
+the THUCNews ensemble is right on all of them with a mean top probability of 0.96, so at T = 1
+its targets are nearly the labels; a temperature of 2 spreads them (Hinton et al., 2015).
 """
 from __future__ import annotations
 
@@ -21,9 +24,19 @@ from ...errors import UserError
 from .inference import Classifier
 
 
-def teacher_probabilities(run_dir: str | Path, pairs, labels: list[str], log=print) -> np.ndarray:
+def soften(probs: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(log p / T) row by row: T > 1 flattens, T = 1 leaves p as it is."""
+    z = np.log(np.clip(probs, 1e-12, None)) / temperature
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def teacher_probabilities(run_dir: str | Path, pairs, labels: list[str], log=print,
+                          temperature: float = 1.0) -> np.ndarray:
     """`(N, K)` probabilities of the classification run `run_dir` (ours alone, its members'
-    mean for an ensemble) on the labelled `pairs`, in their order, columns in `labels` order."""
+    mean for an ensemble) on the labelled `pairs`, in their order, columns in `labels` order,
+    softened at `temperature`."""
     if not Path(run_dir).is_dir():
         raise UserError(f"teacher {run_dir} is not a run directory: train one first (e.g. --set ensemble=5)")
     teacher = Classifier.load(run_dir, blend=False)
@@ -33,6 +46,8 @@ def teacher_probabilities(run_dir: str | Path, pairs, labels: list[str], log=pri
     probs = teacher.split_proba(pairs)
     members = len(getattr(teacher, "members", ())) or 1
     agree = float((probs.argmax(1) == np.asarray([labels.index(lab) for _, lab in pairs])).mean()) if pairs else 0.0
+    soft = soften(probs, temperature)
     log(f"teacher: {run_dir} ({members} member{'s' * (members > 1)}), right on {agree:.1%} of the training texts, "
-        f"mean top probability {float(probs.max(1).mean()):.3f}")
-    return probs
+        f"mean top probability {float(probs.max(1).mean()):.3f} ({float(soft.max(1).mean()):.3f} at temperature "
+        f"{temperature:g})")
+    return soft

@@ -63,7 +63,8 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     else:
         tok = build_tokenizer_for(recipe.data, [t for t, _ in data.train], recipe.model.bigram_buckets)
     splits: dict[str, EncodedSplit | None] = {}
-    soft = teacher_probabilities(recipe.teacher, data.train, data.labels, log) if recipe.teacher else None
+    soft = (teacher_probabilities(recipe.teacher, data.train, data.labels, log, recipe.distill_temperature)
+            if recipe.teacher else None)
 
     def encode_splits(r: ClassifyRecipe) -> None:
         splits["train"], splits["valid"], splits["test"] = encoded_splits(data, tok, r, soft)

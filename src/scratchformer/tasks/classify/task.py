@@ -34,14 +34,15 @@ class ClassificationTask:
         return int((b.ids != PAD_ID).sum())
 
     def loss_sum(self, b: ClassifyBatch):
-        """Cross-entropy with the labels; with a teacher's probabilities `b.soft` (distillation),
-        (1 − a) · that + a · cross-entropy with the teacher, a = `distill_weight`."""
+        """Cross-entropy with the labels; with a teacher's probabilities `b.soft` (distillation,
+        already softened at temperature T), (1 − a) · that + a · T² · cross-entropy between them
+        and ours at T, a = `distill_weight` (T² keeps the gradient's scale, as in Hinton et al.)."""
         logits = self.logits(b).float()
         loss = F.cross_entropy(logits, b.labels, reduction="sum",
                                label_smoothing=self.recipe.data.label_smoothing)
         if b.soft is not None:
-            a = self.recipe.distill_weight
-            loss = (1 - a) * loss + a * -(b.soft * F.log_softmax(logits, -1)).sum()
+            a, t = self.recipe.distill_weight, self.recipe.distill_temperature
+            loss = (1 - a) * loss + a * t * t * -(b.soft * F.log_softmax(logits / t, -1)).sum()
         return loss, {"accuracy": float((logits.argmax(-1) == b.labels).sum())}
 
     def predictions(self, batches) -> tuple[np.ndarray, np.ndarray, float]:
