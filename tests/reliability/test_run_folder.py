@@ -177,10 +177,11 @@ def test_two_commands_on_one_folder_both_orders(tmp_path, capsys, order):
     if order == "cli_second":  # another train holds the folder; the CLI refuses in one line
         with held_elsewhere(out) as pid:
             assert _cli_train(out) == 2
-            for verb in (["evaluate", str(out)], ["doctor", str(out)], ["attention", str(out), "to be"]):
-                assert main(verb) == 2  # each writes reports into the folder: it waits for no one
+            for verb in (["evaluate", str(out)], ["doctor", str(out)], ["attention", str(out), "to be"],
+                         ["blend", str(out)]):
+                assert main(verb) == 2  # each writes into the folder: it waits for no one
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 4 and all(line.startswith("error: ") for line in err)
+        assert len(err) == 5 and all(line.startswith("error: ") for line in err)
         assert all(f"in use by another scratchformer command (pid {pid})" in line for line in err)
         assert not (out / "config.json").exists()
     else:  # the CLI holds it (its lock, for the whole command); another process refuses

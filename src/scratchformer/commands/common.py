@@ -66,14 +66,14 @@ def positive_int(text: str) -> int:
     return value
 
 
-WRITES_INTO_RUN = ("evaluate", "attention", "align", "doctor")  # verbs that write reports into RUN
+WRITES_INTO_RUN = ("evaluate", "attention", "align", "doctor", "blend")  # verbs that write into RUN
 
 
 @contextlib.contextmanager
 def run_folder_guard(args) -> Iterator[None]:
     """Held around a whole command by `cli.main`: a `train` verb (one that took
     `add_recipe_args`) locks its --out and claims it (empty, or --resume, or --overwrite: see
-    train/runfolder.py); `evaluate`, `attention`, `align` and `doctor` lock the run folder they write reports into. Under
+    train/runfolder.py); `evaluate`, `attention`, `align`, `doctor` and `blend` lock the run folder they write into. Under
     torchrun only rank 0 does this."""
     from ..train.runfolder import lock_run_folder, run_folder
 
