@@ -219,7 +219,7 @@ def test_a_student_learns_from_a_finished_run(runs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "teacher: " in err and "right on" in err
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["teacher"] == str(runs / "plain") and cfg["distill_weight"] == 0.5 and cfg["distill_temperature"] == 2.0
+    assert cfg["teacher"] == str(runs / "plain") and cfg["distill_weight"] == 0.9 and cfg["distill_temperature"] == 2.0
     assert json.loads((out / "test_metrics.json").read_text())["accuracy"] > 0.5
     (runs / "zh.tsv").write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _pairs(60, 0, ZH)))
     assert main(["train", "classify", "--data", str(runs / "zh.tsv"), "--teacher", str(runs / "plain"),

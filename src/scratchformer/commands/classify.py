@@ -19,7 +19,7 @@ def register(cli) -> None:
                                   "'minilm' (all-MiniLM-L6-v2) or a Hugging Face BERT folder")
     p.add_argument("--teacher", metavar="RUN",
                    help="distillation: also learn this finished run's probabilities on the training texts "
-                        "(e.g. an ensemble; `distill_weight` of the loss, default 0.5)")
+                        "(e.g. an ensemble; `distill_weight` of the loss, default 0.9)")
     p.add_argument("--time-budget", type=float, metavar="MIN",
                    help="minutes for the whole run (baseline, training, test): a few steps are timed and "
                         "the schedule is planned for the steps that fit (default without --config: 8)")
