@@ -225,3 +225,36 @@ def test_a_student_learns_from_a_finished_run(runs, tmp_path, capsys):
     assert main(["train", "classify", "--data", str(runs / "zh.tsv"), "--teacher", str(runs / "plain"),
                  "--out", str(tmp_path / "wrong"), "--set", "ensemble=1"] + TINY[:-2]) == 2
     assert "must be trained on the same data set" in capsys.readouterr().err
+
+
+def test_cross_fitted_teacher_scores_each_text_with_the_member_that_never_saw_it(runs, tmp_path, capsys):
+    from scratchformer.data.datasets import ClassificationData
+    from scratchformer.tasks.classify import ClassifyRecipe, load_classification
+    from scratchformer.tasks.classify.data import without_holdout_fold
+    from scratchformer.tasks.classify.distill import teacher_probabilities
+
+    dc = ClassifyRecipe.from_dict({"data": {"holdout_fold": 1, "folds": 3}}).data
+    data = ClassificationData([(str(i), "a") for i in range(10)], [], [], ["a"])
+    kept, soft = without_holdout_fold(data, dc, np.arange(10.0)[:, None])
+    assert [t for t, _ in kept.train] == ["0", "2", "3", "5", "6", "8", "9"] and soft[:, 0].tolist() == [0, 2, 3, 5, 6, 8, 9]
+    for bad in ({"data": {"holdout_fold": 3, "folds": 3}}, {"data": {"holdout_fold": 0}}, {"cross_fit": True}):
+        with pytest.raises(UserError, match="holdout_fold|cross_fit needs an ensemble"):
+            ClassifyRecipe.from_dict(bad)
+
+    teacher = tmp_path / "crossfit"
+    assert main(["train", "classify", "--data", str(runs / "train.tsv"), "--test", str(runs / "test.tsv"),
+                 "--out", str(teacher), "--set", "ensemble=2", "--set", "cross_fit=true", "--no-baseline"] + TINY) == 0
+    err = capsys.readouterr().err
+    full = load_classification(ClassifyRecipe.load_json(teacher / "config.json").data)
+    n = len(full.train)
+    sizes = [int(line.split("data: ")[1].split(" train")[0]) for line in err.splitlines() if line.startswith("data: ")]
+    assert sizes == [n - len(range(0, n, 2)), n - len(range(1, n, 2))]  # each member without its fold
+    members = Classifier.load(teacher).members
+    assert [(m.recipe.data.holdout_fold, m.recipe.data.folds) for m in members] == [(0, 2), (1, 2)]
+    probs = teacher_probabilities(teacher, full.train, full.labels, log=lambda m: None)
+    for j in (0, 1, 2, 7):
+        np.testing.assert_allclose(probs[j], members[j % 2].split_proba([full.train[j]])[0], atol=1e-6)
+    assert not np.allclose(probs[1], members[0].split_proba([full.train[1]])[0], atol=1e-6)  # the other member differs
+    other = ClassifyRecipe.from_dict({"data": {"dataset": str(runs / "test.tsv")}}).data
+    with pytest.raises(UserError, match="cross-fitted on another training split"):
+        teacher_probabilities(teacher, full.train, full.labels, log=lambda m: None, data_config=other)

@@ -2,7 +2,7 @@
 becomes segments of ids and a split becomes an epoch's batches (`EncodedSplit.batches`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -42,6 +42,18 @@ def load_classification(dc) -> ClassificationData:
                             "every label must occur in training")
     return ClassificationData(train, valid or [], test or [], labels,
                               {"name": Path(name).name, "source": str(name)})
+
+
+def without_holdout_fold(data: ClassificationData, dc: ClassifyDataConfig,
+                         soft: np.ndarray | None = None) -> tuple[ClassificationData, np.ndarray | None]:
+    """`data` (and a teacher's rows `soft` for its training texts) with the training texts of
+    fold `dc.holdout_fold` left out: text i is in fold i % `dc.folds`, in the split's fixed order.
+    Unchanged without a fold."""
+    if dc.folds is None:
+        return data, soft
+    keep = np.arange(len(data.train)) % dc.folds != dc.holdout_fold
+    return (replace(data, train=[p for p, k in zip(data.train, keep) if k]),
+            None if soft is None else soft[keep])
 
 
 @dataclass

@@ -10,7 +10,9 @@ its members) but costs its size at every prediction. The teacher's probabilities
 training texts carry what the members agree on, and how unsure they are between classes
 (the "dark knowledge" of Hinton et al., 2015), which the one-hot labels do not. The teacher
 is the run's Transformer part (its members' mean; a blend with TF-IDF is left out: the
-linear model is near one-hot on the texts it was fitted on). The teacher has seen these texts:
+linear model is near one-hot on the texts it was fitted on). A `cross_fit` ensemble (member i
+trained without every k-th text from the i-th) scores each training text with the member that
+never saw it: targets that are honest about what the ensemble does not know. The teacher has seen these texts:
 the THUCNews ensemble is right on all of them with a mean top probability of 0.96, so at T = 1
 its targets are nearly the labels; a temperature of 2 spreads them (Hinton et al., 2015).
 """
@@ -23,6 +25,8 @@ import numpy as np
 from ...errors import UserError
 from .inference import Classifier
 
+SAME_SPLIT = ("dataset", "dataset_options", "valid_file", "test_file", "text_col", "label_col")
+
 
 def soften(probs: np.ndarray, temperature: float) -> np.ndarray:
     """softmax(log p / T) row by row: T > 1 flattens, T = 1 leaves p as it is."""
@@ -33,21 +37,42 @@ def soften(probs: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def teacher_probabilities(run_dir: str | Path, pairs, labels: list[str], log=print,
-                          temperature: float = 1.0) -> np.ndarray:
+                          temperature: float = 1.0, data_config=None) -> np.ndarray:
     """`(N, K)` probabilities of the classification run `run_dir` (ours alone, its members'
     mean for an ensemble) on the labelled `pairs`, in their order, columns in `labels` order,
     softened at `temperature`."""
     if not Path(run_dir).is_dir():
         raise UserError(f"teacher {run_dir} is not a run directory: train one first (e.g. --set ensemble=5)")
     teacher = Classifier.load(run_dir, blend=False)
+    if teacher.recipe.cross_fit and data_config is not None and any(
+            getattr(teacher.recipe.data, k) != getattr(data_config, k) for k in SAME_SPLIT):
+        raise UserError(f"teacher {run_dir} is cross-fitted on another training split ({', '.join(SAME_SPLIT)} "
+                        "must match): a text's fold would not be the one its member left out")
     if teacher.labels != labels:
         raise UserError(f"teacher {run_dir} was trained on the labels {teacher.labels[:5]}, this run has "
                         f"{labels[:5]}: the teacher must be trained on the same data set")
-    probs = teacher.split_proba(pairs)
+    probs = cross_fitted(teacher, run_dir, pairs) if teacher.recipe.cross_fit else teacher.split_proba(pairs)
     members = len(getattr(teacher, "members", ())) or 1
     agree = float((probs.argmax(1) == np.asarray([labels.index(lab) for _, lab in pairs])).mean()) if pairs else 0.0
     soft = soften(probs, temperature)
-    log(f"teacher: {run_dir} ({members} member{'s' * (members > 1)}), right on {agree:.1%} of the training texts, "
+    fitted = ", cross-fitted: each text scored by the member that never saw it" if teacher.recipe.cross_fit else ""
+    log(f"teacher: {run_dir} ({members} member{'s' * (members > 1)}{fitted}), right on {agree:.1%} of the training texts, "
         f"mean top probability {float(probs.max(1).mean()):.3f} ({float(soft.max(1).mean()):.3f} at temperature "
         f"{temperature:g})")
     return soft
+
+
+def cross_fitted(teacher, run_dir, pairs) -> np.ndarray:
+    """`(N, K)`: text i scored by member i % k of a `cross_fit` ensemble, the one trained without it.
+    The student must read the teacher's own training split, in the same order."""
+    k = len(teacher.members)
+    for i, m in enumerate(teacher.members):
+        dc = m.recipe.data
+        if (dc.holdout_fold, dc.folds) != (i, k):
+            raise UserError(f"teacher {run_dir}: member {i} left out fold {dc.holdout_fold} of {dc.folds}, "
+                            f"expected {i} of {k}; train the teacher again with cross_fit")
+    probs = np.zeros((len(pairs), len(teacher.labels)))
+    for i, m in enumerate(teacher.members):
+        idx = np.arange(i, len(pairs), k)
+        probs[idx] = m.split_proba([pairs[j] for j in idx])
+    return probs

@@ -21,7 +21,8 @@ from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
 from .distill import teacher_probabilities
-from .data import EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer
+from .data import (EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer,
+                   without_holdout_fold)
 from .inference import Classifier
 from .pretrained import load_init
 from .recipe import ClassifyRecipe
@@ -44,6 +45,9 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
     data = load_classification(recipe.data)
+    soft = (teacher_probabilities(recipe.teacher, data.train, data.labels, log, recipe.distill_temperature,
+                                  recipe.data) if recipe.teacher else None)  # for the whole split: folds index it
+    data, soft = without_holdout_fold(data, recipe.data, soft)  # a cross-fit member: without its fold
     base = fit_and_log_baseline(data, log) if baseline else None
     if recipe.ensemble == 0:
         n, times, whole = members_that_fit(recipe, data, started, step_timer, log)
@@ -63,8 +67,6 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     else:
         tok = build_tokenizer_for(recipe.data, [t for t, _ in data.train], recipe.model.bigram_buckets)
     splits: dict[str, EncodedSplit | None] = {}
-    soft = (teacher_probabilities(recipe.teacher, data.train, data.labels, log, recipe.distill_temperature)
-            if recipe.teacher else None)
 
     def encode_splits(r: ClassifyRecipe) -> None:
         splits["train"], splits["valid"], splits["test"] = encoded_splits(data, tok, r, soft)
@@ -271,6 +273,9 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
         return replace(t, train_step=min([t.train_step] + seen))
 
     def train_one(member: ClassifyRecipe, mdir: Path, resume: bool, log) -> dict[str, Any]:
+        if recipe.cross_fit and not resume:  # member i never sees fold i (a resumed one saved it)
+            member.data.holdout_fold, member.data.folds = int(mdir.name.removeprefix("member")), recipe.ensemble
+            member.cross_fit = False  # an ensemble's setting; the member is one run without one fold
         if recipe.time_budget is not None and member.plan is None and not resume:
             member.time_budget = max(left_s(), 1.0) / 60 / (recipe.ensemble - int(mdir.name.removeprefix("member")))
         t0 = time.monotonic()

@@ -29,8 +29,15 @@ class ClassifyDataConfig(JsonConfig):
     batch_size: int = 64
     max_tokens: int | None = None  # token budget per batch instead of batch_size
     label_smoothing: float = 0.0
+    # cross-fitting (distill.py): train without the texts i with i % folds == holdout_fold
+    holdout_fold: int | None = None
+    folds: int | None = None
 
     def __post_init__(self) -> None:
+        if (self.holdout_fold is None) != (self.folds is None) or (
+                self.folds is not None and not 0 <= self.holdout_fold < self.folds):
+            raise UserError(f"data.holdout_fold must be in [0, data.folds) and both set or neither, got "
+                            f"holdout_fold={self.holdout_fold}, folds={self.folds}")
         if self.long_mode not in ("truncate", "segments"):
             raise UserError(f"long_mode must be 'truncate' or 'segments', got {self.long_mode!r}")
         if self.max_len < 2:
@@ -64,6 +71,9 @@ class ClassifyRecipe(Recipe):
     # both distributions are softened at this temperature (Hinton et al.): an ensemble is ~96%
     # sure on the texts it was trained on, so at 1 its probabilities are nearly the labels
     distill_temperature: float = 2.0
+    # an ensemble whose member i leaves out every `ensemble`-th training text from the i-th: a
+    # teacher that has, for every training text, a member that never saw it (distill.py)
+    cross_fit: bool = False
 
     def __post_init__(self) -> None:
         check_ensemble(self.ensemble, auto=True)
@@ -74,6 +84,8 @@ class ClassifyRecipe(Recipe):
                             f"got {self.distill_weight}")
         if not self.distill_temperature > 0:
             raise UserError(f"distill_temperature must be > 0, got {self.distill_temperature}")
+        if self.cross_fit and self.ensemble < 2:
+            raise UserError(f"cross_fit needs an ensemble of 2 or more members (one per fold), got ensemble={self.ensemble}")
         if self.ensemble == 0 and self.time_budget is None:
             raise UserError("ensemble=0 (as many members as the time budget fits) needs a time budget: "
                             "add --time-budget MIN, or set ensemble to a number")
