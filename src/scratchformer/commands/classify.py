@@ -91,9 +91,10 @@ def train(args) -> int:
 def blend(args) -> int:
     """Fit the baseline on the run's own training split, compare, choose the blend weight on
     valid and save it into the run (what `train classify` does at the end with `blend: true`)."""
-    from ..data.tokenizers import cjk_fraction
     from ..tasks.classify import Classifier, load_classification
+    from ..tasks.classify.baseline import is_alphabetic
     from ..tasks.classify.blend import blend_run
+    from ..tasks.classify.inference import member_count
     from ..tasks.classify.pipeline import baseline_beside, fit_and_log_baseline
 
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
@@ -102,10 +103,8 @@ def blend(args) -> int:
     base = fit_and_log_baseline(data, log)
     split = "test" if data.test else "valid"
     rep = ours.evaluate(getattr(data, split), None, split)
-    alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
-    members = len(getattr(ours, "members", ())) or 1
-    baseline_beside(base, getattr(data, split), split, rep["accuracy"], ours.labels, alphabetic, args.run_dir, log,
-                    members)
+    baseline_beside(base, getattr(data, split), split, rep["accuracy"], ours.labels,
+                    is_alphabetic([t for t, _ in data.train]), args.run_dir, log, member_count(ours))
     result = blend_run(args.run_dir, ours, base, data, log)["blend"]
     print(json.dumps({"run_dir": str(args.run_dir), f"ours_{split}_accuracy": rep["accuracy"], "blend": result},
                      ensure_ascii=False))
@@ -178,22 +177,21 @@ def _baseline(clf, pairs, name: str, ours_alone: float, run_dir: Path, log) -> d
     """The TF-IDF baseline (the run's saved one, else fitted on the run's own training split in
     seconds) scored on `pairs`, beside ours alone (`ours_alone`: accuracy without the blend)."""
     from ..errors import UserError
-    from ..tasks.classify.baseline import fit_baseline
+    from ..tasks.classify.baseline import fit_baseline, is_alphabetic
     from ..tasks.classify.data import load_classification
+    from ..tasks.classify.inference import member_count
     from ..tasks.classify.pipeline import baseline_beside
 
-    from ..data.tokenizers import cjk_fraction
-
-    members = len(getattr(clf, "members", ())) or 1
+    members = member_count(clf)
     if hasattr(clf, "baseline"):  # a blended run saved its baseline: ours alone against it, nothing refitted
-        alphabetic = cjk_fraction([t for t, _ in pairs[:2000]]) <= 0.30
-        return baseline_beside(clf.baseline, pairs, name, ours_alone, clf.labels, alphabetic, run_dir, log, members)
+        return baseline_beside(clf.baseline, pairs, name, ours_alone, clf.labels, is_alphabetic([t for t, _ in pairs]),
+                               run_dir, log, members)
     try:
         data = load_classification(clf.recipe.data)
     except UserError as e:  # e.g. the training file moved: the run still evaluates
         print(f"baseline skipped: the run's training data cannot be read ({e})", file=sys.stderr)
         return {}
     base = fit_baseline(data.train, clf.labels, data.valid or None)
-    alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
-    return baseline_beside(base, pairs, name, ours_alone, clf.labels, alphabetic, run_dir, log, members)
+    return baseline_beside(base, pairs, name, ours_alone, clf.labels, is_alphabetic([t for t, _ in data.train]),
+                           run_dir, log, members)
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...data.tokenizers import cjk_fraction
+from .baseline import is_alphabetic
 from .budget import MAX_MEMBERS
 from .recipe import ClassifyRecipe
 
@@ -40,7 +40,7 @@ class DataProfile:
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> "DataProfile":
-        cjk = cjk_fraction(texts[:2000]) > 0.30
+        cjk = not is_alphabetic(texts)
         units = [list(t.replace(" ", "")) if cjk else t.lower().split() for t in texts]
         lengths = [len(u) for u in units] or [0]
         bigrams = {(a, b) for u in units for a, b in zip(u, u[1:])}

@@ -33,6 +33,12 @@ MAX_FEATURES = 300_000  # per analyzer: bounds memory and time on large corpora
 # on long documents (inews articles, 20newsgroups posts) full texts took 1.5-8 minutes to fit.
 # Our model reads at most max_len tokens (128 by default), so the baseline still reads more.
 MAX_CHARS = 1_000
+CJK_SHARE = 0.30  # above this share of CJK characters a corpus is read as Chinese (characters are its words)
+
+
+def is_alphabetic(texts: Sequence[str]) -> bool:
+    """Whether `texts` (the first 2,000 are enough) are alphabetic rather than CJK text."""
+    return cjk_fraction(list(texts[:2000])) <= CJK_SHARE
 
 
 @dataclass
@@ -59,13 +65,13 @@ class Baseline:
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """softmax(x W^T + b); for two classes sigmoid(x w + b) for the second label (sklearn's
         `predict_proba`, to float rounding: tested)."""
+        from scipy.special import expit, softmax
+
         z = np.asarray(self.features(texts) @ self.coef.T, dtype=np.float64) + self.intercept  # (N, K) or (N, 1)
         if z.shape[1] == 1:
-            p = 1.0 / (1.0 + np.exp(-z[:, 0]))
+            p = expit(z[:, 0])
             return np.stack([1.0 - p, p], axis=1)
-        z -= z.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(axis=1, keepdims=True)
+        return softmax(z, axis=1)
 
     def predict(self, texts: Sequence[str]) -> np.ndarray:
         return self.predict_proba(texts).argmax(axis=1)
@@ -156,7 +162,7 @@ def fit_baseline(train: Sequence[tuple[str, str]], labels: list[str],
 
     t0 = time.monotonic()
     ids = {lab: i for i, lab in enumerate(labels)}
-    vectorizers = _features(cjk_fraction([t for t, _ in train[:2000]]) > 0.30)
+    vectorizers = _features(not is_alphabetic([t for t, _ in train[:2000]]))
     train_texts = _clip(t for t, _ in train)
     x_train = hstack([v.fit_transform(train_texts) for v in vectorizers]).tocsr()
     y = np.asarray([ids[lab] for _, lab in train])

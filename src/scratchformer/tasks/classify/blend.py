@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import UserError
 from .baseline import NAME, Baseline
-from .inference import BLEND_DIR, BlendedClassifier
+from .inference import BLEND_DIR, BlendedClassifier, gold_ids
 from .report import confusion_matrix, meta_for, report
 
 WEIGHTS = tuple(i / 10 for i in range(11))  # coarse on purpose: a valid split of ~1,000 texts cannot tell finer
@@ -58,7 +58,7 @@ def blend_run(run_dir: str | Path, ours, base: Baseline, data, log=print) -> dic
                         "pass --valid FILE (or let the data be split)")
     run_dir = Path(run_dir)
     texts = [t for t, _ in data.valid]
-    gold = np.asarray([ours.labels.index(lab) for _, lab in data.valid])
+    gold = gold_ids(data.valid, ours.labels)
     p_ours, p_base = ours.split_proba(data.valid), base.predict_proba(texts)
     metric = ours.recipe.train.metric if ours.recipe.train.metric in ("accuracy", "macro_f1") else "accuracy"
     w, valid_score = choose_weight(p_ours, p_base, gold, metric=metric)

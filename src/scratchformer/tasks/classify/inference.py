@@ -160,7 +160,7 @@ class EnsembleClassifier:
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
         _check_labels(pairs, self.labels)
-        return report_probs(self.split_proba(pairs), pairs, self.labels, out_dir, name, meta,
+        return report_probs(self.split_proba(pairs), gold_ids(pairs, self.labels), self.labels, out_dir, name, meta,
                             {"members": len(self.members)})
 
     def attention(self, text: str):
@@ -171,11 +171,21 @@ class EnsembleClassifier:
                                   self.recipe.replace(data=self.recipe.data.replace(max_len=max_len)).freeze())
 
 
-def report_probs(probs: np.ndarray, pairs, labels: list[str], out_dir, name: str, meta: dict | None,
+def gold_ids(pairs: Sequence[tuple[str, str]], labels: list[str]) -> np.ndarray:
+    """`(N,)` the label id of each labelled pair, in `labels` order."""
+    ids = {lab: i for i, lab in enumerate(labels)}
+    return np.asarray([ids[lab] for _, lab in pairs], dtype=np.int64)
+
+
+def member_count(clf) -> int:
+    """How many seeds a loaded classifier averages (1 for a single run)."""
+    return len(getattr(clf, "members", ())) or 1
+
+
+def report_probs(probs: np.ndarray, gold: np.ndarray, labels: list[str], out_dir, name: str, meta: dict | None,
                  extra: dict[str, Any]) -> dict[str, Any]:
-    """The evaluation report of `(N, K)` probabilities for labelled `pairs` (their mean
+    """The evaluation report of `(N, K)` probabilities against `(N,)` gold ids (their mean
     negative log-likelihood as the loss)."""
-    gold = np.asarray([labels.index(lab) for _, lab in pairs], dtype=np.int64)
     loss = float(-np.log(np.clip(probs[np.arange(len(gold)), gold], 1e-12, None)).mean()) if len(gold) else 0.0
     return write_report(probs.argmax(-1), gold, labels, loss, Path(out_dir) if out_dir else None, name, meta,
                         extra=extra)
@@ -234,12 +244,11 @@ class BlendedClassifier:
         """The blend's report, with the accuracy of each part on the same pairs beside it."""
         _check_labels(pairs, self.labels)
         ours, base = self.ours.split_proba(pairs), self.baseline.predict_proba([t for t, _ in pairs])
-        gold = np.asarray([self.labels.index(lab) for _, lab in pairs], dtype=np.int64)
+        gold = gold_ids(pairs, self.labels)
         parts = {f"{k}_accuracy": float((p.argmax(1) == gold).mean()) if len(gold) else 0.0
                  for k, p in (("ours", ours), ("baseline", base))}
-        return report_probs(self.weight * ours + (1 - self.weight) * base, pairs, self.labels, out_dir, name, meta,
-                            {"blend_weight": self.weight, "members": len(getattr(self, "members", [self.ours])),
-                             **parts})
+        return report_probs(self.weight * ours + (1 - self.weight) * base, gold, self.labels, out_dir, name, meta,
+                            {"blend_weight": self.weight, "members": member_count(self), **parts})
 
     def attention(self, text: str):
         return self.ours.attention(text)

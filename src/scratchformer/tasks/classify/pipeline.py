@@ -10,13 +10,12 @@ from typing import Any
 
 import torch
 
-from ...data.tokenizers import cjk_fraction
 from ...errors import UserError
 from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import RunDir, count_parameters, train_members
-from .baseline import NAME, Baseline, Comparison, fit_baseline
+from .baseline import NAME, Baseline, Comparison, fit_baseline, is_alphabetic
 from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
@@ -214,9 +213,9 @@ def compare_with_baseline(base: Baseline, data, result: dict, out_dir: Path, log
     if split is None:
         return {}
     ours = result["test"]["accuracy"] if split == "test" else result["train"].get("best_metric")
-    alphabetic = cjk_fraction([t for t, _ in data.train[:2000]]) <= 0.30
     members = len(result["train"].get("members", [])) or 1
-    return baseline_beside(base, getattr(data, split), split, ours, data.labels, alphabetic, out_dir, log, members)
+    return baseline_beside(base, getattr(data, split), split, ours, data.labels, is_alphabetic([t for t, _ in data.train]),
+                           out_dir, log, members)
 
 
 def baseline_beside(base: Baseline, pairs, split: str, ours_accuracy: float, labels: list[str], alphabetic: bool,
