@@ -81,6 +81,8 @@ def run_folder_guard(args) -> Iterator[None]:
         yield
         return
     if getattr(args, "claims_out", False):
+        if args.overwrite and not args.resume:
+            check_train_inputs(args)  # before --overwrite removes anything
         with run_folder(args.out, args.resume, args.overwrite, args.verb):
             yield
     elif getattr(args, "verb", None) in WRITES_INTO_RUN and Path(args.run_dir).is_dir():
@@ -88,6 +90,55 @@ def run_folder_guard(args) -> Iterator[None]:
             yield
     else:
         yield
+
+
+def _recipe_class(args):
+    if args.verb == "pretrain":
+        from ..tasks.mlm import MLMRecipe
+        return MLMRecipe
+    from ..experiments.identity import recipe_class
+    return recipe_class(getattr(args, "task", "classify"))
+
+
+def _check_source(option: str, value: str, pairs: bool = False) -> None:
+    """A data set name or file(s) of a recipe/flag: registered, or files that exist."""
+    from ..tasks.runs import registered
+
+    if registered(value) is not None:  # an unknown, path-less name raises "did you mean" here
+        return
+    for part in (value.split(",") if pairs else [value]):
+        if not Path(part.strip()).is_file():
+            raise UserError(f"{option} {part.strip()}: no such file (nothing was removed); check the path, "
+                            "or see `scratchformer datasets` for the registered data sets")
+
+
+def check_train_inputs(args) -> None:
+    """What a `train` verb reads, checked before `--overwrite` removes the old run: the
+    --config, every --set, and the data files (or registered names) the recipe and the flags
+    name, --teacher and --init. Only existence and form: reading a file's lines comes later."""
+    cls = _recipe_class(args)
+    recipe = resolve_recipe(cls, args.config, args.set)
+    data = getattr(recipe, "data", None)
+    pairs = cls.__name__ == "TranslateRecipe"
+    for option, value in (("--data", getattr(args, "data", None)), ("--valid", getattr(args, "valid", None)),
+                          ("--test", getattr(args, "test", None))):
+        for v in (value if isinstance(value, list) else [value] if value else []):
+            for item in (v.split(",") if args.verb == "pretrain" else [v]):
+                _check_source(option, item.strip(), pairs)
+    if data is not None and not getattr(args, "data", None):
+        for name in ([getattr(data, "dataset", None)] + list(getattr(data, "datasets", None) or [])):
+            if name:
+                _check_source("data.dataset", name, pairs)
+    for field_name in ("valid_file", "test_file"):
+        if data is not None and getattr(data, field_name, None) and not getattr(args, field_name[:-5], None):
+            _check_source(f"data.{field_name}", getattr(data, field_name), pairs)
+    teacher = getattr(args, "teacher", None)
+    if teacher and not (Path(teacher) / "config.json").is_file():
+        raise UserError(f"--teacher {teacher} is not a finished run folder (no config.json); nothing was removed")
+    init = getattr(args, "init", None)
+    if init and init != "minilm" and not Path(init).is_dir():
+        raise UserError(f"--init {init}: no such folder (give a `pretrain mlm` run, 'minilm' or a BERT folder); "
+                        "nothing was removed")
 
 
 def add_recipe_args(p) -> None:

@@ -22,6 +22,8 @@ def register(cli) -> None:
                    help="wall-clock minutes per run (train.max_minutes): compare at equal time")
     p.add_argument("--in-process", action="store_true",
                    help="run every cell in this process (faster start; peak memory less exact)")
+    p.add_argument("--retrain-changed", action="store_true",
+                   help="retrain the cells of --out that were trained with other settings or data (else refused)")
     p.set_defaults(func=sweep_cmd)
 
     from ..experiments.spec import available
@@ -37,6 +39,8 @@ def register(cli) -> None:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="replace the values of one axis of the spec, e.g. a smaller grid")
     p.add_argument("--in-process", action="store_true", help="run every cell in this process")
+    p.add_argument("--retrain-changed", action="store_true",
+                   help="retrain the cells of --out that were trained with other settings or data (else refused)")
     p.set_defaults(func=experiment_cmd)
 
     p = cli.verb("params", help="parameters per component (embeddings, attention, FFN, norms, head) "
@@ -64,7 +68,8 @@ def sweep_cmd(args) -> int:
     axes = [Axis.from_key(k, v, s if short.count(s) == 1 else k) for (k, v), s in zip(parsed, short)]
     spec = SweepSpec(task=args.task, out=args.out, axes=axes, seeds=args.seeds, config=args.config,
                      sets=args.set, data=args.data, valid=args.valid, test=args.test,
-                     time_budget=args.time_budget, isolate=not args.in_process)
+                     time_budget=args.time_budget, isolate=not args.in_process,
+                     retrain_changed=args.retrain_changed)
     result = sweep(spec, _log)
     print((args.out / "results.md").read_text(encoding="utf-8"))
     for name, path in result.figures.items():
@@ -76,7 +81,8 @@ def experiment_cmd(args) -> int:
     from ..experiments.experiment import run_experiment
 
     res = run_experiment(args.name, args.out, quick=args.quick, seeds=args.seeds,
-                         isolate=False if args.in_process else None, sets=args.set, grid=args.grid, log=_log)
+                         isolate=False if args.in_process else None, sets=args.set, grid=args.grid, log=_log,
+                         retrain_changed=args.retrain_changed)
     print(res.report)
     return 0
 

@@ -133,9 +133,15 @@ def align(args) -> int:
     from ..diagnostics.maps import AttentionView
     from ..tasks.translate import Translator
 
+    path = args.out or args.run_dir / "align.png"
+    if path.suffix.lower() != ".png":  # before the model is loaded: nothing done for a name we cannot write
+        raise UserError(f"align --out {path}: the heatmap is a PNG; give a path ending in .png")
+    if path.is_dir():
+        raise UserError(f"align --out {path} is a folder; give the path of a .png file")
+    if not path.parent.is_dir():
+        raise UserError(f"align --out {path}: the folder {path.parent} does not exist")
     tr = Translator.load(args.run_dir, ensemble=args.ensemble)
     src, out, weights, translation = tr.align(args.text, **_overrides(args))
-    path = args.out or args.run_dir / "align.png"
     plot_view(AttentionView("cross-attention", out, src, weights), path, mean_column=True,
               title=f"cross-attention (rows: output, columns: source): {args.text} -> {translation}")
     print(translation)

@@ -18,6 +18,7 @@ import io
 import json
 import pickle
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -93,14 +94,45 @@ def parsed_cache_path(key: str, suffix: str = ".json") -> Path:
     return cache_dir() / "datasets" / f"{key}.v{_CACHE_VERSION}{suffix}"
 
 
+def _strings(rows: Any, width: int) -> bool:
+    """A list of rows of `width` strings (how every parsed copy keeps its examples)."""
+    return isinstance(rows, (list, tuple)) and all(
+        isinstance(r, (list, tuple)) and len(r) == width and all(isinstance(x, str) for x in r) for r in rows)
+
+
+# the shape each parsed copy must have (anything else was not written by this version: rebuilt)
+_SHAPES: dict[str, Callable[[Any], bool]] = {
+    "thucnews": lambda d: _strings(d, 2),
+    "rotten-tomatoes": lambda d: _strings(d, 3),
+    "20newsgroups": lambda d: isinstance(d, dict) and all(_strings(d.get(s), 2) for s in ("train", "test")),
+    "hsk-zh-en": lambda d: isinstance(d, dict) and _strings(d.get("pairs"), 2),
+    "inews": lambda d: isinstance(d, dict) and set(d) >= {"train", "dev", "test"} and all(
+        isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (list, tuple)) for x in v)
+        and all(isinstance(t, str) for t in [*v[0], *v[1]]) and all(
+            isinstance(x, int) and not isinstance(x, bool) and x in INEWS_LABELS for x in v[2])
+        for v in d.values()),
+}
+_SHAPES.update({f"{lang}-en": (lambda d: isinstance(d, dict) and _strings(d.get("pairs"), 2)
+                               and isinstance(d.get("total"), int)) for lang in ("fr", "de")})
+
+
 def _cached_json(key: str, build: Callable[[], Any]) -> Any:
     path = parsed_cache_path(key)
+    shape = _SHAPES.get(key, lambda d: True)
     if path.is_file():
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, OSError):
-            pass  # a damaged copy: rebuild it from the verified archive
+            data = None  # a damaged copy: rebuild it from the verified archive
+        if data is not None and shape(data):
+            return data
+        if data is not None:  # parseable but not the shape we write (edited, or another version's)
+            print(f"{path}: the parsed copy is not in the expected shape; rebuilt from the verified archive",
+                  file=sys.stderr)
     data = build()
+    if not shape(data):
+        raise UserError(f"{key}: the data parsed from the verified archive is not in the expected shape "
+                        "(a bug: please report it)")
     atomic_write_bytes(path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
     return data
 

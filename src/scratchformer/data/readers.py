@@ -248,7 +248,32 @@ def _jsonl(path, text_col, label_col):
         if isinstance(label, (dict, list)) or label is None:
             raise UserError(
                 f"{path}:{lineno}: {lkey!r} must be a string or number, found {json.dumps(label)}")
+        for key, value in ((tkey, text), (lkey, str(label))):
+            _check_unicode(path, lineno, key, value)
         yield lineno, text, str(label)
+
+
+def _check_unicode(path, lineno: int, key: str, value: str) -> None:
+    """JSON's `\\ud800` escapes can spell a lone surrogate, which is no character: it cannot be
+    written back as UTF-8 (tokenizer.json, labels.json), so it stops here, before any file."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{path}:{lineno}: {key!r} holds a lone surrogate ({ascii(value[e.start])} at "
+                        f"character {e.start + 1}), which is not text; fix that \\u escape") from None
+
+
+BREAKS_LINES = ("\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def check_label(label: str, where: str) -> None:
+    """A label is one line without tabs: `predict` prints `label<TAB>score` per text, and the
+    reports and tables print labels as cells; a tab or line break inside would split them."""
+    bad = next((c for c in BREAKS_LINES if c in label), None)
+    if bad is not None:
+        raise UserError(f"{where}: the label {label!r} holds a {'tab' if bad == chr(9) else 'line break'} "
+                        f"({ascii(bad)}), which would break `predict`'s one-line output; use labels "
+                        "without tabs or line breaks")
 
 
 def read_labeled_file(
@@ -294,6 +319,7 @@ def read_labeled_file(
             raise UserError(f"{path}:{lineno}: empty text (fix the row, or pass skip_empty=True)")
         if not label.strip():
             raise UserError(f"{path}:{lineno}: empty label")
+        check_label(label.strip(), f"{path}:{lineno}")
         out.append((text.strip(), label.strip()))
     if skipped:
         shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")

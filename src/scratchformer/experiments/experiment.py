@@ -10,6 +10,7 @@ from typing import Callable
 
 from ..errors import UserError
 from ..fileio import atomic_write_text
+from ..train.runfolder import lock_run_folder
 from .extrapolation import FIGURES
 from .grid import axes_from, parse_grid_arg
 from .measures import MEASURES
@@ -31,31 +32,46 @@ class ExperimentResult:
 
 def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int | None = None,
                    isolate: bool | None = None, sets: list[str] | None = None,
-                   grid: list[str] | None = None, log: Callable[[str], None] = print) -> ExperimentResult:
+                   grid: list[str] | None = None, log: Callable[[str], None] = print,
+                   retrain_changed: bool = False) -> ExperimentResult:
     """Run (or resume) experiment `name` into `out`. `isolate`: one process per run (default:
     yes for full runs, no in quick mode, where start-up time would dominate). `sets`: extra
     `--set` overrides for every run, after the spec's (e.g. a shorter run on a slow machine);
-    `grid`: `KEY=V1,V2` replaces the values of that axis of the spec (or adds an axis)."""
+    `grid`: `KEY=V1,V2` replaces the values of that axis of the spec (or adds an axis).
+    `retrain_changed`: retrain the cells of `out` trained with other settings (else refused).
+    The experiment holds the lock of `out` throughout (a second one there stops at once)."""
     spec = ExperimentSpec.load(name)
-    plan = spec.resolved(quick, seeds)
-    plan.sets += list(sets or [])
-    for item in grid or []:  # `KEY=V1,V2`: this axis takes these values (a smaller grid)
-        key, values = parse_grid_arg(item)
-        plan.grid = {**plan.grid, key: values}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    flags, texts = prepare_data(spec, plan.subset, out)
-    base = out / "base.json"
-    atomic_write_text(base, json.dumps(spec.config, indent=1, ensure_ascii=False) + "\n")
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise UserError(f"--seeds must be a whole number >= 1, got {seeds!r}")
     for m in spec.measures:
         if m not in MEASURES:
             raise UserError(f"{spec.path}: unknown measure {m!r}; known: {', '.join(MEASURES)}")
     for f in spec.figures:
         if f not in FIGURES:
             raise UserError(f"{spec.path}: unknown figure {f!r}; known: {', '.join(FIGURES)}")
-    sw = SweepSpec(task=spec.task, out=out, axes=axes_from(plan.grid), seeds=plan.seeds, config=str(base),
-                   sets=plan.sets, isolate=(not quick) if isolate is None else isolate, **flags)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
+    with lock_run_folder(out, "experiment"):
+        return _run_experiment(spec, out, quick, seeds, isolate, sets, grid, log, retrain_changed)
+
+
+def _run_experiment(spec: ExperimentSpec, out: Path, quick: bool, seeds: int | None, isolate: bool | None,
+                    sets: list[str] | None, grid: list[str] | None, log: Callable[[str], None],
+                    retrain_changed: bool) -> ExperimentResult:
+    plan = spec.resolved(quick, seeds)
+    plan.sets += list(sets or [])
+    for item in grid or []:  # `KEY=V1,V2`: this axis takes these values (a smaller grid)
+        key, values = parse_grid_arg(item)
+        plan.grid = {**plan.grid, key: values}
+    axes = axes_from(plan.grid)  # a grid of the wrong shape stops here, before any file is written
+    t0 = time.monotonic()
+    flags, texts = prepare_data(spec, plan.subset, out)
+    base = out / "base.json"
+    atomic_write_text(base, json.dumps(spec.config, indent=1, ensure_ascii=False) + "\n")
+    sw = SweepSpec(task=spec.task, out=out, axes=axes, seeds=plan.seeds, config=str(base),
+                   sets=plan.sets, isolate=(not quick) if isolate is None else isolate, quick=quick,
+                   retrain_changed=retrain_changed, **flags)
 
     def measure(slot: RunSlot, record: dict) -> dict:
         values = {}

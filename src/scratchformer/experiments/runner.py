@@ -8,6 +8,11 @@ diverged or not, seconds, peak memory). On a rerun:
   - a run with `seed<k>.json` is finished (or diverged): skipped;
   - a run folder with a checkpoint (`checkpoint.json`) was interrupted: resumed (`--resume`);
   - a run folder without a checkpoint holds no progress: removed and started over.
+A cell's runs are reused only when the cell was trained with what is asked now
+(`cells/<cell>/identity.json`, see identity.py): otherwise the sweep stops before it runs or
+removes anything and names the setting that differs; `retrain_changed` (`--retrain-changed`)
+retrains those cells instead. The whole sweep holds the lock of its `--out` folder
+(train/runfolder.py): a second sweep or experiment there stops at once with the holder's pid.
 A diverged run (the trainer's `TrainingDiverged`, exit 2 with "diverged" in its message) is
 recorded as diverged and the sweep goes on; any other failure stops the sweep with its message.
 """
@@ -26,8 +31,10 @@ from typing import Callable
 from ..errors import UserError
 from ..fileio import atomic_write_text
 from ..train.checkpoint_store import has_checkpoint
+from ..train.runfolder import lock_run_folder
 from .child import run_train
 from .grid import Axis, Cell, cells
+from .identity import RETRAIN_FLAG, changes, data_identity, read_identity, resolved_recipe, write_identity
 
 
 @dataclass
@@ -45,6 +52,8 @@ class SweepSpec:
     test: str | None = None
     time_budget: float | None = None  # minutes per run (train.max_minutes)
     isolate: bool = True  # each run in a process of its own (honest peak memory)
+    quick: bool = False  # an experiment's --quick (part of what a cell is)
+    retrain_changed: bool = False  # retrain the cells trained with other settings instead of refusing
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -54,6 +63,8 @@ class SweepSpec:
             raise UserError(f"--seeds must be >= 1, got {self.seeds}")
         if self.config and not Path(self.config).is_file():
             raise UserError(f"--config {self.config} does not exist")
+        if self.time_budget is not None and not (0 < self.time_budget < float("inf")):
+            raise UserError(f"--time-budget must be a number of minutes > 0, got {self.time_budget}")
 
     def cells(self) -> list[Cell]:
         return cells(self.axes)
@@ -67,15 +78,27 @@ class SweepSpec:
                 argv += [f"--{flag}", str(getattr(self, flag))]
         # without --config a classify run is the adaptive default, which trains as many seeds as fit:
         # here the sweep's own seeds are the repeats, so each cell is one run (a --set can still say otherwise)
-        one_run = ["ensemble=1"] if self.task == "classify" and not self.config else []
-        sets = one_run + list(self.sets) + list(cell.sets) + [f"train.seed={seed}", "train.progress=false"]
-        if self.time_budget:
-            sets.append(f"train.max_minutes={self.time_budget}")
+        sets = self.cell_sets(cell) + [f"train.seed={seed}", "train.progress=false"]
         for s in sets:
             argv += ["--set", s]
         if self.task == "classify":  # the TF-IDF baseline depends on the split, not the cell: fit it once, not per run
             argv.append("--no-baseline")
         return argv + ["--out", str(run_dir)] + (["--resume"] if resume else [])
+
+    def cell_sets(self, cell: Cell) -> list[str]:
+        """The `--set` overrides of every run of `cell` (its seed aside)."""
+        one_run = ["ensemble=1"] if self.task == "classify" and not self.config else []
+        sets = one_run + list(self.sets) + list(cell.sets)
+        if self.time_budget:
+            sets.append(f"train.max_minutes={self.time_budget}")
+        return sets
+
+    def identity(self, cell: Cell, data: dict | None = None) -> dict:
+        """What the runs of `cell` are: resolved recipe, data identity, --quick (identity.py)."""
+        if data is None:
+            data = {f: data_identity(f, getattr(self, f)) for f in ("data", "valid", "test")}
+        return {"task": self.task, "quick": self.quick, "data": data,
+                "recipe": resolved_recipe(self.task, self.config, self.cell_sets(cell))}
 
     def describe(self) -> dict:
         return {"task": self.task, "config": self.config, "sets": self.sets, "data": self.data,
@@ -119,11 +142,19 @@ def run_sweep(spec: SweepSpec, log: Callable[[str], None] = print,
               after_run: Callable[[RunSlot, dict], dict] | None = None) -> list[RunSlot]:
     """Run what is not finished yet; return every slot. `after_run(slot, record)` may add
     measurements to a new record (e.g. head redundancy) before it is written."""
-    spec.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(spec.out / "sweep.json", json.dumps(spec.describe(), indent=1, ensure_ascii=False) + "\n")
+    with lock_run_folder(spec.out, "sweep"):
+        return _run_sweep(spec, log, after_run)
+
+
+def _run_sweep(spec: SweepSpec, log: Callable[[str], None],
+               after_run: Callable[[RunSlot, dict], dict] | None) -> list[RunSlot]:
     todo = slots(spec)
+    identities = check_cells(spec, todo, log)  # before anything is written or removed
+    atomic_write_text(spec.out / "sweep.json", json.dumps(spec.describe(), indent=1, ensure_ascii=False) + "\n")
     for i, slot in enumerate(todo, 1):
         where = f"[{i}/{len(todo)}] {slot.cell.name} seed {slot.seed}"
+        if read_identity(slot.folder) != identities[slot.cell.name]:
+            write_identity(slot.folder, identities[slot.cell.name])
         if slot.record() is not None:
             log(f"{where}: finished before, skipped")
             continue
@@ -133,6 +164,47 @@ def run_sweep(spec: SweepSpec, log: Callable[[str], None] = print,
         atomic_write_text(slot.record_path, json.dumps(record, indent=1) + "\n")
         log(f"{where}: {record['status']}{' (resumed)' if record['resumed'] else ''} in {record['wall_s']:.0f} s")
     return todo
+
+
+def _cell_entries(folder: Path) -> list[Path]:
+    """What the sweep keeps in a cell folder: the runs `seed<k>/`, their `seed<k>.json/.log`."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name.startswith("seed") and p.name[4:5].isdigit())
+
+
+def check_cells(spec: SweepSpec, todo: list[RunSlot], log: Callable[[str], None] = print) -> dict[str, dict]:
+    """The identity of every cell asked for; a cell folder that holds runs made with other
+    settings (or with none recorded) stops the sweep, naming what differs, unless
+    `spec.retrain_changed`: then those runs are removed here and trained again."""
+    data = {f: data_identity(f, getattr(spec, f)) for f in ("data", "valid", "test")}
+    identities: dict[str, dict] = {}
+    changed: list[tuple[RunSlot, str]] = []
+    for slot in todo:
+        if slot.cell.name in identities:
+            continue
+        now = identities[slot.cell.name] = spec.identity(slot.cell, data)
+        if not _cell_entries(slot.folder):
+            continue
+        before = read_identity(slot.folder)
+        if before is None:
+            changed.append((slot, "its runs record no settings (made by an older scratchformer)"))
+        elif before != now:
+            diff = changes(before, now)
+            changed.append((slot, ", ".join(diff) if diff else "its recorded settings differ"))
+    if changed and not spec.retrain_changed:
+        slot, why = changed[0]
+        more = f" (and {len(changed) - 1} more cell{'s' * (len(changed) > 2)})" if len(changed) > 1 else ""
+        raise UserError(f"cell {slot.cell.name}: {why}{more}; pass {RETRAIN_FLAG} to retrain those cells, "
+                        "or use another --out")
+    for slot, why in changed:
+        log(f"{slot.cell.name}: {why}: retrained")
+        for p in _cell_entries(slot.folder):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+    return identities
 
 
 def run_slot(spec: SweepSpec, slot: RunSlot) -> dict:

@@ -64,6 +64,8 @@ class ExperimentSpec:
             d = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(d, dict):
+            raise UserError(f"{path}: expected a JSON object of spec keys, found {_kind(d)}")
         known = set(cls.__dataclass_fields__) - {"path"}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -71,6 +73,7 @@ class ExperimentSpec:
         missing = sorted({"name", "claim", "task", "data", "config", "grid", "checks"} - set(d))
         if missing:
             raise UserError(f"{path}: missing key(s) {', '.join(missing)}")
+        check_spec(d, path)
         return cls(**d, path=path)
 
     def resolved(self, quick: bool, seeds: int | None) -> "Plan":
@@ -80,6 +83,53 @@ class ExperimentSpec:
             raise UserError(f"{self.path}: quick has unknown key(s) {', '.join(unknown)}")
         return Plan(sets=list(self.set) + list(q.get("set", [])), grid=q.get("grid", self.grid),
                     seeds=seeds or q.get("seeds", self.seeds), subset=q.get("subset", self.subset), quick=quick)
+
+
+def _kind(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null",
+            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+
+
+_STR_LIST = ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+_OBJECT = ("an object", lambda v: isinstance(v, dict))
+_SEEDS = ("a whole number >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+_SUBSET = ("null or an object of whole numbers >= 1 per split",
+           lambda v: v is None or (isinstance(v, dict) and all(
+               k in ("train", "valid", "test") and isinstance(n, int) and not isinstance(n, bool) and n >= 1
+               for k, n in v.items())))
+_GRID = ("an object of axes: {key: [values, ...]} or {name: {label: {key: value}}}",
+         lambda v: isinstance(v, dict) and all(isinstance(k, str) and (
+             (isinstance(a, list) and len(a) > 0) or (isinstance(a, dict) and len(a) > 0 and all(
+                 isinstance(o, dict) for o in a.values()))) for k, a in v.items()))
+_TYPES = {
+    "name": ("a string", lambda v: isinstance(v, str) and v.strip() != ""),
+    "claim": ("an object {zh, en} of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+    "task": ("one of classify, translate, lm", lambda v: v in ("classify", "translate", "lm")),
+    "data": ("a registered data set name (a string)", lambda v: isinstance(v, str) and v.strip() != ""),
+    "config": _OBJECT, "grid": _GRID, "set": _STR_LIST, "seeds": _SEEDS, "subset": _SUBSET,
+    "checks": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v)),
+    "source": ("a string", lambda v: isinstance(v, str)),
+    "measures": _STR_LIST, "figures": _STR_LIST, "notes": _STR_LIST,
+    "columns": ("null or a list of strings", lambda v: v is None or _STR_LIST[1](v)),
+    "plot": ("null or a list of strings", lambda v: v is None or _STR_LIST[1](v)),
+    "quick": _OBJECT,
+}
+_QUICK = {"set": _STR_LIST, "grid": _GRID, "seeds": _SEEDS, "subset": _SUBSET}
+
+
+def check_spec(d: dict, path: Path) -> None:
+    """Every key of a spec has the type it must have: one line naming the file and the key
+    (before any file is written or any run starts)."""
+    for key, value in d.items():
+        what, ok = _TYPES[key]
+        if not ok(value):
+            raise UserError(f"{path}: {key!r} must be {what}, found {_kind(value)} {json.dumps(value)[:60]}")
+    for key, value in d.get("quick", {}).items():
+        if key not in _QUICK:
+            raise UserError(f"{path}: quick has unknown key {key!r}; known: {', '.join(_QUICK)}")
+        what, ok = _QUICK[key]
+        if not ok(value):
+            raise UserError(f"{path}: 'quick.{key}' must be {what}, found {_kind(value)} {json.dumps(value)[:60]}")
 
 
 @dataclass

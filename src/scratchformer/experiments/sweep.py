@@ -2,6 +2,8 @@
 
 DIR/
   sweep.json                 what was asked (task, base recipe, sets, grid, seeds)
+  .lock                      held while a sweep runs here (a second one stops at once)
+  cells/<cell>/identity.json what the cell's runs were trained with (recipe, data hashes, --quick)
   cells/<cell>/seed<k>/      ordinary run folders (config.json, metrics.jsonl, model.safetensors...)
   cells/<cell>/seed<k>.json  how the run ended: done / diverged, seconds, peak memory
   runs.csv                   one row per run
@@ -18,6 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
+from ..train.runfolder import lock_run_folder
 from .plots import plot_curves, plot_vs_value
 from .results import default_columns, runs_frame, write_tables
 from .runner import RunSlot, SweepSpec, run_sweep
@@ -45,6 +48,12 @@ def run_metric(slots: list[RunSlot]) -> str:
 def sweep(spec: SweepSpec, log: Callable[[str], None] = print, columns: list[str] | None = None,
           plot_columns: list[str] | None = None,
           after_run: Callable[[RunSlot, dict], dict] | None = None) -> SweepResult:
+    with lock_run_folder(spec.out, "sweep"):  # the runs and the tables from them, as one
+        return _sweep(spec, log, columns, plot_columns, after_run)
+
+
+def _sweep(spec: SweepSpec, log: Callable[[str], None], columns: list[str] | None,
+           plot_columns: list[str] | None, after_run: Callable[[RunSlot, dict], dict] | None) -> SweepResult:
     slots = run_sweep(spec, log, after_run)
     axes = [a.name for a in spec.axes]
     runs = runs_frame(slots)

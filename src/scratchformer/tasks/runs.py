@@ -22,6 +22,7 @@ from ..data.registry import DATASETS, DatasetInfo, get_dataset
 from ..errors import UserError
 from ..train.checkpoint_store import has_checkpoint
 from ..train.runfolder import claim_run_folder
+from ..train.trainer import read_train_status
 
 CONFIG, GIVEN, LABELS, WEIGHTS, MEMBERS = "config.json", "recipe.json", "labels.json", "model.safetensors", "members.json"
 
@@ -49,6 +50,22 @@ def check_ensemble(n: Any, auto: bool = False) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < low:
         raise UserError(f"ensemble must be a whole number >= {low}, got {n!r}"
                         + (" (0: as many members as the time budget fits)" if auto else ""))
+
+
+def check_batching(batch_size: Any, max_tokens: Any, min_len: int = 1) -> None:
+    """data.batch_size and data.max_tokens: None (where the other one rules) or a whole number
+    >= 1 (a batch of 0 examples or a budget of 0 tokens would loop forever or divide by zero)."""
+    for name, v in (("batch_size", batch_size), ("max_tokens", max_tokens)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < min_len):
+            raise UserError(f"data.{name} must be a whole number >= {min_len} (or null), got {v!r}")
+
+
+def check_minutes(name: str, v: Any) -> None:
+    """A time budget in minutes: None, or a finite number > 0 (inf, nan and negatives refused)."""
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < float("inf")):
+        raise UserError(f"{name} must be a finite number of minutes > 0 (or null), got {v!r}")
 
 
 def resolve_recipe(cls: type[Recipe], config: str | None = None, sets: list[str] = (),
@@ -125,6 +142,7 @@ class RunDir:
         found = self.task_name()  # first: a run of another task says so, whatever it lacks
         if found != task:
             raise UserError(f"{self.path} holds a {found!r} run, not a {what} run")
+        require_finished(self.path)
         for name in files:
             if not (self.path / name).exists():
                 raise UserError(f"{self.path} is not a finished {what} run: {name} is missing")
@@ -140,6 +158,10 @@ class RunDir:
             raise UserError(f"{self.path / LABELS} is corrupt ({type(e).__name__}); retrain or restore it") from None
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
             raise UserError(f"{self.path / LABELS} must be a JSON list of label strings")
+        from ..data.readers import check_label
+
+        for i, label in enumerate(labels, 1):
+            check_label(label, f"{self.path / LABELS}, label {i}")
         return labels
 
     # ensembles: member<i>/ are ordinary runs, listed in members.json
@@ -156,6 +178,54 @@ class RunDir:
 
     def record_members(self, done: list[dict[str, Any]]) -> None:
         (self.path / MEMBERS).write_text(json.dumps(done, indent=1) + "\n")
+
+
+def _planned_members(run: Path) -> int:
+    """How many members the run's config.json plans (1: not an ensemble)."""
+    try:
+        n = json.loads((run / CONFIG).read_text(encoding="utf-8")).get("ensemble", 1)
+    except (OSError, ValueError, AttributeError):
+        return 1  # the loader that reads config.json next says what is wrong with it
+    return n if isinstance(n, int) and not isinstance(n, bool) else 1
+
+
+def require_finished(run_dir: str | Path) -> None:
+    """Refuse (one line that says `--resume` finishes it) a run whose training did not end:
+    the Trainer's `train_status.json` says it has not finished (a kill, a crash, a diverged
+    run), or an ensemble lists fewer finished members in members.json than config.json plans
+    (killed while a member trained), or one of its members is unfinished. Every way into a
+    trained run (predict, evaluate, translate, generate, serve, the Python loaders) calls it.
+    A run of a version that wrote no `train_status.json` counts as finished."""
+    run = Path(run_dir)
+    try:
+        task = json.loads((run / CONFIG).read_text(encoding="utf-8")).get("task") or "TASK"
+    except (OSError, ValueError, AttributeError):
+        task = "TASK"
+    hint = f"`scratchformer train {task} ... --out {run} --resume` finishes it"
+    planned = _planned_members(run)
+    if planned > 1 or (run / MEMBERS).exists():
+        members = run / MEMBERS
+        try:
+            done = json.loads(members.read_text(encoding="utf-8")) if members.exists() else []
+        except (OSError, ValueError):
+            raise UserError(f"{members} is damaged (not JSON); {hint}, or restore the file") from None
+        if not isinstance(done, list):
+            raise UserError(f"{members} is not a list of members; {hint}, or restore the file")
+        if len(done) < planned:
+            raise UserError(f"{run} is an unfinished ensemble: {len(done)} of its {planned} members "
+                            f"finished training; {hint}")
+        for i in range(planned):
+            _require_trained(run / f"member{i}", hint)
+        return
+    _require_trained(run, hint)
+
+
+def _require_trained(run: Path, hint: str) -> None:
+    status = read_train_status(run)
+    if status is not None and not status.get("finished"):
+        step = status.get("step")
+        at = f" (it stopped at step {step})" if isinstance(step, int) else ""
+        raise UserError(f"{run} is an unfinished run: its training did not end{at}; {hint}")
 
 
 def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callable[..., dict],

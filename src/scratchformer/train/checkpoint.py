@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors import safe_open
@@ -127,13 +127,20 @@ def load_weights(
             tensors[name] = tensors[target]
 
     expected = model.state_dict()
-    missing = [k for k in expected if k not in tensors]
-    unexpected = [k for k in tensors if k not in expected]
-    mismatched = [
-        f"{k} is {tuple(tensors[k].shape)} in the checkpoint but {tuple(v.shape)} in the model"
-        for k, v in expected.items()
-        if k in tensors and tensors[k].shape != v.shape
-    ]
+    missing, unexpected = _fit_problems(path, {k: tuple(v.shape) for k, v in expected.items()},
+                                        {k: tuple(v.shape) for k, v in tensors.items()}, strict)
+    usable = {k: v for k, v in tensors.items() if k in expected}
+    model.load_state_dict(usable, strict=False)
+    return missing, unexpected
+
+
+def _fit_problems(path: Path, expected: dict[str, tuple], found: dict[str, tuple], strict: bool,
+                  config: str | Path | None = None) -> tuple[list[str], list[str]]:
+    """Missing and unexpected keys; raises the one-line UserError when the file does not fit."""
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    mismatched = [f"{k} is {found[k]} in the checkpoint but {v} in the model"
+                  for k, v in expected.items() if k in found and found[k] != v]
     problems = []
     if strict and missing:
         problems.append(f"missing keys: {_few(missing)}")
@@ -142,13 +149,66 @@ def load_weights(
     if mismatched:
         problems.append(f"shape mismatch: {_few(mismatched, 3)}")
     if problems:
+        if config is not None:
+            raise UserError(f"{config} does not match {path}: {'; '.join(problems)} (a changed or damaged "
+                            "config.json? restore it, or retrain)")
         raise UserError(
             f"checkpoint {path} does not fit this model: {'; '.join(problems)} "
             "(was it trained with a different model config?)"
         )
-    usable = {k: v for k, v in tensors.items() if k in expected}
-    model.load_state_dict(usable, strict=False)
     return missing, unexpected
+
+
+def weights_shapes(path: str | Path) -> dict[str, tuple]:
+    """Every tensor's shape in a safetensors file (aliases included), from its header alone."""
+    path = Path(path)
+    with _open_checked(path) as f:
+        meta = dict(f.metadata() or {})
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    try:
+        aliases = json.loads(meta.get(ALIASES_KEY, "{}"))
+    except json.JSONDecodeError:
+        raise UserError(f"checkpoint {path} has corrupt alias metadata") from None
+    for name, target in aliases.items():
+        if target in shapes:
+            shapes[name] = shapes[target]
+    return shapes
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the machine can still give (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def build_checked(build: Callable[[], torch.nn.Module], path: str | Path, config: str | Path,
+                  strict: bool = True) -> torch.nn.Module:
+    """``build()`` the model that ``config`` describes and load ``path`` into it, but only after
+    its shapes were checked against the weights file's header on the meta device (no memory),
+    and its size against the memory there is: a config.json with absurd sizes (d_model 100000,
+    a vocabulary of 1e9) is a one-line error instead of a death in the allocator."""
+    path = Path(path)
+    found = weights_shapes(path)  # a missing or unreadable file says so first
+    with torch.device("meta"):
+        ghost = build()
+    expected = {k: tuple(v.shape) for k, v in ghost.state_dict().items()}
+    _fit_problems(path, expected, found, strict, config)
+    need = sum(v.numel() * v.element_size() for v in ghost.state_dict().values())
+    free = available_memory()
+    if free is not None and need > free:
+        from scratchformer.fileio import human_bytes
+
+        raise UserError(f"{config}: the model needs {human_bytes(need)} of memory for its weights alone, "
+                        f"{human_bytes(free)} is available; use a machine with more memory")
+    model = build()
+    load_weights(model, path, strict)
+    return model
 
 
 # ---------------------------------------------------------------------------- trainer state

@@ -37,7 +37,7 @@ PROJECT_FILES = frozenset({
     "tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json", "vocab.txt",
     "tokenizer_config.json", "special_tokens_map.json",
     "model.safetensors", "averaged.safetensors", "final.json",
-    "checkpoint.json", "last.safetensors", "trainer_state.pt",
+    "checkpoint.json", "last.safetensors", "trainer_state.pt", "train_status.json",
     "metrics.jsonl", "curves.png", "valid_metrics.json", "pretrain_summary.json",
     "attention.png", "attention.html",
 })

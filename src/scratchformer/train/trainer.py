@@ -14,6 +14,9 @@ biases and normalisation gains/offsets (1-D) are not decayed.
 
 Files in ``run_dir``:
   - ``train_config.json`` and whatever ``task.save`` writes (once, at the start of a fresh run);
+  - ``train_status.json``: ``{"finished": false, "step": N}`` while training (written when a
+    fit starts), ``{"finished": true, "step", "stop_reason"}`` once it ended; what
+    ``tasks.runs.require_finished`` reads to refuse a half-trained run;
   - ``metrics.jsonl``: one JSON line per log (split "train") and per evaluation (split "valid");
   - ``curves.png``: the curves of ``metrics.jsonl``, redrawn at each evaluation and at the end;
   - ``model.safetensors``: the best model by ``cfg.metric`` when there is a validation set,
@@ -48,7 +51,7 @@ import torch
 from tqdm import tqdm
 
 from scratchformer.errors import UserError
-from scratchformer.fileio import append_text
+from scratchformer.fileio import append_text, atomic_write_text
 from scratchformer.train.checkpoint import (
     atomic_write_bytes,
     load_state,
@@ -68,6 +71,20 @@ from scratchformer.train.schedules import make_lr_lambda
 WEIGHTS = "model.safetensors"
 LAST = "last.safetensors"  # the checkpoint of runs written before checkpoint_store (read on resume)
 STATE = "trainer_state.pt"
+STATUS = "train_status.json"
+
+
+def read_train_status(run_dir: str | Path) -> dict | None:
+    """What the Trainer recorded of how far `run_dir` trained; None when it recorded nothing
+    (a run of a version without the file). A damaged file reads as unfinished."""
+    path = Path(run_dir) / STATUS
+    if not path.exists():
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"finished": False}
+    return d if isinstance(d, dict) else {"finished": False}
 METRICS = "metrics.jsonl"
 CURVES = "curves.png"
 CONFIG = "train_config.json"
@@ -233,6 +250,7 @@ class Trainer:
                 self.task.save(self.run_dir)
             seed_everything(cfg.seed + self.dist.rank)  # other dropout masks on each process
         st = self.state
+        self._write_status(False)
         self._t0, self._elapsed0 = time.monotonic(), st.elapsed
         self._win_t0, self._win_tokens = time.monotonic(), 0
         self.model.train()
@@ -253,6 +271,7 @@ class Trainer:
                 self._evaluate(bar)
             self._log_train(bar)
             self._save()
+            self._write_status(True)
         finally:
             bar.close()
         self._plot()
@@ -468,6 +487,14 @@ class Trainer:
         if not self.dist.is_main:
             return
         append_text(self.run_dir / METRICS, json.dumps(row) + "\n")
+
+    def _write_status(self, finished: bool) -> None:
+        if not self.dist.is_main:
+            return
+        status = {"finished": finished, "step": self.state.step}
+        if finished:
+            status["stop_reason"] = self.state.stop_reason
+        atomic_write_text(self.run_dir / STATUS, json.dumps(status) + "\n")
 
     def _plot(self) -> None:
         if not self.dist.is_main:

@@ -130,6 +130,15 @@ class Baseline:
         if coef.shape != ((1 if len(labels) == 2 else len(labels)), width):
             raise UserError(f"{directory / WEIGHTS_FILE}: coef has shape {tuple(coef.shape)} but the baseline has "
                             f"{len(labels)} labels and {width} features; delete it and run `scratchformer blend` again")
+        if intercept.shape != (coef.shape[0],):
+            raise UserError(f"{directory / WEIGHTS_FILE}: intercept has shape {tuple(intercept.shape)} but the "
+                            f"baseline has {len(labels)} labels (coef {tuple(coef.shape)}); delete {directory} "
+                            "and run `scratchformer blend RUN_DIR` again")
+        for i, vec in enumerate(vectorizers):
+            if vec.idf_.shape != (len(spec["vectorizers"][i]["vocabulary"]),):
+                raise UserError(f"{directory / WEIGHTS_FILE}: idf.{i} has shape {tuple(vec.idf_.shape)} but its "
+                                f"vocabulary {len(spec['vectorizers'][i]['vocabulary'])} terms; delete {directory} "
+                                "and run `scratchformer blend RUN_DIR` again")
         return cls(vectorizers, coef, intercept, labels, spec["C"], spec.get("valid_accuracy"),
                    spec.get("fit_seconds", 0.0))
 

@@ -11,7 +11,7 @@ import torch
 from ...errors import UserError
 from ...fileio import atomic_write_text
 from ...models.classifier import EncoderClassifier, build_classifier
-from ...train.checkpoint import load_weights
+from ...train.checkpoint import build_checked
 from ..runs import WEIGHTS, RunDir
 from .baseline import NAME as BASELINE_NAME, Baseline
 from .data import ClassifyBatch, EncodedSplit, collate, encoder_for, load_tokenizer
@@ -56,8 +56,7 @@ class Classifier:
             raise UserError(f"{run / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but "
                             f"{run / 'config.json'} only a {recipe.model.vocab_size}-row embedding: "
                             "the run folder is inconsistent")
-        model = build_classifier(recipe.model)
-        load_weights(model, run / WEIGHTS)
+        model = build_checked(lambda: build_classifier(recipe.model), run / WEIGHTS, run / "config.json")
         return cls(model, tokenizer, labels, recipe)
 
     @property

@@ -7,7 +7,7 @@ from ...config import JsonConfig
 from ...errors import UserError
 from ...models.classifier import ClassifierConfig
 from ...train import TrainConfig
-from ..runs import Recipe, check_ensemble
+from ..runs import Recipe, check_batching, check_ensemble, check_minutes
 
 
 @dataclass
@@ -42,6 +42,11 @@ class ClassifyDataConfig(JsonConfig):
             raise UserError(f"long_mode must be 'truncate' or 'segments', got {self.long_mode!r}")
         if self.max_len < 2:
             raise UserError("max_len must be at least 2")
+        check_batching(self.batch_size, self.max_tokens)
+        if self.batch_size is None:
+            raise UserError("data.batch_size must be a whole number >= 1, got None")
+        if self.max_segments < 1:
+            raise UserError(f"data.max_segments must be >= 1, got {self.max_segments}")
 
 
 @dataclass
@@ -77,8 +82,7 @@ class ClassifyRecipe(Recipe):
 
     def __post_init__(self) -> None:
         check_ensemble(self.ensemble, auto=True)
-        if self.time_budget is not None and not self.time_budget > 0:
-            raise UserError(f"time_budget must be a number of minutes > 0 (or null), got {self.time_budget}")
+        check_minutes("time_budget (--time-budget)", self.time_budget)
         if not 0.0 <= self.distill_weight <= 1.0:
             raise UserError(f"distill_weight must be in [0, 1] (the share of the loss on the teacher), "
                             f"got {self.distill_weight}")

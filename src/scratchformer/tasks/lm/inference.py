@@ -11,7 +11,7 @@ import torch
 from ...data.tokenizers import NUM_SPECIALS, UNK_ID, Tokenizer
 from ...errors import UserError
 from ...models.language_model import DecoderLM
-from ...train.checkpoint import load_weights
+from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .data import encode_text, fixed_windows
 from .recipe import LMRecipe
@@ -40,8 +40,7 @@ class LanguageModel:
         if tokenizer.vocab_size != recipe.model.vocab_size:
             raise UserError(f"{run_dir / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but {run_dir / 'config.json'} "
                             f"(and model.safetensors) {recipe.model.vocab_size}: the run folder is inconsistent")
-        model = DecoderLM(recipe.model)
-        load_weights(model, run_dir / "model.safetensors")
+        model = build_checked(lambda: DecoderLM(recipe.model), run_dir / "model.safetensors", run_dir / "config.json")
         return cls(model, tokenizer, recipe)
 
     @property

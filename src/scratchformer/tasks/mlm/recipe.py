@@ -7,7 +7,7 @@ from ...config import JsonConfig
 from ...errors import UserError
 from ...models.mlm import MLMConfig
 from ...train import TrainConfig
-from ..runs import Recipe
+from ..runs import Recipe, check_batching
 
 
 @dataclass
@@ -33,6 +33,7 @@ class MLMDataConfig(JsonConfig):
             raise UserError("pretrain mlm needs text: give --data DATASET_OR_FILE (repeatable)")
         if not 0.0 < self.mask_prob < 1.0:
             raise UserError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
+        check_batching(self.batch_size, self.max_tokens)
         if self.span < 1 or self.max_len < 2:
             raise UserError("span must be >= 1 and max_len >= 2")
         if not 0.0 <= self.valid_frac < 0.5:

@@ -12,7 +12,7 @@ from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
-from ...train.checkpoint import load_weights
+from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .decoding import DecodeConfig, Hypothesis, check_sources, decode
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
@@ -26,8 +26,7 @@ def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe
         weights = _final_weights(final) if final.exists() else "model.safetensors"
     if not (run_dir / weights).exists():
         raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
-    model = Seq2Seq(recipe.model)
-    load_weights(model, run_dir / weights)
+    model = build_checked(lambda: Seq2Seq(recipe.model), run_dir / weights, run_dir / "config.json")
     return recipe, model.eval()
 
 
