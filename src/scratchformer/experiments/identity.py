@@ -50,7 +50,8 @@ def resolved_recipe(task: str, config: str | None, sets: list[str]) -> dict[str,
     from ..tasks.runs import resolve_recipe
 
     own = [s for s in sets if s.split("=", 1)[0].strip() not in _OWN]
-    return _flat(resolve_recipe(recipe_class(task), config, own).to_dict())
+    flat = _flat(resolve_recipe(recipe_class(task), config, own).to_dict())
+    return {k: v for k, v in flat.items() if k not in _OWN}
 
 
 def data_identity(flag: str, value: str | None) -> dict[str, Any] | None:

@@ -78,17 +78,18 @@ class SweepSpec:
                 argv += [f"--{flag}", str(getattr(self, flag))]
         # without --config a classify run is the adaptive default, which trains as many seeds as fit:
         # here the sweep's own seeds are the repeats, so each cell is one run (a --set can still say otherwise)
-        sets = self.cell_sets(cell) + [f"train.seed={seed}", "train.progress=false"]
-        for s in sets:
+        for s in self.cell_sets(cell, seed):
             argv += ["--set", s]
         if self.task == "classify":  # the TF-IDF baseline depends on the split, not the cell: fit it once, not per run
             argv.append("--no-baseline")
         return argv + ["--out", str(run_dir)] + (["--resume"] if resume else [])
 
-    def cell_sets(self, cell: Cell) -> list[str]:
-        """The `--set` overrides of every run of `cell` (its seed aside)."""
+    def cell_sets(self, cell: Cell, seed: int | None = None) -> list[str]:
+        """The `--set` overrides of the run `seed` of `cell` (None: of every run, the seed aside)."""
         one_run = ["ensemble=1"] if self.task == "classify" and not self.config else []
         sets = one_run + list(self.sets) + list(cell.sets)
+        if seed is not None:
+            sets += [f"train.seed={seed}", "train.progress=false"]
         if self.time_budget:
             sets.append(f"train.max_minutes={self.time_budget}")
         return sets
@@ -97,8 +98,9 @@ class SweepSpec:
         """What the runs of `cell` are: resolved recipe, data identity, --quick (identity.py)."""
         if data is None:
             data = {f: data_identity(f, getattr(self, f)) for f in ("data", "valid", "test")}
-        return {"task": self.task, "quick": self.quick, "data": data,
-                "recipe": resolved_recipe(self.task, self.config, self.cell_sets(cell))}
+        identity = {"task": self.task, "quick": self.quick, "data": data,
+                    "recipe": resolved_recipe(self.task, self.config, self.cell_sets(cell))}
+        return json.loads(json.dumps(identity))  # as it reads back from identity.json (tuples as lists)
 
     def describe(self) -> dict:
         return {"task": self.task, "config": self.config, "sets": self.sets, "data": self.data,
