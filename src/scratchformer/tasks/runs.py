@@ -223,9 +223,7 @@ def require_finished(run_dir: str | Path) -> None:
 def _require_trained(run: Path, hint: str) -> None:
     status = read_train_status(run)
     if status is not None and not status.get("finished"):
-        step = status.get("step")
-        at = f" (it stopped at step {step})" if isinstance(step, int) else ""
-        raise UserError(f"{run} is an unfinished run: its training did not end{at}; {hint}")
+        raise UserError(f"{run} is an unfinished run: its training did not end; {hint}")
 
 
 def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callable[..., dict],

@@ -15,7 +15,7 @@ biases and normalisation gains/offsets (1-D) are not decayed.
 Files in ``run_dir``:
   - ``train_config.json`` and whatever ``task.save`` writes (once, at the start of a fresh run);
   - ``train_status.json``: ``{"finished": false, "step": N}`` while training (written when a
-    fit starts), ``{"finished": true, "step", "stop_reason"}`` once it ended; what
+    fit starts, N its first step), ``{"finished": true, "step", "stop_reason"}`` once it ended; what
     ``tasks.runs.require_finished`` reads to refuse a half-trained run;
   - ``metrics.jsonl``: one JSON line per log (split "train") and per evaluation (split "valid");
   - ``curves.png``: the curves of ``metrics.jsonl``, redrawn at each evaluation and at the end;
