@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .common import positive_int
+
 
 def register(cli) -> None:
     p = cli.verb("attention", help="attention maps of one text for any run: PNGs, --top K table, --json, --html page")
@@ -12,7 +14,7 @@ def register(cli) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="PNG path or folder (default: RUN/attention.png, or RUN/attention_<kind>.png per kind)")
     p.add_argument("--view", default=None, help="only these maps: encoder, decoder, cross (translation runs)")
-    p.add_argument("--top", type=int, default=None, metavar="K", help="print each token's K most attended tokens per head")
+    p.add_argument("--top", type=positive_int, default=None, metavar="K", help="print each token's K most attended tokens per head")
     p.add_argument("--mean-only", action="store_true", help="--top: only the mean of heads, not every head")
     p.add_argument("--json", action="store_true", help="print tokens and the top-K table as JSON (K: --top, default 3)")
     p.add_argument("--html", type=Path, default=None, metavar="DIR", help="write DIR/index.html to browse the maps offline")
@@ -37,12 +39,26 @@ def _png_paths(out: Path | None, run_dir: Path, views) -> list[Path]:
     return [folder / "attention.png"] if len(views) == 1 else [folder / f"attention_{v.slug()}.png" for v in views]
 
 
+def _check_attention_outputs(args) -> None:
+    from ..errors import UserError
+
+    out = args.out
+    if out is not None and not args.no_png:
+        if out.suffix.lower() not in ("", ".png") and not out.is_dir():
+            raise UserError(f"attention --out {out}: give a .png path or a folder (the maps are PNG images)")
+        if out.suffix.lower() != ".png" and out.exists() and not out.is_dir():
+            raise UserError(f"attention --out {out} is a file; give a .png path or a folder")
+    if args.html is not None and args.html.exists() and not args.html.is_dir():
+        raise UserError(f"attention --html {args.html} is a file; give a folder (its index.html is written there)")
+
+
 def attention(args) -> int:
     from ..diagnostics import adapters
     from ..diagnostics.attention_html import write_html
     from ..diagnostics.attention_plot import plot_view
     from ..diagnostics.maps import AttentionResult, format_top_k, select_views, top_k
 
+    _check_attention_outputs(args)  # before the model is loaded: nothing done for a path we cannot write
     res = adapters.load(args.run_dir).attention(args.text)
     res = AttentionResult(res.text, select_views(res, args.view), res.output, res.task)
     pngs = [] if args.no_png else [plot_view(v, p) for v, p in zip(res.views, _png_paths(args.out, args.run_dir, res.views))]
@@ -78,6 +94,8 @@ def doctor(args) -> int:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
     if args.data and not Path(args.data).exists():
         raise UserError(f"--data {args.data} does not exist")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise UserError(f"doctor --out {args.out} is a file; give a folder (doctor.md and its PNGs go there)")
     subject = adapters.load(args.run_dir).subject(args.data, args.split, args.samples)
     out = args.out or subject.run_dir
     report = examine(subject, out)

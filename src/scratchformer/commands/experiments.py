@@ -64,6 +64,10 @@ def sweep_cmd(args) -> int:
     if not args.grid:
         raise UserError("give at least one --grid KEY=V1,V2 (with --seeds N for repeats)")
     parsed = [parse_grid_arg(g) for g in args.grid]
+    keys = [k for k, _ in parsed]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        raise UserError(f"--grid {twice} is given twice; give all its values once, e.g. --grid {twice}=V1,V2,V3")
     short = [k.split(".")[-1] for k, _ in parsed]
     axes = [Axis.from_key(k, v, s if short.count(s) == 1 else k) for (k, v), s in zip(parsed, short)]
     spec = SweepSpec(task=args.task, out=args.out, axes=axes, seeds=args.seeds, config=args.config,

@@ -12,7 +12,7 @@ from ..errors import UserError
 from ..fileio import atomic_write_text
 from ..train.runfolder import lock_run_folder
 from .extrapolation import FIGURES
-from .grid import axes_from, parse_grid_arg
+from .grid import axes_from, label_of, parse_grid_arg
 from .measures import MEASURES
 from .report import write_report
 from .runner import RunSlot, SweepSpec
@@ -63,6 +63,14 @@ def _run_experiment(spec: ExperimentSpec, out: Path, quick: bool, seeds: int | N
     plan.sets += list(sets or [])
     for item in grid or []:  # `KEY=V1,V2`: this axis takes these values (a smaller grid)
         key, values = parse_grid_arg(item)
+        named = plan.grid.get(key)
+        if isinstance(named, dict):  # a named axis of the spec: keep these of its labels
+            labels = {label_of(k): k for k in named}
+            unknown = [v for v in values if label_of(v) not in labels]
+            if unknown or not values:
+                raise UserError(f"--grid {item}: {key!r} is a named axis of {spec.path.name}; choose among its "
+                                f"labels: {', '.join(labels)}")
+            values = {labels[label_of(v)]: named[labels[label_of(v)]] for v in values}
         plan.grid = {**plan.grid, key: values}
     axes = axes_from(plan.grid)  # a grid of the wrong shape stops here, before any file is written
     t0 = time.monotonic()

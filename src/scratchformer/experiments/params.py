@@ -162,6 +162,9 @@ def params_table(run_or_config: Path, task: str | None = None) -> tuple[list[tup
         cfg_path, weights = path / "config.json", path / "model.safetensors"
         if not weights.exists():  # an unfinished run: its latest checkpoint
             weights = checkpoint_weights(path) or weights
+        if not weights.exists() and (path / "members.json").exists():
+            raise UserError(f"{path} is an ensemble: its members are the models; count one of them, "
+                            f"e.g. `scratchformer params {path / 'member0'}`")
         if not cfg_path.exists() or not weights.exists():
             raise UserError(f"{path} is not a finished run (config.json and model.safetensors needed)")
         recipe = json.loads(cfg_path.read_text(encoding="utf-8"))
@@ -174,6 +177,11 @@ def params_table(run_or_config: Path, task: str | None = None) -> tuple[list[tup
             raise UserError(f"{path} does not exist; pass a run folder or --config RECIPE.json") from None
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        except (UnicodeDecodeError, IsADirectoryError):
+            raise UserError(f"{path} is not a JSON recipe file; pass a run folder or --config RECIPE.json") from None
+        if not isinstance(recipe, dict):
+            raise UserError(f"{path}: expected a JSON object of recipe sections (as `train --config`), "
+                            f"found {type(recipe).__name__}")
         recipe.setdefault("task", task or "classify")
         counted = None
         note = (f"closed form only ({path} is a recipe: the vocabulary size comes from the tokenizer, "

@@ -63,6 +63,10 @@ class SweepSpec:
             raise UserError(f"--seeds must be >= 1, got {self.seeds}")
         if self.config and not Path(self.config).is_file():
             raise UserError(f"--config {self.config} does not exist")
+        for axis in self.axes:
+            if any(k == "train.seed" for o in axis.overrides for k, _ in o):
+                raise UserError(f"grid axis {axis.name!r} sets train.seed, which the sweep sets itself "
+                                "(train.seed = 0..N-1): use --seeds N for repeats")
         if self.time_budget is not None and not (0 < self.time_budget < float("inf")):
             raise UserError(f"--time-budget must be a number of minutes > 0, got {self.time_budget}")
 

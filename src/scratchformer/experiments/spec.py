@@ -97,8 +97,8 @@ _SUBSET = ("null or an object of whole numbers >= 1 per split",
            lambda v: v is None or (isinstance(v, dict) and all(
                k in ("train", "valid", "test") and isinstance(n, int) and not isinstance(n, bool) and n >= 1
                for k, n in v.items())))
-_GRID = ("an object of axes: {key: [values, ...]} or {name: {label: {key: value}}}",
-         lambda v: isinstance(v, dict) and all(isinstance(k, str) and (
+_GRID = ("an object of one or more axes: {key: [values, ...]} or {name: {label: {key: value}}}",
+         lambda v: isinstance(v, dict) and len(v) > 0 and all(isinstance(k, str) and (
              (isinstance(a, list) and len(a) > 0) or (isinstance(a, dict) and len(a) > 0 and all(
                  isinstance(o, dict) for o in a.values()))) for k, a in v.items()))
 _TYPES = {

@@ -60,6 +60,16 @@ def check_batching(batch_size: Any, max_tokens: Any, min_len: int = 1) -> None:
             raise UserError(f"data.{name} must be a whole number >= {min_len} (or null), got {v!r}")
 
 
+TOKENIZER_KINDS = ("char", "word", "bpe", "wordpiece")
+
+
+def check_tokenizer(name: str, kind: Any, auto: bool = True) -> None:
+    """A tokenizer kind of a recipe, checked when the recipe is resolved (not deep in training)."""
+    kinds = TOKENIZER_KINDS + (("auto",) if auto else ())
+    if kind not in kinds:
+        raise UserError(f"{name} must be one of {', '.join(kinds)}, got {kind!r}")
+
+
 def check_minutes(name: str, v: Any) -> None:
     """A time budget in minutes: None, or a finite number > 0 (inf, nan and negatives refused)."""
     if v is None:

@@ -7,7 +7,7 @@ from ...config import JsonConfig
 from ...errors import UserError
 from ...models.classifier import ClassifierConfig
 from ...train import TrainConfig
-from ..runs import Recipe, check_batching, check_ensemble, check_minutes
+from ..runs import Recipe, check_batching, check_ensemble, check_minutes, check_tokenizer
 
 
 @dataclass
@@ -43,6 +43,7 @@ class ClassifyDataConfig(JsonConfig):
         if self.max_len < 2:
             raise UserError("max_len must be at least 2")
         check_batching(self.batch_size, self.max_tokens)
+        check_tokenizer("data.tokenizer", self.tokenizer)
         if self.batch_size is None:
             raise UserError("data.batch_size must be a whole number >= 1, got None")
         if self.max_segments < 1:

@@ -7,7 +7,7 @@ from ...config import JsonConfig
 from ...errors import UserError
 from ...models.mlm import MLMConfig
 from ...train import TrainConfig
-from ..runs import Recipe, check_batching
+from ..runs import Recipe, check_batching, check_tokenizer
 
 
 @dataclass
@@ -34,6 +34,7 @@ class MLMDataConfig(JsonConfig):
         if not 0.0 < self.mask_prob < 1.0:
             raise UserError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         check_batching(self.batch_size, self.max_tokens)
+        check_tokenizer("data.tokenizer", self.tokenizer, auto=False)
         if self.span < 1 or self.max_len < 2:
             raise UserError("span must be >= 1 and max_len >= 2")
         if not 0.0 <= self.valid_frac < 0.5:

@@ -7,7 +7,7 @@ from ...config import JsonConfig
 from ...errors import UserError
 from ...models.seq2seq import Seq2SeqConfig
 from ...train import TrainConfig
-from ..runs import Recipe, check_batching, check_ensemble
+from ..runs import Recipe, check_batching, check_ensemble, check_tokenizer
 from .decoding import DecodeConfig
 
 SRC_TOK, TGT_TOK, FINAL, AVERAGED, SNAPSHOTS = (
@@ -36,6 +36,8 @@ class TranslateDataConfig(JsonConfig):
         if self.max_tokens is None and self.batch_size is None:
             raise UserError("set data.max_tokens or data.batch_size")
         check_batching(self.batch_size, self.max_tokens)
+        check_tokenizer("data.src_tokenizer", self.src_tokenizer)
+        check_tokenizer("data.tgt_tokenizer", self.tgt_tokenizer)
         if not 0.0 <= self.label_smoothing < 1.0:
             raise UserError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.max_len < 2:
