@@ -262,7 +262,7 @@ CASES = [
     Case("experiment spec seeds is a string", ["experiment", "{DIR}/spec_seeds.json", "--out", "{DIR}/ex"],
          expect="spec_seeds.json: 'seeds' must be a whole number >= 1, found a string"),
     Case("experiment spec grid axis without values", ["experiment", "{DIR}/spec_grid.json", "--out", "{DIR}/ex"],
-         expect="'grid' must be an object of axes"),
+         expect="'grid' must be an object of one or more axes"),
     Case("experiment spec quick.subset of words", ["experiment", "{DIR}/spec_subset.json", "--out", "{DIR}/ex"],
          expect="'quick.subset' must be null or an object of whole numbers"),
     Case("experiment spec set is a string", ["experiment", "{DIR}/spec_set.json", "--out", "{DIR}/ex"],
@@ -282,6 +282,36 @@ CASES = [
          expect="tab_label.jsonl:2: the label 'po\\ts' holds a tab"),
     Case("train, a label holding a line break (CSV)", ["train", "classify", "--data", "{DIR}/nl_label.csv", "--out", "{DIR}/new"],
          expect="nl_label.csv:3: the label 'ne\\ng' holds a line break"),
+    # ---- issue 22 §4: the hostile pass over the newer verbs
+    Case("attention --out x.txt", ["attention", "{RUN}", "good film", "--out", "{DIR}/x.txt"], "clf",
+         expect="give a .png path or a folder"),
+    Case("attention --out an existing file", ["attention", "{RUN}", "good film", "--out", "{DIR}/bad.txt"], "clf",
+         expect="give a .png path or a folder"),
+    Case("attention --html a file", ["attention", "{RUN}", "good film", "--html", "{DIR}/bad.txt", "--no-png"], "clf",
+         expect="is a file; give a folder"),
+    Case("attention --top 0", ["attention", "{RUN}", "good film", "--top", "0", "--no-png"], "clf",
+         expect="expected a whole number >= 1, got 0"),
+    Case("doctor --out a file", ["doctor", "{RUN}", "--out", "{DIR}/bad.txt"], "clf", expect="is a file; give a folder"),
+    Case("params --config a JSON list", ["params", "--config", "{DIR}/spec_list.json"],
+         expect="expected a JSON object of recipe sections"),
+    Case("params on an ensemble", ["params", "{DIR}/ens"], expect="is an ensemble: its members are the models"),
+    Case("sweep --grid one key twice", ["sweep", "--grid", "train.lr=1,2", "--grid", "train.lr=3", "--out", "{DIR}/sw"],
+         expect="--grid train.lr is given twice"),
+    Case("sweep --grid train.seed", ["sweep", "--grid", "train.seed=1,2", "--out", "{DIR}/sw"],
+         expect="use --seeds N for repeats"),
+    Case("sweep --grid an unknown tokenizer", ["sweep", "--grid", "data.tokenizer=a/b", "--data", "{CLS}", "--out", "{DIR}/sw",
+                                              "--in-process"], expect="data.tokenizer must be one of char, word"),
+    Case("sweep --grid an unknown key", ["sweep", "--grid", "train.lrr=1,2", "--data", "{CLS}", "--out", "{DIR}/sw",
+                                        "--in-process"], expect="did you mean 'lr'"),
+    Case("sweep --data missing", ["sweep", "--grid", "train.lr=1", "--data", "{DIR}/none.tsv", "--out", "{DIR}/sw"],
+         expect="--data {DIR}/none.tsv: no such file"),
+    Case("train --set data.tokenizer unknown", ["train", "classify", "--data", "{CLS}", "--set", "data.tokenizer=bert",
+                                                "--out", "{DIR}/new"], expect="data.tokenizer must be one of"),
+    Case("experiment spec with an empty grid", ["experiment", "{DIR}/spec_nogrid.json", "--out", "{DIR}/ex"],
+         expect="'grid' must be an object of one or more axes"),
+    Case("experiment --grid an unknown label of a named axis", ["experiment", "ablations", "--quick", "--grid",
+                                                               "ablation=nope", "--out", "{DIR}/ex"],
+         expect="'ablation' is a named axis of ablations.json; choose among its labels: none"),
     Case("predict, labels.json with a tab", ["predict", "{RUN}", "good film"], "clf", replace("labels.json", '["neg", "p\\tos"]'),
          expect="labels.json, label 2: the label 'p\\tos' holds a tab"),
 ]
@@ -304,10 +334,14 @@ def _plant_issue22(d: Path, runs: Path) -> None:
             "grid": {"train.lr": [1e-3]}, "checks": []}
     (d / "spec_list.json").write_text("[1, 2]")
     for name, change in (("seeds", {"seeds": "three"}), ("grid", {"grid": {"train.lr": []}}),
-                         ("subset", {"quick": {"subset": {"train": "all"}}}), ("set", {"set": "train.lr=1"})):
+                         ("subset", {"quick": {"subset": {"train": "all"}}}), ("set", {"set": "train.lr=1"}),
+                         ("nogrid", {"grid": {}})):
         (d / f"spec_{name}.json").write_text(json.dumps({**spec, **change}))
     (d / "cfg_missing_data.json").write_text(json.dumps({"data": {"dataset": str(d / "nope.tsv")}}))
     (d / "par.tsv").write_text((runs / "par.tsv").read_text())
+    (d / "ens").mkdir()  # an ensemble's top folder: the recipe and the list of members, no weights
+    (d / "ens" / "config.json").write_text(json.dumps({"task": "classify", "ensemble": 2}))
+    (d / "ens" / "members.json").write_text("[]")
     rows = [{"text": f"good film {i}", "label": "pos" if i % 2 else "neg"} for i in range(20)]
     (d / "surrogate.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2])
                                        + '{"text": "good\\ud800 film", "label": "pos"}\n'
