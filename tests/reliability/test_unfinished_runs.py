@@ -76,7 +76,8 @@ def test_the_killed_ensemble_is_what_the_fault_leaves(runs):
 
 
 @pytest.mark.parametrize("argv", [["predict", "{RUN}", "good film"], ["evaluate", "{RUN}"],
-                                  ["attention", "{RUN}", "good film", "--no-png"]])
+                                  ["attention", "{RUN}", "good film", "--no-png"], ["doctor", "{RUN}"],
+                                  ["blend", "{RUN}"]])
 def test_an_unfinished_ensemble_is_refused_and_nothing_changes(runs, tmp_path, capsys, argv):
     run = tmp_path / "ens"
     shutil.copytree(runs / "ens", run)

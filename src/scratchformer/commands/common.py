@@ -117,7 +117,14 @@ def check_train_inputs(args) -> None:
     --config, every --set, and the data files (or registered names) the recipe and the flags
     name, --teacher and --init. Only existence and form: reading a file's lines comes later."""
     cls = _recipe_class(args)
-    recipe = resolve_recipe(cls, args.config, args.set)
+    base, flags = None, {}
+    if cls.__name__ == "ClassifyRecipe":
+        flags = {"time_budget": getattr(args, "time_budget", None)}
+        if not args.config:  # the adaptive default's base: a time budget, as many members as fit
+            from ..tasks.classify.auto import DEFAULT_BUDGET_MIN
+
+            base = cls(time_budget=DEFAULT_BUDGET_MIN, ensemble=0)
+    recipe = resolve_recipe(cls, args.config, args.set, flags, base=base)
     data = getattr(recipe, "data", None)
     pairs = cls.__name__ == "TranslateRecipe"
     for option, value in (("--data", getattr(args, "data", None)), ("--valid", getattr(args, "valid", None)),

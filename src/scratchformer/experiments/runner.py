@@ -194,7 +194,10 @@ def check_cells(spec: SweepSpec, todo: list[RunSlot], log: Callable[[str], None]
             continue
         before = read_identity(slot.folder)
         if before is None:
-            changed.append((slot, "its runs record no settings (made by an older scratchformer)"))
+            # runs that finished without a record of their settings (an older version) are not
+            # taken on trust; unfinished ones hold nothing the tables would read: resumed as before
+            if any(p.suffix == ".json" for p in _cell_entries(slot.folder)):
+                changed.append((slot, "its runs record no settings (made by an older scratchformer)"))
         elif before != now:
             diff = changes(before, now)
             changed.append((slot, ", ".join(diff) if diff else "its recorded settings differ"))
