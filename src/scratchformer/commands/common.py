@@ -123,7 +123,9 @@ def check_train_inputs(args) -> None:
         if not args.config:  # the adaptive default's base: a time budget, as many members as fit
             from ..tasks.classify.auto import DEFAULT_BUDGET_MIN
 
-            base = cls(time_budget=DEFAULT_BUDGET_MIN, ensemble=0)
+            nulled = any(k.strip() == "time_budget" and v.strip().lower() in ("null", "none")
+                         for k, _, v in (x.partition("=") for x in args.set))  # as adaptive_recipe reads it
+            base = cls() if nulled else cls(time_budget=DEFAULT_BUDGET_MIN, ensemble=0)
     recipe = resolve_recipe(cls, args.config, args.set, flags, base=base)
     data = getattr(recipe, "data", None)
     pairs = cls.__name__ == "TranslateRecipe"
