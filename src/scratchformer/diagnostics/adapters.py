@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from ..nn.attention import MultiHeadAttention
+from ..nn import MultiHeadAttention
 from .capture import attention_of
 from .maps import AttentionResult, AttentionView
 from .subject import AttentionBatch, EmbeddingTable, Subject
