@@ -8,6 +8,9 @@ Two things the site needs that MkDocs does not do by itself:
    not exist is left alone, so MkDocs reports the broken link (and `--strict` fails).
 2. A page under docs/ that mkdocs.yml's nav does not list is appended under "More", so a page
    added later is reachable before anyone edits the nav.
+3. Chinese text must not render as empty boxes on a machine without CJK fonts: the site carries
+   the toolkit's own Noto Sans CJK (PyPI `noto-cjk-sans-otc`) cut down to the characters the pages
+   use (`scratchformer.fonts.subset_font`), as a fallback after the system fonts.
 """
 from __future__ import annotations
 
@@ -21,7 +24,10 @@ from mkdocs.structure.nav import Section
 # an inline link or image target: ](target) or ](target "title")
 _LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(\s+\"[^\"]*\")?\s*\)")
 _FENCE = re.compile(r"^(```|~~~)")
+_CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]")
 MOUNT = "repo"
+CJK_CSS = "assets/stylesheets/cjk.css"  # named in mkdocs.yml's extra_css
+CJK_FONT = "assets/fonts/sf-cjk.otf"
 
 
 def _targets(markdown: str):
@@ -65,7 +71,26 @@ def on_files(files, config):
                 files.append(File.generated(config, uri, abs_src_path=str(dest)))
             if dest.suffix == ".md":
                 todo.append(dest)
+    _add_cjk_font(files, config)
     return files
+
+
+def _add_cjk_font(files, config) -> None:
+    text = "".join(Path(f.abs_src_path).read_text(encoding="utf-8") for f in files.documentation_pages())
+    text += repr(config.get("nav"))  # the section titles
+    glyphs = "".join(sorted(set(_CJK.findall(text))))
+    font = None
+    if glyphs:
+        from scratchformer.fonts import subset_font
+
+        font = subset_font(glyphs)
+    css = ""
+    if font is not None:
+        files.append(File.generated(config, CJK_FONT, content=font))
+        css = ('@font-face { font-family: "sf-cjk"; src: url("../fonts/sf-cjk.otf") format("opentype"); }\n'
+               ':root { --md-text-font: "sf-cjk"; }\n'
+               'code, pre, kbd { font-family: var(--md-code-font-family), "sf-cjk"; }\n')
+    files.append(File.generated(config, CJK_CSS, content=css))
 
 
 def on_page_markdown(markdown, page, config, files):

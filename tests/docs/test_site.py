@@ -26,6 +26,10 @@ def test_the_site_builds_strictly(tmp_path):
     for page in ("index.html", "toolkit/index.html", "claims/index.html", "zh/claims/index.html",
                  "experiments/heads/report/index.html"):
         assert (site / page).is_file(), page
+    # Chinese pages carry the bundled CJK font, cut down to the characters they use (no empty boxes
+    # on a machine without CJK fonts)
+    assert (site / "assets" / "fonts" / "sf-cjk.otf").stat().st_size > 20_000
+    assert 'font-family: "sf-cjk"' in (site / "assets" / "stylesheets" / "cjk.css").read_text(encoding="utf-8")
     # a link to a repository file outside docs/ is copied into the site and the link points at it
     assert (site / "repo" / "benchmarks" / "results" / "attention" / "index.html").is_file()
     assert 'href="../repo/benchmarks/results/"' in (site / "benchmarks" / "index.html").read_text(encoding="utf-8")
