@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, make_dirs
 from .extrapolation import FIGURES
 from .grid import axes_from, parse_grid_arg
 from .measures import MEASURES
@@ -42,8 +42,7 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     for item in grid or []:  # `KEY=V1,V2`: this axis takes these values (a smaller grid)
         key, values = parse_grid_arg(item)
         plan.grid = {**plan.grid, key: values}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dirs(Path(out))
     t0 = time.monotonic()
     flags, texts = prepare_data(spec, plan.subset, out)
     base = out / "base.json"
