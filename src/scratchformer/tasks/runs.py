@@ -183,8 +183,8 @@ def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callab
     loader combines the members at prediction time. `another(done)`, asked when the planned
     members are done: True adds one more (`recipe.ensemble` grows, saved before it trains)."""
     run = RunDir(out_dir)
+    done = run.members_done() if resume else []  # first: a damaged members.json changes nothing
     run.save_recipe(recipe)  # the whole recipe, so that --resume finds it
-    done = run.members_done() if resume else []
 
     def grow() -> bool:
         recipe.ensemble += 1
