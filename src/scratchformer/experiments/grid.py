@@ -64,7 +64,8 @@ class Axis:
         for text, what in [(self.name, "grid axis")] + [(lab, f"grid axis {self.name!r}: value") for lab in self.labels]:
             if not isinstance(text, str):
                 raise UserError(f"{what} {text!r} must be a string")
-            plain_name(f"{text}=", what=f"{what} {text!r}, as part of a cell folder name", where="OUT/cells")
+            if any(c in text for c in "/\\\0"):  # '.' and '..' are fine: the cell is `axis=label`
+                plain_name(text, what, where="OUT/cells")  # raises, saying which
 
     def numeric(self) -> bool:
         return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values)
