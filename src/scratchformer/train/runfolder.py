@@ -41,7 +41,7 @@ PROJECT_FILES = frozenset({
     "model.safetensors", "averaged.safetensors", "final.json",
     "checkpoint.json", "last.safetensors", "trainer_state.pt",
     "metrics.jsonl", "curves.png", "valid_metrics.json", "pretrain_summary.json",
-    "attention.png", "attention.html", "doctor.md", "doctor.json",
+    "attention.png", "attention.html", "align.png", "doctor.md", "doctor.json",
 })
 PROJECT_PATTERNS = ("*_metrics.json", "confusion_*.png", "*_hyps.txt", ".*.tmp", "attention_*.png", "doctor_*.png")
 # folders we create: name pattern -> what inside is ours ("run": a run folder of its own)
