@@ -19,6 +19,10 @@ Saving step N (`CheckpointStore.save`):
   4. remove everything else under ``checkpoints/`` (the previous checkpoint, leftovers of a
      save that was killed).
 
+Every step works by name inside ``checkpoints/``, opened from the run directory without following
+a link (`scratchformer.fileio.open_folder`): a ``checkpoints/`` that links to another folder is
+refused with one line, so pruning can never delete that folder's files.
+
 Before the commit point the pointer still names the previous complete checkpoint, which no
 step touches; after it, the new one. So a kill -9, a power cut or a full disk at any instant
 leaves a run that resumes: from the previous checkpoint or from the new one. Step 4 can fail
