@@ -92,7 +92,7 @@ def os_calls_per_save(save, run: Path) -> int:
 def plan(quick: bool) -> dict:
     if quick:
         return dict(weights=200_000, state=400_000, reps=3, json_reps=20)
-    return dict(weights=20_000_000, state=40_000_000, reps=11, json_reps=200)
+    return dict(weights=20_000_000, state=40_000_000, reps=21, json_reps=200)
 
 
 def run(quick: bool = False, out_dir=None, log=print) -> dict:
