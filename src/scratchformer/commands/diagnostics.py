@@ -53,13 +53,13 @@ def _check_attention_outputs(args) -> None:
 
 
 def attention(args) -> int:
-    from ..diagnostics import adapters
+    from ..diagnostics import inspection
     from ..diagnostics.attention_html import write_html
     from ..diagnostics.attention_plot import plot_view
     from ..diagnostics.maps import AttentionResult, format_top_k, select_views, top_k
 
     _check_attention_outputs(args)  # before the model is loaded: nothing done for a path we cannot write
-    res = adapters.load(args.run_dir).attention(args.text)
+    res = inspection.load(args.run_dir).attention(args.text)
     res = AttentionResult(res.text, select_views(res, args.view), res.output, res.task)
     pngs = [] if args.no_png else [plot_view(v, p) for v, p in zip(res.views, _png_paths(args.out, args.run_dir, res.views))]
     page = write_html(res, args.html) if args.html else None
@@ -86,7 +86,7 @@ def attention(args) -> int:
 def doctor(args) -> int:
     from dataclasses import asdict
 
-    from ..diagnostics import adapters
+    from ..diagnostics import inspection
     from ..diagnostics.doctor import examine, summary
     from ..errors import UserError
 
@@ -96,7 +96,7 @@ def doctor(args) -> int:
         raise UserError(f"--data {args.data} does not exist")
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError(f"doctor --out {args.out} is a file; give a folder (doctor.md and its PNGs go there)")
-    subject = adapters.load(args.run_dir).subject(args.data, args.split, args.samples)
+    subject = inspection.load(args.run_dir).subject(args.data, args.split, args.samples)
     out = args.out or subject.run_dir
     report = examine(subject, out)
     if args.json:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, inside, make_dirs
 from ..train.runfolder import lock_run_folder
 from .extrapolation import FIGURES
-from .grid import axes_from, label_of, parse_grid_arg
+from .grid import axes_from, cells, label_of, parse_grid_arg
 from .measures import MEASURES
 from .report import write_report
 from .runner import RunSlot, SweepSpec
@@ -49,16 +49,6 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     for f in spec.figures:
         if f not in FIGURES:
             raise UserError(f"{spec.path}: unknown figure {f!r}; known: {', '.join(FIGURES)}")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
-    with lock_run_folder(out, "experiment"):
-        return _run_experiment(spec, out, quick, seeds, isolate, sets, grid, log, retrain_changed)
-
-
-def _run_experiment(spec: ExperimentSpec, out: Path, quick: bool, seeds: int | None, isolate: bool | None,
-                    sets: list[str] | None, grid: list[str] | None, log: Callable[[str], None],
-                    retrain_changed: bool) -> ExperimentResult:
     plan = spec.resolved(quick, seeds)
     plan.sets += list(sets or [])
     for item in grid or []:  # `KEY=V1,V2`: this axis takes these values (a smaller grid)
@@ -72,7 +62,20 @@ def _run_experiment(spec: ExperimentSpec, out: Path, quick: bool, seeds: int | N
                                 f"labels: {', '.join(labels)}")
             values = {labels[label_of(v)]: named[labels[label_of(v)]] for v in values}
         plan.grid = {**plan.grid, key: values}
-    axes = axes_from(plan.grid)  # a grid of the wrong shape stops here, before any file is written
+    axes = axes_from(plan.grid)  # before anything is made: an axis must name a folder inside out
+    out = Path(out)
+    for cell in cells(axes):
+        inside(out / "cells", cell.name, "grid cell")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
+    with lock_run_folder(out, "experiment"):
+        return _run_experiment(spec, plan, axes, out, quick, isolate, sets, grid, log, retrain_changed)
+
+
+def _run_experiment(spec: ExperimentSpec, plan: Plan, axes: list, out: Path, quick: bool, isolate: bool | None,
+                    sets: list[str] | None, grid: list[str] | None, log: Callable[[str], None],
+                    retrain_changed: bool) -> ExperimentResult:
+    out = make_dirs(out)
     t0 = time.monotonic()
     flags, texts = prepare_data(spec, plan.subset, out)
     base = out / "base.json"

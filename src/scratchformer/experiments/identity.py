@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, make_dirs
 
 IDENTITY = "identity.json"
 RETRAIN_FLAG = "--retrain-changed"
@@ -117,5 +117,5 @@ def read_identity(folder: Path) -> dict | None:
 
 
 def write_identity(folder: Path, identity: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dirs(folder)
     atomic_write_text(folder / IDENTITY, json.dumps(identity, indent=1, ensure_ascii=False) + "\n")

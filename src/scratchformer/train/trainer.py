@@ -20,7 +20,7 @@ Files in ``run_dir``:
   - ``metrics.jsonl``: one JSON line per log (split "train") and per evaluation (split "valid");
   - ``curves.png``: the curves of ``metrics.jsonl``, redrawn at each evaluation and at the end;
   - ``model.safetensors``: the best model by ``cfg.metric`` when there is a validation set,
-    otherwise the latest;
+    otherwise the latest; its metadata says where in the batch stream it was saved (``_position``);
   - ``checkpoint.json`` + ``checkpoints/step-N/``: one atomic checkpoint (train/checkpoint_store.py)
     with everything ``fit(resume=True)`` needs to continue exactly as if never interrupted
     (weights, optimizer, schedule, counters, position in the epoch, best metric, patience,
@@ -65,7 +65,8 @@ from scratchformer.train.config import TrainConfig
 from scratchformer.train.distributed import Distributed
 from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
-from scratchformer.train.runfolder import RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder
+from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder,
+                                           refuse_links)
 from scratchformer.train.schedules import make_lr_lambda
 
 WEIGHTS = "model.safetensors"
@@ -231,6 +232,8 @@ class Trainer:
     def _fit(self, resume: bool, overwrite: bool) -> dict[str, Any]:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.is_main:
+            refuse_links(self.run_dir)  # before the first step, not at the first save
         rng = None
         if resume:
             rng = self._load_checkpoint()
@@ -436,7 +439,7 @@ class Trainer:
         if improved:
             st.best_metric, st.best_step, st.bad_evals = value, st.step, 0
             if self.dist.is_main:
-                atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes())
+                atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes(self._position()))
         else:
             st.bad_evals += 1
         row = {"step": st.step, "epoch": st.epoch, "split": "valid"}
@@ -521,6 +524,13 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ checkpoints
+    def _position(self) -> dict[str, str]:
+        """Where in the batch stream the weights are: after `step` optimizer steps, every batch of
+        the epochs before `epoch` and the first `batch_in_epoch` of it (`doctor` counts the tokens
+        those batches held, so it judges a saved model by what it has seen)."""
+        st = self.state
+        return {"step": str(st.step), "epoch": str(st.epoch), "batch_in_epoch": str(st.batch_in_epoch)}
+
     def _weights_bytes(self, metadata: dict[str, str] | None = None) -> bytes:
         finite = torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()])
         if not bool(finite.all()):
@@ -534,7 +544,7 @@ class Trainer:
         if not self.dist.is_main:
             self._saved_step = st.step
             return
-        data = self._weights_bytes({"step": str(st.step)})
+        data = self._weights_bytes(self._position())
         state = state_to_bytes({
             "format": 1,
             "train": dataclasses.asdict(st),
