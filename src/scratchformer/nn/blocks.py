@@ -158,11 +158,12 @@ class _Stack(nn.Module):
             attn = layer.self_attn
             attn.set_window(window, sink, attn.window_impl if impl is None else impl)
 
-    def _new_self_cache(self):
-        """A `RollingKVCache` under a window (constant memory), else a growing `KVCache`."""
+    def _new_self_cache(self, capacity: int | None = None):
+        """A `RollingKVCache` under a window (constant memory), else a `KVCache` (preallocated
+        to `capacity` positions when the longest decode is known, else growing)."""
         attn = self.layers[0].self_attn if len(self.layers) else None
         if attn is None or attn.window is None:
-            return KVCache()
+            return KVCache(capacity)
         return RollingKVCache(attn.window, attn.window_sink)
 
     def _run(self, layer, *inputs, **kwargs):
@@ -195,11 +196,11 @@ class Encoder(_Stack):
         to get those padded-row values (e.g. to compare every position with another model)."""
         self.pack_padding = enabled
 
-    def new_caches(self) -> list:
+    def new_caches(self, capacity: int | None = None) -> list:
         """One cache per layer for incremental decoding with `is_causal=True`: a
         `RollingKVCache` (the last `window` positions + sinks) when the attention is windowed,
-        else a `KVCache`."""
-        return [self._new_self_cache() for _ in self.layers]
+        else a `KVCache` (preallocated to `capacity` positions when given)."""
+        return [self._new_self_cache(capacity) for _ in self.layers]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
                 caches: list[KVCache] | None = None, need_weights: bool = False, *,
@@ -248,8 +249,10 @@ class Decoder(_Stack):
         super().__init__(cfg)
         self.layers = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.decoder_layers))
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.layers), self._new_self_cache)
+    def new_cache(self, capacity: int | None = None) -> DecoderCache:
+        """Caches for incremental decoding; `capacity`: the most target positions a decode
+        can reach (the self-attention buffers are then allocated once)."""
+        return DecoderCache(len(self.layers), lambda: self._new_self_cache(capacity))
 
     def forward(self, x, memory, self_mask=None, memory_mask=None, is_causal=True,
                 cache: DecoderCache | None = None, need_weights=False, *,

@@ -102,6 +102,35 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _matmul_t(x, weight, bias)
 
 
+def projection(module: nn.Module, sample: torch.Tensor | None = None):
+    """`x -> module(x)` as one closure whose kernel is chosen now, once, for inputs like
+    `sample` (device, dtype, autocast), instead of by `onednn_blocker` at every call: what a
+    decode loop calls thousands of times. A module with its own kernel (an int8 projection,
+    `quant.Int8Linear`) is returned as it is."""
+    if not isinstance(module, nn.Linear):
+        return module
+    return _planned(module.weight, module.bias, sample)
+
+
+def row_projection(module: nn.Module, start: int, stop: int | None, sample: torch.Tensor | None = None):
+    """`projection` of rows `start:stop` of the module's weight (and bias): e.g. W_Q or
+    [W_K; W_V] of a fused `qkv_proj`."""
+    if not isinstance(module, nn.Linear):
+        return module.rows(start, stop)
+    b = module.bias
+    return _planned(module.weight[start:stop], None if b is None else b[start:stop], sample)
+
+
+def _planned(weight: torch.Tensor, bias: torch.Tensor | None, sample: torch.Tensor | None):
+    sample = weight if sample is None else sample
+    if torch.is_grad_enabled() and (weight.requires_grad or sample.requires_grad):
+        return lambda x: linear(x, weight, bias)  # autograd: the per-call path
+    if onednn_blocker(sample, weight) is None:
+        kernel = _KERNEL
+        return lambda x: kernel(x, weight, bias, "none", [], "")
+    return lambda x: F.linear(x, weight, bias)
+
+
 class Linear(nn.Linear):
     """`nn.Linear` (same parameters, same state_dict keys) that calls `linear`."""
 
