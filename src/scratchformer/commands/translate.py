@@ -46,6 +46,7 @@ def register(cli) -> None:
     p.add_argument("--file", help="one sentence per line")
     p.add_argument("--json", action="store_true", help="JSON lines with score and length-limit flag")
     p.add_argument("--weights", help="weights file in the run (default: the one final.json chose)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
     _decode_args(p)
     p.set_defaults(func=translate)
 
@@ -86,7 +87,7 @@ def train(args) -> int:
 def translate(args) -> int:
     from ..tasks.translate import Translator
 
-    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble)
+    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, quantize=args.quantize)
     texts = read_inputs(args.texts, args.file)
     hyps = tr.hypotheses(texts, **_overrides(args))
     for text, h in zip(texts, hyps):

@@ -10,6 +10,7 @@ import torch
 
 from ...data.tokenizers import NUM_SPECIALS, UNK_ID, Tokenizer
 from ...errors import UserError
+from ...nn.quant import check_quantize, quantize_int8
 from ...models.language_model import DecoderLM
 from ...train.checkpoint import load_weights
 from ..runs import RunDir
@@ -33,7 +34,9 @@ class LanguageModel:
         self.model, self.tokenizer, self.recipe = model.eval(), tokenizer, recipe
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "LanguageModel":
+    def load(cls, run_dir: str | Path, quantize: str | None = None) -> "LanguageModel":
+        """`quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
+        quantize = check_quantize(quantize)
         run_dir = Path(run_dir)
         recipe = RunDir(run_dir).load_recipe(LMRecipe, "lm", ("tokenizer.json", "model.safetensors"), "language-model")
         tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
@@ -42,6 +45,8 @@ class LanguageModel:
                             f"(and model.safetensors) {recipe.model.vocab_size}: the run folder is inconsistent")
         model = DecoderLM(recipe.model)
         load_weights(model, run_dir / "model.safetensors")
+        if quantize == "int8":
+            quantize_int8(model)
         return cls(model, tokenizer, recipe)
 
     @property

@@ -11,6 +11,7 @@ import torch
 from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
+from ...nn.quant import check_quantize, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import load_weights
 from ..runs import RunDir
@@ -19,7 +20,7 @@ from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
 from .task import corpus_scores
 
 
-def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe, Seq2Seq]:
+def _load_run_model(run_dir: Path, weights: str | None, quantize: str = "none") -> tuple[TranslateRecipe, Seq2Seq]:
     recipe = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (SRC_TOK, TGT_TOK), "translation")
     if weights is None:
         final = run_dir / FINAL
@@ -28,6 +29,8 @@ def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe
         raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
     model = Seq2Seq(recipe.model)
     load_weights(model, run_dir / weights)
+    if quantize == "int8":
+        quantize_int8(model)
     return recipe, model.eval()
 
 
@@ -55,19 +58,21 @@ class Translator:
 
     @classmethod
     def load(cls, run_dir: str | Path, weights: str | None = None,
-             ensemble: Sequence[str | Path] = ()) -> "Translator":
+             ensemble: Sequence[str | Path] = (), quantize: str | None = None) -> "Translator":
         """`weights`: a file name in `run_dir`; default: the one final.json names (best or
         averaged), else model.safetensors. `ensemble`: more run directories trained with the
         same tokenizers (usually the same recipe, other seeds); their models are decoded
-        together with this one (`Seq2SeqEnsemble`), each with its final.json weights."""
+        together with this one (`Seq2SeqEnsemble`), each with its final.json weights.
+        `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
+        quantize = check_quantize(quantize)
         run_dir = Path(run_dir)
         if RunDir(run_dir).is_ensemble:  # a `train_ensemble` run
             if weights is not None:
                 raise UserError(f"{run_dir} is an ensemble run: each member uses its own final weights")
             n = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (), "translation").ensemble
             dirs = [RunDir(run_dir).member(i).path for i in range(n)]
-            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble])
-        recipe, model = _load_run_model(run_dir, weights)
+            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble], quantize=quantize)
+        recipe, model = _load_run_model(run_dir, weights, quantize)
         src_tok, tgt_tok = Tokenizer.load(run_dir / SRC_TOK), Tokenizer.load(run_dir / TGT_TOK)
         if ensemble:
             members = [model]
@@ -77,7 +82,7 @@ class Translator:
                         raise UserError(f"{other / name} differs from {run_dir / name} (or is missing): "
                                         "ensemble members must be trained with the same tokenizers "
                                         "(the same data and tokenizer settings)")
-                members.append(_load_run_model(other, None)[1])
+                members.append(_load_run_model(other, None, quantize)[1])
             model = Seq2SeqEnsemble(members)
         return cls(model, src_tok, tgt_tok, recipe)
 
