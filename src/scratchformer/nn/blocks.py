@@ -56,6 +56,11 @@ class _Block(nn.Module):
     def add(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x + y if self.residual else y
 
+    def drop(self, dropout: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+        """Dropout in training only: in eval it is the identity, so not even called (a module
+        call per sublayer was measurable at small inputs)."""
+        return dropout(x) if self.training and dropout.p > 0 else x
+
 
 class EncoderBlock(_Block):
     def __init__(self, cfg: TransformerConfig):
@@ -75,16 +80,16 @@ class EncoderBlock(_Block):
             out, w = self.self_attn(h, padding_mask=padding_mask, attn_mask=attn_mask,
                                     is_causal=is_causal, rope=rope, alibi=alibi, cache=cache,
                                     need_weights=need_weights, packed=packed)
-            return self.dropout1(out), w
+            return self.drop(self.dropout1, out), w
 
         if self.norm_first:
             a, weights = attend(self.norm1(x))
             x = self.add(x, a)
-            x = self.add(x, self.dropout2(self.ffn(self.norm2(x))))
+            x = self.add(x, self.drop(self.dropout2, self.ffn(self.norm2(x))))
         else:
             a, weights = attend(x)
             x = self.norm1(self.add(x, a))
-            x = self.norm2(self.add(x, self.dropout2(self.ffn(x))))
+            x = self.norm2(self.add(x, self.drop(self.dropout2, self.ffn(x))))
         return x, weights
 
 
@@ -113,25 +118,25 @@ class DecoderBlock(_Block):
             out, w = self.self_attn(h, padding_mask=padding_mask, attn_mask=attn_mask,
                                     is_causal=is_causal, rope=rope, alibi=alibi, cache=self_cache,
                                     need_weights=need_weights)
-            return self.dropout1(out), w
+            return self.drop(self.dropout1, out), w
 
         def cross_block(h):
             out, w = self.cross_attn(h, context=memory, padding_mask=memory_padding_mask,
                                      cache=cross_cache, need_weights=need_weights)
-            return self.dropout2(out), w
+            return self.drop(self.dropout2, out), w
 
         if self.norm_first:
             a, self_w = self_block(self.norm1(x))
             x = self.add(x, a)
             c, cross_w = cross_block(self.norm2(x))
             x = self.add(x, c)
-            x = self.add(x, self.dropout3(self.ffn(self.norm3(x))))
+            x = self.add(x, self.drop(self.dropout3, self.ffn(self.norm3(x))))
         else:
             a, self_w = self_block(x)
             x = self.norm1(self.add(x, a))
             c, cross_w = cross_block(x)
             x = self.norm2(self.add(x, c))
-            x = self.norm3(self.add(x, self.dropout3(self.ffn(x))))
+            x = self.norm3(self.add(x, self.drop(self.dropout3, self.ffn(x))))
         return x, (self_w, cross_w)
 
 

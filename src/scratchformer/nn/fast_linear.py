@@ -88,10 +88,28 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+# The oneDNN projection as a `torch.library` custom op with a fake (shape-only) implementation,
+# so that torch.compile / Dynamo traces through `linear` as one opaque node instead of failing
+# on `mkldnn._linear_pointwise` (Inductor has no lowering for its `Scalar?` list argument).
+# Eager code keeps calling the kernel directly: the custom op's Python dispatch costs ~10 µs a call.
+if _KERNEL is not None:
+    @torch.library.custom_op("scratchformer::onednn_linear", mutates_args=())
+    def _onednn_linear_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return _KERNEL(x, weight, bias, "none", [], "")
+
+    @_onednn_linear_op.register_fake
+    def _(x, weight, bias):
+        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear`, on oneDNN where `onednn_blocker` allows it."""
     global last_linear_path_reason
     reason = onednn_blocker(x, weight)
+    if torch.compiler.is_compiling():  # no global to write under a trace; the custom op for inference
+        if reason is None and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+            return torch.ops.scratchformer.onednn_linear(x, weight, bias)
+        return F.linear(x, weight, bias)
     last_linear_path_reason = reason
     if reason is not None:
         return F.linear(x, weight, bias)
