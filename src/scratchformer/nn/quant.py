@@ -86,6 +86,9 @@ class Int8Linear(nn.Module):
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Replace every `nn.Linear` of `model` (in place) by an `Int8Linear`; returns the model,
     in eval mode. A `UserError` when this torch build has no quantized engine."""
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        raise UserError("int8 quantization runs on the CPU only (torch's dynamic int8 linear has no GPU kernel); "
+                        "move the model to the CPU first, or use bf16/fp16 autocast on the GPU")
     engine = int8_engine()
     if engine is None:
         raise UserError("this torch build has no quantized engine (fbgemm/onednn): int8 is not "
