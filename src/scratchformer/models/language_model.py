@@ -133,9 +133,9 @@ class LMStep:
         self.caches = caches
         self.table, self.scale = emb.tokens.weight, emb.scale
         self.position = emb.position  # absolute positions (rare in a GPT): the module, per step
-        sample = self.table
-        self.stack = CausalStackStep(model.encoder, caches, sample)
-        self.head = projection(model.head, sample)
+        sample, rows = self.table, self.caches[0]._k.shape[0] if caches and caches[0]._k is not None else 1
+        self.stack = CausalStackStep(model.encoder, caches, sample, rows)
+        self.head = projection(model.head, sample, rows)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         x = F.embedding(tokens[:, None], self.table)  # (N, 1, C)

@@ -131,7 +131,7 @@ class Seq2SeqStep:
             self.positions = pos.table(capacity, memory.device)  # (capacity, C)
         else:  # learned
             self.positions = pos.embedding.weight
-        self.out = projection(model.out_proj, memory)
+        self.out = projection(model.out_proj, memory, memory.shape[0])
 
     def select(self, index: torch.Tensor) -> None:
         self.decoder.select(index)

@@ -120,29 +120,40 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _matmul_t(x, weight, bias)
 
 
-def projection(module: nn.Module, sample: torch.Tensor | None = None):
+# Below this many rows per call MKL's sgemm (F.linear) beats oneDNN's `_linear_pointwise`:
+# measured 1.66x at 1 row, 1.38x at 32 rows, equal at 128 and 512 ((M, 256) x (256, 1024),
+# one thread, shared EPYC Zen 5); a whole batch-1 greedy decode ran 1.6x faster. oneDNN's lead
+# is on the large products of training and of encoders (thousands of rows).
+ONEDNN_MIN_ROWS = 128
+
+
+def projection(module: nn.Module, sample: torch.Tensor | None = None, rows: int | None = None):
     """`x -> module(x)` as one closure whose kernel is chosen now, once, for inputs like
-    `sample` (device, dtype, autocast), instead of by `onednn_blocker` at every call: what a
-    decode loop calls thousands of times. A module with its own kernel (an int8 projection,
-    `quant.Int8Linear`) is returned as it is."""
+    `sample` (device, dtype, autocast) with about `rows` rows per call, instead of by
+    `onednn_blocker` at every call: what a decode loop calls thousands of times. A module
+    with its own kernel (an int8 projection, `quant.Int8Linear`) is returned as it is."""
     if not isinstance(module, nn.Linear):
         return module
-    return _planned(module.weight, module.bias, sample)
+    return _planned(module.weight, module.bias, sample, rows)
 
 
-def row_projection(module: nn.Module, start: int, stop: int | None, sample: torch.Tensor | None = None):
+def row_projection(module: nn.Module, start: int, stop: int | None, sample: torch.Tensor | None = None,
+                   rows: int | None = None):
     """`projection` of rows `start:stop` of the module's weight (and bias): e.g. W_Q or
     [W_K; W_V] of a fused `qkv_proj`."""
     if not isinstance(module, nn.Linear):
         return module.rows(start, stop)
     b = module.bias
-    return _planned(module.weight[start:stop], None if b is None else b[start:stop], sample)
+    return _planned(module.weight[start:stop], None if b is None else b[start:stop], sample, rows)
 
 
-def _planned(weight: torch.Tensor, bias: torch.Tensor | None, sample: torch.Tensor | None):
+def _planned(weight: torch.Tensor, bias: torch.Tensor | None, sample: torch.Tensor | None,
+             rows: int | None = None):
     sample = weight if sample is None else sample
     if torch.is_grad_enabled() and (weight.requires_grad or sample.requires_grad):
         return lambda x: linear(x, weight, bias)  # autograd: the per-call path
+    if rows is not None and rows < ONEDNN_MIN_ROWS:
+        return lambda x: F.linear(x, weight, bias)  # small products: MKL wins (see ONEDNN_MIN_ROWS)
     if onednn_blocker(sample, weight) is None:
         kernel = _KERNEL
         return lambda x: kernel(x, weight, bias, "none", [], "")

@@ -86,25 +86,26 @@ def _activation(name: str):
 class _Layer:
     """One block's weights and functions, looked up once (no `Module.__getattr__` per step)."""
 
-    def __init__(self, block, sample: torch.Tensor):
+    def __init__(self, block, sample: torch.Tensor, rows: int):
         a = block.self_attn
         self.H, self.Hkv, self.D = a.n_heads, a.n_kv_heads, a.head_dim
         self.split = a.split_sizes
         self.scale = a.scale
         self.gqa = self.Hkv != self.H
-        self.qkv = projection(a.qkv_proj, sample)  # [W_Q; W_K; W_V]
-        self.out = projection(a.out_proj, sample)  # W_O
+        self.qkv = projection(a.qkv_proj, sample, rows)  # [W_Q; W_K; W_V]; `rows` per step
+        self.out = projection(a.out_proj, sample, rows)  # W_O
         self.norm1, self.norm2 = _norm_fn(block.norm1), _norm_fn(block.norm2)
         if hasattr(block, "cross_attn"):
             c = block.cross_attn
-            self.cross_q = row_projection(c.qkv_proj, 0, c.split_sizes[0], sample)  # W_Q
-            self.cross_kv = row_projection(c.qkv_proj, c.split_sizes[0], None, sample)  # [W_K; W_V]
-            self.cross_out = projection(c.out_proj, sample)
+            self.cross_q = row_projection(c.qkv_proj, 0, c.split_sizes[0], sample, rows)  # W_Q
+            # [W_K; W_V] of the memory: once per source, on all its B x S rows
+            self.cross_kv = row_projection(c.qkv_proj, c.split_sizes[0], None, sample, sample.shape[:-1].numel())
+            self.cross_out = projection(c.out_proj, sample, rows)
             self.cross_split = c.split_sizes[1:]
             self.cross_scale = c.scale
             self.norm3 = _norm_fn(block.norm3)
         f = block.ffn
-        self.ffn_in, self.ffn_out = projection(f.linear_in, sample), projection(f.linear_out, sample)
+        self.ffn_in, self.ffn_out = projection(f.linear_in, sample, rows), projection(f.linear_out, sample, rows)
         self.act = _activation(f.activation)
         self.norm_first, self.residual = block.norm_first, block.residual
 
@@ -148,7 +149,7 @@ class DecoderStep:
     (finished sentences leave, beams are reordered)."""
 
     def __init__(self, decoder, cache, memory: torch.Tensor, memory_padding_mask: torch.Tensor | None):
-        self.layers = [_Layer(b, memory) for b in decoder.layers]
+        self.layers = [_Layer(b, memory, memory.shape[0]) for b in decoder.layers]
         self.final_norm = None if decoder.norm is None else _norm_fn(decoder.norm)
         self.rope = decoder.rope
         self.cache = cache
@@ -179,8 +180,8 @@ class CausalStackStep:
     """The lean step of a causal `Encoder` (a GPT stack): `step(x (N, 1, C)) -> (N, 1, C)`
     over one `KVCache` per layer (filled by a prefill through the readable path)."""
 
-    def __init__(self, encoder, caches: list[KVCache], sample: torch.Tensor):
-        self.layers = [_Layer(b, sample) for b in encoder.layers]
+    def __init__(self, encoder, caches: list[KVCache], sample: torch.Tensor, rows: int):
+        self.layers = [_Layer(b, sample, rows) for b in encoder.layers]
         self.final_norm = None if encoder.norm is None else _norm_fn(encoder.norm)
         self.rope = encoder.rope
         self.caches = caches
