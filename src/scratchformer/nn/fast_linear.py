@@ -117,6 +117,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
         return _OneDNNLinear.apply(x, weight, bias)
+    if x.numel() < ONEDNN_MIN_ROWS * x.shape[-1]:  # a small inference product: MKL is faster
+        last_linear_path_reason = f"inference on fewer than {ONEDNN_MIN_ROWS} rows: MKL's sgemm is faster there"
+        return F.linear(x, weight, bias)
     return _matmul_t(x, weight, bias)
 
 
