@@ -105,3 +105,14 @@ def test_lm_generation_lean_equals_readable():
         lean = lm.generate_ids(prompt, 30, temperature=temperature, seed=0)
         readable = lm.generate_ids(prompt, 30, temperature=temperature, seed=0, lean=False)
         assert lean == readable and len(lean) == 30
+
+
+def test_auto_precision_chooses_by_a_probe_and_says_why():
+    from scratchformer.tasks.translate.decoding import BF16_MIN_GAIN, choose_precision
+
+    choice, why = choose_precision(32, 64)
+    assert choice in ("fp32", "bf16")
+    gain = float(why.split("bf16 ")[1].split("x")[0])
+    assert (choice == "bf16") == (gain >= BF16_MIN_GAIN)  # the rule it states is the rule it applied
+    assert why.startswith("probe at 32 rows x d_model 64: ")
+    assert choose_precision(32, 64) == (choice, why)  # probed once per size bucket

@@ -15,7 +15,7 @@ from ...nn.quant import check_quantize, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import load_weights
 from ..runs import RunDir
-from .decoding import DecodeConfig, Hypothesis, check_sources, decode
+from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
 from .task import corpus_scores
 
@@ -55,6 +55,8 @@ class Translator:
 
     def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe):
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
+        self.last_precision: str | None = None  # what the last batch decoded in, and why
+        self.precision_reason: str | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path, weights: str | None = None,
@@ -115,7 +117,15 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], PAD_ID)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            precision = cfg.precision
+            if precision == "auto":
+                d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
+                    else self.model.cfg.transformer.d_model
+                precision, self.precision_reason = choose_precision(len(chunk) * cfg.beam, d)
+            else:
+                self.precision_reason = f"precision={precision!r} was asked for"
+            self.last_precision = precision
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
                 hyps = decode(self.model, src, cfg)
             for i, h in zip(chunk, hyps):
                 out[i] = h
