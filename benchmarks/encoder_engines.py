@@ -102,7 +102,7 @@ def to_markdown(res: dict) -> str:
     rows = [[f"{r['batch']} × {r['tokens']}", common.fmt_stat(r["tokens_per_s"]["ours"]),
              common.fmt_stat(r["tokens_per_s"]["onnxruntime"]), common.fmt_stat(r["ours_vs_ort"], 3, "×"),
              f"{r['max_abs_diff']:.1e}"] for r in res["rows"]]
-    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours", "ONNX Runtime", "ours / ORT", "max |diff|"], rows))
+    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours", "ONNX Runtime", "ours / ORT", "max abs diff"], rows))
     return "\n\n".join(parts)
 
 

@@ -18,7 +18,7 @@ Ratios are ours' tokens/s over the anchor's, per repetition, medians (min-max).
 Op calls: a `TorchDispatchMode` counts every aten op a decode dispatches (hsk size, one thread),
 divided by the output tokens, for the readable and the lean path.
 
-    python -m benchmarks.translation_engines [--quick] [--out DIR]
+    python -m benchmarks.translation_engines [--quick] [--out DIR] [--sizes hsk] [--reps 3]
 """
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: i
             "lean_speedup": common.paired_ratio(times["ours_readable"], times["ours"])}
 
 
-def run(quick: bool = False, out_dir=None, log=print) -> dict:
+def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_override=None) -> dict:
     import ctranslate2
 
     res = {"title": "Translation decoding vs CTranslate2 (every hypothesis 30 tokens)", "machine": common.machine_info(),
@@ -185,7 +185,11 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
     log("[engines] op counts")
     res["op_counts"] = op_counts(quick)
     sizes = {"hsk": dict(SIZES["hsk"], d_model=32, d_ff=64, vocab=64, n_heads=4)} if quick else SIZES
+    if sizes_only:  # e.g. "hsk": a shorter run on a busy machine
+        sizes = {k: v for k, v in sizes.items() if k in sizes_only.split(",")}
     reps, budget = (2, None) if quick else (5, 40.0)
+    if reps_override:
+        reps, budget = int(reps_override), None
     with tempfile.TemporaryDirectory() as tmp:
         for name, s in sizes.items():
             res["sizes"][name] = s
@@ -260,7 +264,8 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None):
-    common.cli(run, __doc__, argv)
+    common.cli(run, __doc__, argv, {"sizes_only": ("--sizes", "comma-separated sizes to run (default: hsk,en-fr)"),
+                                    "reps_override": ("--reps", "repetitions per cell (default 5, fewer under a time budget)")})
 
 
 if __name__ == "__main__":
