@@ -37,10 +37,10 @@ def register(cli) -> None:
     s.set_defaults(func=run_similarity)
 
 
-def _load(name: str, quantize: str | None = None):
+def _load(name: str):
     from ..interop.hf_bert import load_hf_bert
 
-    return load_hf_bert(name, quantize=quantize)
+    return load_hf_bert(name)
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -61,7 +61,11 @@ def run_embed(args) -> int:
     suffix = args.out.suffix.lower() if args.out else None
     if suffix not in (None, ".npy", ".jsonl"):
         raise UserError(f"--out must end in .npy or .jsonl, got {args.out.name}")
-    model, tok = _load(args.model, args.quantize)
+    model, tok = _load(args.model)
+    if args.quantize == "int8":  # what load_hf_bert(name, quantize="int8") does
+        from ..nn.quant import quantize_int8
+
+        quantize_int8(model)
     _check_max_length(args.max_length, tok)
     vectors = model.embed(texts, tok, batch_size=args.batch_size, max_length=args.max_length).numpy()
     if suffix == ".npy":
