@@ -3,6 +3,7 @@
 
 Conventions: batch-first `(B, T, C)`; boolean masks mean True = may attend / real token.
 """
+from .additive import AdditiveAttention
 from .attention import KVCache, MultiHeadAttention, plain_attention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer
 from .cache import RollingKVCache
@@ -21,7 +22,7 @@ from .position import (
 )
 
 __all__ = [
-    "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
+    "ALiBi", "AdditiveAttention", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
     "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MaskError",
     "MultiHeadAttention", "RMSNorm", "RollingKVCache", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
     "TransformerConfig", "causal_mask", "linear", "local_window_mask", "merge_masks", "onednn_blocker",
