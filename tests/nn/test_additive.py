@@ -32,7 +32,7 @@ def test_additive_attention_equals_the_hand_computation():
 
 
 def test_masks_true_means_may_attend_and_an_empty_row_is_zero():
-    att = tiny()
+    att = tiny().requires_grad_(False)
     q = torch.tensor([[[1.0], [2.0]]])  # two queries
     k, v = torch.tensor([[[0.0], [1.0]]]), torch.tensor([[[10.0], [20.0]]])
     out, w = att(q, k, v, padding_mask=torch.tensor([[True, False]]))
