@@ -24,9 +24,13 @@ from .masks import check_mask
 
 
 class AdditiveAttention(nn.Module):
-    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int, dropout: float = 0.0):
+    """`bias=True` adds one bias vector b inside the tanh, `tanh(W_q q + W_k k + b)` (d2l and
+    Bahdanau et al. have none). Without it every hidden unit is an odd function of a direction
+    through (q, k) = 0, so "k is close to q", an even function of q − k, is hard to express."""
+
+    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int, dropout: float = 0.0, bias: bool = False):
         super().__init__()
-        self.W_q = nn.Linear(query_dim, hidden_dim, bias=False)
+        self.W_q = nn.Linear(query_dim, hidden_dim, bias=bias)
         self.W_k = nn.Linear(key_dim, hidden_dim, bias=False)
         self.w_v = nn.Linear(hidden_dim, 1, bias=False)
         self.dropout = nn.Dropout(dropout)
