@@ -25,8 +25,9 @@ from .masks import check_mask
 
 class AdditiveAttention(nn.Module):
     """`bias=True` adds one bias vector b inside the tanh, `tanh(W_q q + W_k k + b)` (d2l and
-    Bahdanau et al. have none). Without it every hidden unit is an odd function of a direction
-    through (q, k) = 0, so "k is close to q", an even function of q − k, is hard to express."""
+    Bahdanau et al. have none). Without it the score is an odd function of (q, k),
+    score(−q, −k) = −score(q, k): on zero-centred inputs the key it ranks first for one example it
+    ranks last for the mirrored one (`experiment attention-scores`: chance level on both tasks)."""
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int, dropout: float = 0.0, bias: bool = False):
         super().__init__()
