@@ -10,11 +10,12 @@ would see beside the healthy run:
                    reads the next target token) but greedy decoding, which has no future, fails
   padding          the source padding is not masked: attention mass lands on padding, and the
                    same sentence decodes differently when its batch has more padding
-  no-scaling       scores Q Kᵀ without 1/√d_k: sharper (saturated) attention at the start
+  no-scaling       scores Q Kᵀ without 1/√d_k: sharper attention (on this small task, no loss of
+                   accuracy)
   no-positions     no positional encoding: the encoder sees a bag of symbols: right symbols,
                    wrong order
   target-shift     the decoder input is the target itself, not shifted right: it learns to copy
-                   its own input token (loss ~0, identity attention) and greedy decoding fails
+                   its own input token (loss ~0, the source ignored) and greedy decoding fails
 
 The bugs live here, in the harness, and never in the library: each is a hook put on one model
 for one run and taken off after (`planted`), a forward pre-hook, a replaced method or attribute
@@ -61,18 +62,19 @@ class Bug:
 
 BUGS = {b.name: b for b in [
     Bug("no-causal-mask", "the decoder's self-attention has no causal mask (is_causal=False)",
-        "the training loss collapses faster than the healthy run's, teacher-forced accuracy ~100%, "
-        "but greedy decoding fails: in training each position read the next target token"),
+        "the training loss falls like the healthy run's and teacher-forced accuracy is ~100%, but greedy "
+        "decoding fails: in training each position read the next target token"),
     Bug("padding", "the source padding mask is not passed to the encoder nor to cross-attention",
         "attention mass on padding; the same sources decode worse when the batch has more padding"),
     Bug("no-scaling", "attention scores Q Kᵀ without the 1/√d_k",
-        "sharper attention (lower entropy) from the start; training is noisier/slower"),
+        "sharper attention (lower entropy; the doctor flags heads attending only to themselves); on "
+        "this small task accuracy does not suffer and the loss even falls earlier"),
     Bug("no-positions", "no positional encoding added to the embeddings",
         "the right symbols in the wrong order: greedy accuracy by position is low while the bag of "
         "symbols is nearly right"),
     Bug("target-shift", "the decoder input is the target itself, not shifted right by <bos>",
-        "loss ~0 and identity attention in the decoder (it copies its own input), but greedy "
-        "decoding fails"),
+        "loss ~0 from the first steps (it copies its own input token), the cross-attention goes "
+        "uniform (it ignores the source), and greedy decoding fails"),
 ]}
 
 
@@ -426,8 +428,8 @@ def write_report(out: Path, results: list[dict], runs, outcomes, figures: list[s
         "![training loss](curves.png)", "", "![accuracy](accuracy.png)", "",
         "Attention maps (last layer, mean over heads, one held-out sequence whose source carries 8 extra padding "
         "keys): healthy cross-attention is a diagonal (output t reads source t) and the decoder's self-attention "
-        "is lower-triangular. Without the causal mask the decoder looks *ahead*; with the unshifted target it "
-        "looks at itself; without positions the cross-attention loses its diagonal; without the padding mask "
+        "is lower-triangular. Without the causal mask the decoder looks *ahead*; with the unshifted target the "
+        "cross-attention is uniform (the source is not needed to copy the input token); without positions the cross-attention loses its diagonal; without the padding mask "
         "the last columns light up.", "",
         "![attention maps](attention.png)", "",
         "## Setup", "",
