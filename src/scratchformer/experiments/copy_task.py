@@ -207,7 +207,7 @@ def train_one(bug: str | None, seed: int, steps: int, log_every: int = 10) -> di
 def attention_views(model: Seq2Seq, seqs: list[list[int]], shift: bool) -> dict:
     """The three kinds of attention on `seqs` (sources padded by EXTRA_PAD, so padding shows),
     as `diagnostics.subject.AttentionBatch`es for the doctor's statistics."""
-    from ..diagnostics.subject import AttentionBatch
+    from ..tasks.inspection import AttentionBatch
 
     b = batch(seqs, shift, extra_pad=EXTRA_PAD)
     memory, src_mask = model.encode(b["src"])
