@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..fileio import atomic_write_bytes, atomic_write_text
 from .common import read_inputs
 
 MODEL_HELP = "a model name (minilm) or a folder with config.json + model.safetensors (default: minilm)"
@@ -63,17 +64,18 @@ def run_embed(args) -> int:
     _check_max_length(args.max_length, tok)
     vectors = model.embed(texts, tok, batch_size=args.batch_size, max_length=args.max_length).numpy()
     if suffix == ".npy":
+        import io
+
         import numpy as np
 
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        np.save(args.out, vectors.astype("float32"))
+        buf = io.BytesIO()
+        np.save(buf, vectors.astype("float32"))
+        atomic_write_bytes(args.out, buf.getvalue())  # never half a file, never through a link
     else:
         lines = (json.dumps({"text": t, "embedding": [float(x) for x in v]}, ensure_ascii=False)
                  for t, v in zip(texts, vectors))
         if suffix == ".jsonl":
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            with open(args.out, "w", encoding="utf-8") as f:
-                f.writelines(line + "\n" for line in lines)
+            atomic_write_text(args.out, "".join(line + "\n" for line in lines))
         else:
             for line in lines:
                 print(line)

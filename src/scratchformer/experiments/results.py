@@ -189,8 +189,8 @@ def default_columns(summary: pd.DataFrame) -> list[str]:
 def write_tables(out: Path, runs: pd.DataFrame, axes: list[str], columns: list[str] | None = None) -> pd.DataFrame:
     """`runs.csv`, `results.csv` and `results.md` in `out`; returns the summary."""
     summary = summarize(runs, axes)
-    runs.to_csv(out / "runs.csv", index=False)
-    summary.to_csv(out / "results.csv", index=False)
+    atomic_write_text(out / "runs.csv", runs.to_csv(index=False))  # pandas' own to_csv(path) follows a link
+    atomic_write_text(out / "results.csv", summary.to_csv(index=False))
     cols = columns or default_columns(summary)
     note = ("Mean ± standard deviation over the seeds that did not diverge; `diverged` counts the "
             "runs stopped by a NaN/Inf loss or gradient. Time per step: median between training logs, "

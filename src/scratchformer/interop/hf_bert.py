@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from ..fileio import atomic_write_bytes
 from ..data.bert_tokenizer import BertTokenizer, _read_json, _write_json
 from ..models.bert import BertConfig, BertEncoder
 
@@ -277,13 +278,12 @@ def export_hf_bert(model: BertEncoder, tokenizer: BertTokenizer, out_dir: str | 
     1_Pooling/config.json for mean pooling + normalisation, so `SentenceTransformer(out_dir)`
     gives the vectors of `model.embed`.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     cfg = model.config
     _write_json(out / "config.json", cfg.to_hf())
-    save_file(our_state_to_hf(model), str(out / "model.safetensors"), metadata={"format": "pt"})
+    atomic_write_bytes(out / "model.safetensors", save(our_state_to_hf(model), metadata={"format": "pt"}))
     tokenizer.save(out)
     if sentence_transformers is None:
         sentence_transformers = tokenizer.sentence_max_length is not None

@@ -223,7 +223,7 @@ class BlendedClassifier:
         """The baseline, then `blend.json` (its presence is what makes the run predict blended)."""
         self.baseline.save(directory)
         atomic_write_text(directory / BLEND_FILE, json.dumps({"weight": self.weight, "baseline": BASELINE_NAME,
-                                                               **record}, indent=1) + "\n")
+                                                               **record}, indent=1) + "\n", root=Path(directory).parent)
 
     def _mix(self, ours: np.ndarray, texts: Sequence[str]) -> np.ndarray:
         if self.weight == 1.0:

@@ -11,6 +11,7 @@ import torch
 from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
+from ...fileio import atomic_write_text, inside
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import load_weights
 from ..runs import RunDir
@@ -138,8 +139,8 @@ class Translator:
                    sentences_per_s=len(pairs) / max(elapsed, 1e-9))
         if out_dir is not None:
             out_dir = Path(out_dir)
-            (out_dir / f"{name}_metrics.json").write_text(json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
-            (out_dir / f"{name}_hyps.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            atomic_write_text(inside(out_dir, f"{name}_metrics.json", "report"), json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
+            atomic_write_text(inside(out_dir, f"{name}_hyps.txt", "report"), "\n".join(hyps) + "\n")
         return rep
 
     @torch.no_grad()
