@@ -67,6 +67,8 @@ def examine(subject: Subject, out_dir: str | Path | None = None, plots: bool = T
                                    "NaN/inf attention probabilities", "probabilities in [0, 1]",
                                    "the attention statistics below are not meaningful", "fix the non-finite values first"))
         found.append(F.padding(name, r))
+        if "future_mass" in r:
+            found.append(F.future(name, r))
         found += F.specials(name, r)
         found.append(F.shapes(name, r))
         found.append(F.duplicates(name, r))

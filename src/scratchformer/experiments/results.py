@@ -99,6 +99,8 @@ def read_run(slot: RunSlot, early_steps: int = 100) -> dict:
         row["valid_loss_rise"] = losses[-1] - min(losses)  # > 0: validation loss went up again
     if train:
         row["final_train_loss"] = train[-1]["loss"]
+        if "final_valid_loss" in row:  # > 0 and growing: the model fits its training data better than new data
+            row["overfit_gap"] = row["final_valid_loss"] - statistics.mean(r["loss"] for r in train[-5:])
         row["early_oscillation"] = oscillation([r["loss"] for r in train if r["step"] <= early_steps])
         row["late_oscillation"] = oscillation([r["loss"] for r in train[len(train) // 2:]])
     for name in ("test_metrics.json", "valid_metrics.json"):

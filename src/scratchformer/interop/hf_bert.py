@@ -28,6 +28,7 @@ import torch
 
 from ..errors import UserError
 from ..fileio import atomic_write_bytes
+from ..nn.quant import check_quantize, quantize_int8
 from ..data.bert_tokenizer import BertTokenizer, _read_json, _write_json
 from ..models.bert import BertConfig, BertEncoder
 
@@ -235,12 +236,14 @@ def our_state_to_hf(model: BertEncoder) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- load / export
 
 
-def load_hf_bert(model_dir_or_name: str | os.PathLike) -> tuple[BertEncoder, BertTokenizer]:
+def load_hf_bert(model_dir_or_name: str | os.PathLike, quantize: str | None = None) -> tuple[BertEncoder, BertTokenizer]:
     """Load an HF BERT checkpoint (a folder, or a name in `PRETRAINED` such as 'minilm').
 
     Returns `(model, tokenizer)`: the model in eval mode on the CPU in float32, equal to
     `transformers.BertModel.from_pretrained(folder)` up to float rounding.
+    `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference).
     """
+    quantize = check_quantize(quantize)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -264,6 +267,8 @@ def load_hf_bert(model_dir_or_name: str | os.PathLike) -> tuple[BertEncoder, Ber
                             f"{shapes[k]}; the config and the weights do not belong together")
     model.load_state_dict({k: v.float() for k, v in ours.items()}, strict=True)
     model.eval()
+    if quantize == "int8":
+        quantize_int8(model)
     tok = BertTokenizer.from_dir(d, max_positions=cfg.max_position_embeddings)
     return model, tok
 

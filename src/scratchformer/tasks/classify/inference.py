@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
+from ...nn.quant import check_quantize, quantize_int8
 from ...fileio import atomic_write_text
 from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import build_checked
@@ -34,16 +35,18 @@ class Classifier:
         self._encode = encoder_for(recipe, tokenizer)
 
     @classmethod
-    def load(cls, run_dir: str | Path, blend: bool = True) -> "Classifier":
+    def load(cls, run_dir: str | Path, blend: bool = True, quantize: str | None = None) -> "Classifier":
         """A finished run directory; an ensemble run gives an `EnsembleClassifier`. When the run
         holds a blend with the TF-IDF baseline (`baseline/blend.json`, see blend.py), the
-        `BlendedClassifier` is what the run predicts with; `blend=False`: ours alone."""
+        `BlendedClassifier` is what the run predicts with; `blend=False`: ours alone.
+        `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
+        quantize = check_quantize(quantize)
         run = RunDir(run_dir)
         if blend and (run.path / BLEND_DIR / BLEND_FILE).is_file():
-            return BlendedClassifier.load(cls.load(run_dir, blend=False), run.path / BLEND_DIR)
+            return BlendedClassifier.load(cls.load(run_dir, blend=False, quantize=quantize), run.path / BLEND_DIR)
         if run.is_ensemble:
             recipe = run.load_recipe(ClassifyRecipe, "classify", (), "classification")
-            members = [cls.load(run.member(i).path) for i in range(recipe.ensemble)]
+            members = [cls.load(run.member(i).path, quantize=quantize) for i in range(recipe.ensemble)]
             return EnsembleClassifier(members, recipe)
         recipe = run.load_recipe(ClassifyRecipe, "classify", ("tokenizer.json", "labels.json", WEIGHTS),
                                  "classification")
@@ -57,6 +60,8 @@ class Classifier:
                             f"{run / 'config.json'} only a {recipe.model.vocab_size}-row embedding: "
                             "the run folder is inconsistent")
         model = build_checked(lambda: build_classifier(recipe.model), run / WEIGHTS, run / "config.json")
+        if quantize == "int8":
+            quantize_int8(model)
         return cls(model, tokenizer, labels, recipe)
 
     @property
