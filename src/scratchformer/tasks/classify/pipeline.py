@@ -60,7 +60,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
         tok = load_tokenizer(out_dir, recipe.model)
     elif recipe.model.init:
-        source = load_init(recipe.model.init)
+        source = load_init(recipe.model.init).for_texts([t for t, _ in data.train], recipe.model, log)
         tok = source.tokenizer
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
@@ -82,9 +82,9 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
 
     recipe = recipe.resolved(derive)
     dc, mc = recipe.data, recipe.model
-    if mc.bert is not None and dc.max_len > mc.bert.max_position_embeddings:
+    if mc.bert is not None and dc.max_len > mc.bert.max_positions:
         raise UserError(f"data.max_len {dc.max_len} exceeds the checkpoint's "
-                        f"{mc.bert.max_position_embeddings} positions; lower it")
+                        f"{mc.bert.max_positions} positions; lower it")
     if not splits:
         encode_splits(recipe)
     train, valid, test = splits["train"], splits["valid"], splits["test"]
