@@ -49,6 +49,8 @@ def without_holdout_fold(data: ClassificationData, dc: ClassifyDataConfig,
     """`data` (and a teacher's rows `soft` for its training texts) with the training texts of
     fold `dc.holdout_fold` left out: text i is in fold i % `dc.folds`, in the split's fixed order.
     Unchanged without a fold."""
+    if dc.max_train is not None and dc.max_train < len(data.train):
+        data, soft = replace(data, train=data.train[:dc.max_train]), None if soft is None else soft[:dc.max_train]
     if dc.folds is None:
         return data, soft
     keep = np.arange(len(data.train)) % dc.folds != dc.holdout_fold
