@@ -203,7 +203,7 @@ class BertEncoder(nn.Module):
         # BERT has no dropout between the FFN activation and its output projection (its only
         # FFN dropout is on the output, which our block applies before the residual add).
         for block in self.encoder.layers:
-            block.ffn.dropout = nn.Identity()
+            block.ffn.dropout = nn.Dropout(0.0)  # (FeedForward reads its .p to skip the call)
         self.pooler = BertPooler(cfg) if cfg.add_pooler else None
 
     @property
