@@ -77,8 +77,10 @@ def train(args) -> int:
         recipe = adaptive_recipe(args.set, {k: v for k, v in given.items() if v is not None})
         log(f"recipe (adaptive default; --config FILE to choose your own): {describe(recipe)}")
     candidate = None
-    if not (args.config or args.resume or args.init or args.teacher):  # the adaptive default considers e5
-        from ..tasks.classify.auto import e5_decision, e5_recipe
+    from ..tasks.classify.auto import E5_MIN_BUDGET
+
+    if not (args.config or args.resume or args.init or args.teacher) and (recipe.time_budget or 0) >= E5_MIN_BUDGET:
+        from ..tasks.classify.auto import e5_decision, e5_recipe  # the adaptive default considers e5
         from ..tasks.classify.data import load_classification
 
         data = load_classification(recipe.data)

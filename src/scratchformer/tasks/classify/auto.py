@@ -160,6 +160,7 @@ def adaptive_recipe(sets: Sequence[str] = (), flags: dict[str, Any] | None = Non
 # ----------------------------------------------------------------------------- e5 as a candidate
 
 E5_SHARE = 0.5  # of the budget: e5 trains in one half, today's choice in the other
+E5_MIN_BUDGET = 2.0  # minutes: below, e5 is not even estimated (loading it alone takes ~20 s)
 E5_NON_EMBEDDING_PARAMS = 21.3e6  # multilingual-e5-small without its word embeddings
 E5_EPOCHS = 1  # what one fine-tuning pass needs (a whole epoch of the training texts)
 E5_TOKENS_EXTRA = 6  # <s>, </s> and "query: " (4 pieces) around each text
