@@ -175,8 +175,11 @@ def test_unknown_name_and_unsupported_config():
         resolve_model_dir("no-such-model-xyz")
     with pytest.raises(UserError, match="position_embedding_type"):
         BertConfig.from_hf({"model_type": "bert", "position_embedding_type": "relative_key"})
-    with pytest.raises(UserError, match="model_type"):
-        BertConfig.from_hf({"model_type": "roberta"})
+    with pytest.raises(UserError, match="model_type 'gpt2'; only bert, roberta, xlm-roberta"):
+        BertConfig.from_hf({"model_type": "gpt2"})
+    # (XLM-)RoBERTa is BERT with position ids from padding_idx + 1 (interop/e5.py loads one)
+    roberta = BertConfig.from_hf({"model_type": "roberta", "pad_token_id": 1, "max_position_embeddings": 514})
+    assert (roberta.position_offset, roberta.max_positions, roberta.to_hf()["architectures"]) == (2, 512, ["RobertaModel"])
 
 
 def test_mean_pool_ignores_padding_and_never_nans():

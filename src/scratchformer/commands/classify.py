@@ -76,8 +76,23 @@ def train(args) -> int:
         given = {"data.dataset": args.data, "data.valid_file": args.valid, "data.test_file": args.test, **flags}
         recipe = adaptive_recipe(args.set, {k: v for k, v in given.items() if v is not None})
         log(f"recipe (adaptive default; --config FILE to choose your own): {describe(recipe)}")
-    result = train_classifier(recipe, args.out, resume=args.resume, log=log, baseline=not args.no_baseline,
-                              started=started)
+    candidate = None
+    from ..tasks.classify.auto import E5_MIN_BUDGET
+
+    if not (args.config or args.resume or args.init or args.teacher) and (recipe.time_budget or 0) >= E5_MIN_BUDGET:
+        from ..tasks.classify.auto import e5_decision, e5_recipe  # the adaptive default considers e5
+        from ..tasks.classify.data import load_classification
+
+        data = load_classification(recipe.data)
+        est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log)
+        candidate = e5_recipe(recipe, est.minutes / 0.9) if est else None
+    if candidate is not None:
+        from ..tasks.classify.pipeline import train_with_candidate
+
+        result = train_with_candidate(recipe, candidate, args.out, log, baseline=not args.no_baseline, started=started)
+    else:
+        result = train_classifier(recipe, args.out, resume=args.resume, log=log, baseline=not args.no_baseline,
+                                  started=started)
     out = {"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
            "best_valid": result["train"].get("best_metric")}
     if "comparison" in result:

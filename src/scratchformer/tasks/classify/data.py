@@ -49,6 +49,8 @@ def without_holdout_fold(data: ClassificationData, dc: ClassifyDataConfig,
     """`data` (and a teacher's rows `soft` for its training texts) with the training texts of
     fold `dc.holdout_fold` left out: text i is in fold i % `dc.folds`, in the split's fixed order.
     Unchanged without a fold."""
+    if dc.max_train is not None and dc.max_train < len(data.train):
+        data, soft = replace(data, train=data.train[:dc.max_train]), None if soft is None else soft[:dc.max_train]
     if dc.folds is None:
         return data, soft
     keep = np.arange(len(data.train)) % dc.folds != dc.holdout_fold
@@ -83,6 +85,7 @@ class DocumentEncoder:
         self.bert = isinstance(tokenizer, BertTokenizer)
         self.prefix = [(tokenizer.cls_id, 0)] if self.bert else [(CLS_ID, 0)] if cls_token else []
         self.suffix = [(tokenizer.sep_id, 0)] if self.bert else []
+        self.pad_id = tokenizer.pad_id if self.bert else PAD_ID
 
     def __call__(self, text: str) -> list[list[tuple[int, int]]]:
         if self.bert:
@@ -99,9 +102,9 @@ class DocumentEncoder:
 
 
 def collate(docs: Sequence[list[list[tuple[int, int]]]], labels: Sequence[int], bigrams: bool,
-            soft: np.ndarray | None = None) -> ClassifyBatch:
+            soft: np.ndarray | None = None, pad_id: int = PAD_ID) -> ClassifyBatch:
     segs = [s for d in docs for s in d]
-    ids, _ = pad_sequences([[i for i, _ in s] for s in segs], PAD_ID)  # (S, T)
+    ids, _ = pad_sequences([[i for i, _ in s] for s in segs], pad_id)  # (S, T)
     bi = pad_sequences([[b for _, b in s] for s in segs], 0)[0] if bigrams else None
     doc_index = None
     if len(segs) != len(docs):
@@ -121,7 +124,7 @@ class EncodedSplit:
         if soft is not None and soft.shape != (len(pairs), len(label_ids)):
             raise UserError(f"the teacher's probabilities have shape {soft.shape}, expected "
                             f"({len(pairs)}, {len(label_ids)}): one row per text, one column per label")
-        self.bigrams = encode.bigrams
+        self.bigrams, self.pad_id = encode.bigrams, encode.pad_id
         lengths = [sum(len(s) for s in d) for d in self.docs]
         self.sampler = LengthBucketSampler(lengths, batch_size=None if dc.max_tokens else dc.batch_size,
                                            max_tokens=dc.max_tokens, shuffle=shuffle, seed=seed)
@@ -132,7 +135,7 @@ class EncodedSplit:
 
     def batches(self, epoch: int = 0) -> list[ClassifyBatch]:
         return [collate([self.docs[i] for i in idx], [self.labels[i] for i in idx], self.bigrams,
-                        None if self.soft is None else self.soft[np.asarray(idx)])
+                        None if self.soft is None else self.soft[np.asarray(idx)], self.pad_id)
                 for idx in self.sampler.epoch_batches(epoch)]
 
 
@@ -148,7 +151,7 @@ def save_tokenizer(tok, run_dir: Path) -> None:
 def load_tokenizer(run_dir: Path, model_cfg: ClassifierConfig):
     """The tokenizer a run was trained with; a BERT backbone means a BERT tokenizer."""
     if model_cfg.bert is not None:
-        return BertTokenizer.from_dir(run_dir, max_positions=model_cfg.bert.max_position_embeddings)
+        return BertTokenizer.from_dir(run_dir, max_positions=model_cfg.bert.max_positions)
     return Tokenizer.load(Path(run_dir) / "tokenizer.json")
 
 

@@ -69,7 +69,7 @@ class Classifier:
         """Hard limit on tokens per segment (a learned position table), or None."""
         m = self.recipe.model
         if m.bert is not None:
-            return m.bert.max_position_embeddings
+            return m.bert.max_positions
         return m.encoder.max_len if m.encoder.position == "learned" else None
 
     def with_max_len(self, max_len: int) -> "Classifier":
@@ -90,7 +90,7 @@ class Classifier:
             if not isinstance(text, str) or not text.strip():
                 raise UserError(f"text {i + 1} is empty: there is nothing to classify")
             docs.append(self._encode(text))
-        return collate(docs, [0] * len(docs), self._encode.bigrams)
+        return collate(docs, [0] * len(docs), self._encode.bigrams, pad_id=self._encode.pad_id)
 
     @torch.no_grad()
     def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:

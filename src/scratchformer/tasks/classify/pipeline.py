@@ -61,7 +61,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
         tok = load_tokenizer(out_dir, recipe.model)
     elif recipe.model.init:
-        source = load_init(recipe.model.init)
+        source = load_init(recipe.model.init).for_texts([t for t, _ in data.train], recipe.model, log)
         tok = source.tokenizer
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
@@ -83,9 +83,9 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
 
     recipe = recipe.resolved(derive)
     dc, mc = recipe.data, recipe.model
-    if mc.bert is not None and dc.max_len > mc.bert.max_position_embeddings:
+    if mc.bert is not None and dc.max_len > mc.bert.max_positions:
         raise UserError(f"data.max_len {dc.max_len} exceeds the checkpoint's "
-                        f"{mc.bert.max_position_embeddings} positions; lower it")
+                        f"{mc.bert.max_positions} positions; lower it")
     if not splits:
         encode_splits(recipe)
     train, valid, test = splits["train"], splits["valid"], splits["test"]
@@ -304,4 +304,44 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
         result.update(compare_with_baseline(base, data, result, out_dir, log))
         result.update(maybe_blend(recipe, out_dir, base, data, log))
     log(f"wall time: {(time.monotonic() - started) / 60:.1f} min")
+    return result
+
+
+def train_with_candidate(recipe: ClassifyRecipe, candidate: ClassifyRecipe, out_dir: str | Path, log=print,
+                         baseline: bool = True, started: float | None = None, name: str = "e5") -> dict[str, Any]:
+    """The adaptive default with a pretrained candidate (auto.e5_decision): `recipe` (today's
+    choice) trains into `out_dir` in the budget less the candidate's share, the candidate into
+    `out_dir/<name>`; the one with the better valid metric (each alone, before any blend) is the run
+    in `out_dir`, the other is kept in `out_dir/<name>` or `out_dir/default`."""
+    import os
+    import shutil
+
+    started = time.monotonic() if started is None else started
+    out_dir = Path(out_dir)
+    ours = recipe.copy()
+    ours.time_budget = max(1.0, recipe.time_budget - candidate.time_budget)
+    res = train_classifier(ours, out_dir, log=log, baseline=baseline, started=started)
+    cand = train_classifier(candidate, out_dir / name, log=log, baseline=False)
+    a, b = res["train"].get("best_metric"), cand["train"].get("best_metric")
+    if a is None or b is None or b <= a:
+        log(f"adaptive default: today's choice stands (valid {a:.4f} against {name}'s {b:.4f}); "
+            f"the {name} run is kept in {out_dir / name}" if a is not None and b is not None else
+            f"adaptive default: today's choice stands (no valid split to compare {name} on)")
+        return {**res, "candidate": {name: b, "chosen": False}}
+    keep = out_dir / "default"
+    keep.mkdir()
+    for p in list(out_dir.iterdir()):
+        if p.name not in (name, "default", ".lock"):
+            os.replace(p, keep / p.name)
+    for p in list((out_dir / name).iterdir()):
+        if p.name != ".lock":
+            os.replace(p, out_dir / p.name)
+    shutil.rmtree(out_dir / name)
+    log(f"adaptive default: {name} chosen: valid {b:.4f} against {a:.4f} for today's choice (kept in {keep})")
+    result = {**cand, "candidate": {name: b, "default": a, "chosen": True}}
+    if baseline and recipe.blend:
+        data = load_classification(candidate.data)
+        base = fit_and_log_baseline(data, log)
+        result.update(compare_with_baseline(base, data, result, out_dir, log))
+        result.update(maybe_blend(candidate.replace(blend=True), out_dir, base, data, log))
     return result

@@ -1,5 +1,5 @@
-"""`train classify --init`: start from a pretrained backbone (a `pretrain mlm` run of ours or a
-Hugging Face BERT checkpoint such as 'minilm')."""
+"""`train classify --init`: start from a pretrained backbone (a `pretrain mlm` run of ours, a
+Hugging Face BERT checkpoint such as 'minilm', or multilingual-e5-small: 'e5')."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,10 +8,14 @@ from typing import Any
 
 import torch
 
+from ...data.bert_tokenizer import XLMRTokenizer
 from ...data.tokenizers import Tokenizer
 from ...errors import UserError
 from ...models.classifier import ClassifierConfig, EncoderClassifier
 from ..runs import RunDir
+
+
+PRUNE_ABOVE = 100_000  # pieces: e5's 250k are pruned by default, MiniLM's 30k WordPieces are not
 
 
 @dataclass
@@ -43,6 +47,25 @@ class InitSource:
             m.encoder = self.encoder.replace(dropout=m.encoder.dropout, attn_dropout=m.encoder.attn_dropout)
             m.bigram_buckets, m.bert = self.bigram_buckets, None
 
+    def for_texts(self, texts: list[str], m: ClassifierConfig, log=print) -> "InitSource":
+        """This source with its vocabulary pruned to `texts` (+ `m.vocab_margin` pieces) when
+        `m.prune_vocab` says so (None: a Unigram vocabulary of over PRUNE_ABOVE pieces)."""
+        unigram = isinstance(self.tokenizer, XLMRTokenizer)
+        prune = m.prune_vocab if m.prune_vocab is not None else unigram and self.tokenizer.vocab_size > PRUNE_ABOVE
+        if not prune:
+            return self
+        if not unigram:
+            raise UserError(f"model.prune_vocab: --init {self.name} has a WordPiece vocabulary; pruning "
+                            "works on SentencePiece (Unigram) vocabularies such as e5's: set model.prune_vocab=false")
+        tok, p = self.tokenizer.pruned(texts, m.vocab_margin)
+        key = "bert.embeddings.word.weight"
+        state = dict(self.state)
+        state[key] = state[key][torch.tensor(p.kept)].clone()  # (kept, C): row i = old row kept[i]
+        log(f"init: {p.line(self.tokenizer.vocab_size)}; {state[key].numel() / 1e6:.1f}M word-embedding "
+            f"parameters instead of {self.state[key].numel() / 1e6:.1f}M")
+        return InitSource(self.name, self.kind, tok, state, len(p.kept), self.bigram_buckets,
+                          self.encoder.replace(vocab_size=len(p.kept)))
+
     def load_into(self, model: EncoderClassifier) -> None:
         missing, unexpected = model.load_state_dict(self.state, strict=False)
         missing = [k for k in missing if not k.startswith("head.")]
@@ -70,8 +93,11 @@ def load_init(name: str) -> InitSource:
                           mlm.model.vocab_size, mlm.model.bigram_buckets, mlm.model.encoder)
     if task:
         raise UserError(f"--init {name}: that run is not a `pretrain mlm` run (nor a BERT checkpoint)")
+    from ...interop.e5 import PREFIXES, is_e5
     from ...interop.hf_bert import load_hf_bert
 
     bert, tok = load_hf_bert(name)
+    if is_e5(name):  # the model card's prefix for classification-like (symmetric) tasks
+        tok = tok.with_prefix(PREFIXES["query"])
     state = {f"bert.{k}": v for k, v in bert.state_dict().items() if not k.startswith("pooler.")}
     return InitSource(str(name), "bert", tok, state, bert.config.vocab_size, 0, bert.config)

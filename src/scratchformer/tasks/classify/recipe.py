@@ -29,6 +29,9 @@ class ClassifyDataConfig(JsonConfig):
     batch_size: int = 64
     max_tokens: int | None = None  # token budget per batch instead of batch_size
     label_smoothing: float = 0.0
+    # train on the first max_train texts of the (seeded, fixed) training split only: a
+    # pretrained backbone too slow for all of it on this machine (None: all)
+    max_train: int | None = None
     # cross-fitting (distill.py): train without the texts i with i % folds == holdout_fold
     holdout_fold: int | None = None
     folds: int | None = None
@@ -48,6 +51,8 @@ class ClassifyDataConfig(JsonConfig):
             raise UserError("data.batch_size must be a whole number >= 1, got None")
         if self.max_segments < 1:
             raise UserError(f"data.max_segments must be >= 1, got {self.max_segments}")
+        if self.max_train is not None and self.max_train < 1:
+            raise UserError(f"data.max_train must be >= 1 (or null for all), got {self.max_train}")
 
 
 @dataclass

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...data.tokenizers import PAD_ID, Tokenizer
+from ...data.tokenizers import Tokenizer
 from ...models.classifier import EncoderClassifier
 from ..runs import RunDir, eval_mode
 from .data import ClassifyBatch, EncodedSplit, save_tokenizer
@@ -31,7 +31,7 @@ class ClassificationTask:
         return len(b.labels)
 
     def batch_tokens(self, b: ClassifyBatch) -> int:
-        return int((b.ids != PAD_ID).sum())
+        return int((b.ids != self.recipe.model.pad_id).sum())
 
     def loss_sum(self, b: ClassifyBatch):
         """Cross-entropy with the labels; with a teacher's probabilities `b.soft` (distillation,
