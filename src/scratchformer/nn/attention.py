@@ -142,6 +142,10 @@ def _merge_causal(mask: torch.Tensor | None, q_len: int, k_len: int, device) -> 
     return mask.masked_fill(~causal, float("-inf"))
 
 
+def _tracing() -> bool:
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
 def _open_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """A query whose keys are all masked would get softmax over all -inf = NaN. Unmask such
     rows for the softmax; the caller zeroes their output with `row_ok` (None: no such row)."""
@@ -149,7 +153,7 @@ def _open_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, to
         return None, None
     allowed = mask if mask.dtype == torch.bool else mask > float("-inf")
     row_ok = allowed.any(dim=-1, keepdim=True)  # (..., Tq, 1)
-    if bool(row_ok.all()):
+    if not _tracing() and bool(row_ok.all()):  # a traced graph (ONNX export) takes the branch valid for every mask
         return mask, None
     if mask.dtype == torch.bool:
         return mask | ~row_ok, row_ok
