@@ -50,6 +50,10 @@ def test_page_types_submits_and_shows_label_and_attention(clf_run, tmp_path):
             labels = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#matrix th.row")]
             assert labels == list("股市涨跌银行利率")
             driver.switch_to.default_content()
+            # the label and the typed text are drawn with the server's CJK font (no empty boxes)
+            wait.until(lambda d: set(want) <= set(d.execute_script("return document.body.dataset.font || ''")))
+            assert driver.execute_script("return document.fonts.check('16px sf-cjk', arguments[0])", want)
+            assert set("股市涨跌银行利率") <= set(driver.execute_script("return document.body.dataset.font"))
             shot = tmp_path / "serve_page.png"
             assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
             keep = os.environ.get("SCRATCHFORMER_KEEP_SCREENSHOT")

@@ -582,11 +582,25 @@ def create_app(loader: Callable[[], Sequence[Served]], cfg: ServeConfig | None =
         html = await asyncio.get_running_loop().run_in_executor(None, m.attention_page, texts[0])
         return HTMLResponse(html)
 
+    @app.get("/font", include_in_schema=False)
+    async def font(text: str = ""):
+        """The CJK font cut to the characters of `text` (the page shows typed Chinese with it on
+        machines without a CJK font; the offline attention page inlines the same)."""
+        from ..fonts import subset_font
+
+        chars = "".join(sorted(set(text)))
+        if len(chars) > 4000:
+            raise ApiError(422, f"text: at most 4000 distinct characters per font request, got {len(chars)}")
+        data = await asyncio.get_running_loop().run_in_executor(None, subset_font, chars)
+        if data is None:
+            raise ApiError(404, "no CJK font on the server", "not_found")
+        return Response(data, media_type="font/otf", headers={"Cache-Control": "max-age=3600"})
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index():
         return HTMLResponse(resources.files(__package__).joinpath("page", "index.html").read_text(encoding="utf-8"))
 
-    routes = {"/", "/health", "/ready", "/metrics", "/v1/models", "/v1/attention", CLASSIFY, TRANSLATE,
+    routes = {"/", "/font", "/health", "/ready", "/metrics", "/v1/models", "/v1/attention", CLASSIFY, TRANSLATE,
               EMBEDDINGS, COMPLETIONS, "/docs", "/openapi.json"}
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
     app.add_middleware(RecordMetrics, metrics=_LazyMetrics(app), routes=routes)  # outermost: counts 413s too
