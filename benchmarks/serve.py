@@ -12,7 +12,8 @@ The runs: trained for a few steps on toy data (the speed of a model does not dep
 learned): the classifier with the model section of recipes/thucnews-demo.json (d_model 128,
 4 heads, d_ff 256, 2 layers, char tokens + 50,000 hashed bigram buckets), the translator with
 hsk-base's transformer (d_model 256, 4 heads, d_ff 1024, 3 + 3 layers); translations capped at
-`max_length` 24 tokens, greedy (beam 1).
+`max_length` 24 tokens, greedy (beam 1). The `/health` rows are the HTTP floor: the same clients
+against a route that does nothing, i.e. what the HTTP stack (server and clients) alone allows.
 
     python -m benchmarks.serve [--quick] [--out DIR]
 """
@@ -38,7 +39,7 @@ CJK = "球赛队胜负冠军进攻股市涨跌银行利率基金今日消息新�
 
 
 async def _load(url: str, path: str, body: Callable[[int], dict], clients: int, requests_per_client: int,
-                max_seconds: float) -> dict:
+                max_seconds: float, method: str = "POST") -> dict:
     import httpx
 
     latencies, errors, codes = [], 0, {}
@@ -51,7 +52,10 @@ async def _load(url: str, path: str, body: Callable[[int], dict], clients: int, 
                 return
             t0 = time.perf_counter()
             try:
-                r = await http.post(url + path, json=body(c * requests_per_client + j))
+                if method == "GET":
+                    r = await http.get(url + path)
+                else:
+                    r = await http.post(url + path, json=body(c * requests_per_client + j))
                 status = r.status_code
             except httpx.HTTPError:
                 status = -1
@@ -73,10 +77,10 @@ async def _load(url: str, path: str, body: Callable[[int], dict], clients: int, 
 
 
 def run_load(url: str, path: str, body: Callable[[int], dict], clients: int, requests_per_client: int,
-             max_seconds: float = 60.0) -> dict:
+             max_seconds: float = 60.0, method: str = "POST") -> dict:
     """`clients` concurrent clients, each sending up to `requests_per_client` requests one after
     another (stopping after `max_seconds`); requests/s, p50/p99 latency (ms), errors (non-200)."""
-    return asyncio.run(_load(url, path, body, clients, requests_per_client, max_seconds))
+    return asyncio.run(_load(url, path, body, clients, requests_per_client, max_seconds, method))
 
 
 # ----------------------------------------------------------------------------- the runs
@@ -180,6 +184,10 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
                             log(f"[serve] rep {rep + 1} {model} {clients:>2} clients batching {mode:<3}: "
                                 f"{res['requests_per_s']:.1f} req/s, p50 {res['p50_ms']:.1f} ms, "
                                 f"p99 {res['p99_ms']:.1f} ms, errors {res['errors']}")
+                for mode in ("on", "off"):  # the HTTP floor: a route that does nothing, same clients
+                    res = run_load(servers[mode][1] + "", "/health", lambda i: {}, max(clients_grid),
+                                   per_client["clf"], max_seconds, method="GET")
+                    rows.setdefault(("/health", max(clients_grid), mode), []).append(res)
         finally:
             for proc, _ in servers.values():
                 proc.terminate()
