@@ -45,7 +45,7 @@ def register(cli) -> None:
                    help="on SIGTERM, seconds the requests in flight get to finish")
     p.set_defaults(func=run_serve)
 
-    e = cli.verb("export", help="export a run for another engine (ONNX Runtime)")
+    e = cli.verb("export", help="export a classify or lm run to ONNX (ONNX Runtime runs it alone)")
     e.add_argument("run_dir", type=Path)
     e.add_argument("--format", choices=["onnx"], required=True)
     e.add_argument("--out", type=Path, required=True, help="a new (or empty) folder")
@@ -78,6 +78,21 @@ def run_serve(args) -> int:
 
 
 def run_export(args) -> int:
+    from ..tasks.runs import RunDir
+
+    task = RunDir(args.run_dir).task_name()
+    if task == "lm":
+        from ..tasks.lm.export import export_lm_onnx
+
+        report = export_lm_onnx(args.run_dir, args.out, check=not args.no_check)
+        print(f"wrote {args.out}/ (model.onnx: one decoding step, KV cache in and out; tokenizer.json, export.json)")
+        if report:
+            print(f"parity with our model over {report['steps']} greedy steps: max |Δ logits| = "
+                  f"{report['max_abs_diff']:.2e}, tokens equal: {report['greedy_equal']}")
+        return 0
+    if task != "classify":
+        raise UserError(f"{args.run_dir} holds a {task!r} run; --format onnx exports classify and lm runs "
+                        "(translation runs: see docs/export.md)")
     from ..tasks.classify.export import export_onnx
 
     report = export_onnx(args.run_dir, args.out, check=not args.no_check)

@@ -90,7 +90,8 @@ def scaled_dot_product_attention(
     k, v = _share_kv_heads(k, v, q.shape[1])
     use_fused = fused_path_blocker(need_weights, impl, q, Tk) is None
     # torch's is_causal is top-left aligned: only equal lengths without another mask may use it.
-    native_causal = is_causal and use_fused and mask is None and Tq == Tk
+    # (traced for export, Tq == Tk is symbolic: the explicit mask, right for every length, is what the graph holds)
+    native_causal = is_causal and use_fused and mask is None and not _tracing() and Tq == Tk
     if is_causal and not native_causal:
         mask = _merge_causal(mask, Tq, Tk, q.device)
     mask, row_ok = _open_empty_rows(mask)
