@@ -70,6 +70,10 @@ def _check_exportable(clf, run_dir: Path) -> None:
     if m.kind != "transformer" or m.bert is not None:
         raise UserError(f"{run_dir}: ONNX export covers our own Transformer encoder; this run's backbone is "
                         f"{'BERT' if m.bert is not None else m.kind}")
+    kind = getattr(clf.tokenizer, "kind", None)
+    if kind != "char":
+        raise UserError(f"{run_dir}: the export's torch-free preprocess.py reads char tokenizers; this run's "
+                        f"is {kind!r} (train with data.tokenizer=char to export)")
 
 
 def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,

@@ -20,7 +20,10 @@ class OnnxClassifier:
         folder = Path(folder)
         if not (folder / "model.onnx").is_file():
             raise UserError(f"{folder} has no model.onnx: pass a folder written by `scratchformer export --format onnx`")
-        self.pre = Preprocessor(folder)
+        try:
+            self.pre = Preprocessor(folder)
+        except (ValueError, KeyError, OSError) as e:
+            raise UserError(f"{folder}: not a readable classifier export ({e})") from None
         self.labels = self.pre.labels
         opts = ort.SessionOptions()
         if threads:
