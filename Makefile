@@ -12,7 +12,7 @@ $(BIN)/python:
 # torch first and pinned, so nothing later can pull a CUDA build.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,docs]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# Writes benchmarks/results/*.json|md and README.md (about 15 min on 2 quiet cores).
+# Writes benchmarks/results/*.json|md and their index benchmarks/results/README.md (about 15 min on 2 quiet cores).
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.run_all

@@ -3,6 +3,7 @@
     python -m benchmarks.run_all            # full run, about 20 minutes on 2 quiet cores
     python -m benchmarks.run_all --quick    # toy sizes, seconds (what the smoke test runs)
     python -m benchmarks.run_all --only encoder,attention
+    python -m benchmarks.run_all --index    # rewrite every <name>.md and README.md from the saved JSON
 
 Each benchmark writes `<name>.json` and `<name>.md`; this script adds `README.md` with the
 date, the machine and every benchmark's targets and key ratios.
@@ -58,6 +59,17 @@ def earlier_results(out: Path, exclude: set) -> dict:
             except (OSError, ValueError):
                 continue  # an unreadable earlier result is left out of the index, not fatal
     return found
+
+
+def render_pages(out: Path) -> list[str]:
+    """Rewrite each `<name>.md` from its saved `<name>.json` with the benchmark's current
+    `to_markdown`, so a corrected text reaches the pages without measuring again. Returns the
+    names rewritten."""
+    done = []
+    for name, res in earlier_results(out, exclude=set()).items():
+        (out / f"{name}.md").write_text(MODULES[name].to_markdown(res).rstrip() + "\n", encoding="utf-8")
+        done.append(name)
+    return done
 
 
 def write_readme(results: dict, seconds: dict, machine: dict, out: Path, quick: bool,
@@ -120,10 +132,11 @@ def main(argv=None):
     ap.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(ORDER)}")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--index", action="store_true",
-                    help="rebuild README.md from the JSON results already there (runs nothing)")
+                    help="rewrite every <name>.md and README.md from the JSON results already there (runs nothing)")
     a = ap.parse_args(argv)
     if a.index:
         out = common.RESULTS_DIR if a.out is None else Path(a.out)
+        render_pages(out)
         write_readme(earlier_results(out, exclude=set()), {}, common.machine_info(), out, False,
                      "python -m benchmarks.run_all --index")
         return

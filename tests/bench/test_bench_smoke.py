@@ -133,3 +133,17 @@ def test_an_only_run_keeps_the_other_tables_in_the_index(tmp_path):
     index = (tmp_path / "README.md").read_text()
     assert "[encoder](encoder.md): Encoder" in index and "| speed | 2x | 1x | yes |" in index
     assert "the other tables (encoder) are from earlier runs" in index
+
+
+def test_index_rewrites_each_page_from_its_json_with_the_current_text(tmp_path):
+    """`run_all --index` re-renders every `<name>.md` from the saved JSON: the attention page says
+    that the blocked window kernel exists and is the default (it once said one would be needed),
+    and the saved page equals the re-rendered one."""
+    import shutil
+
+    shutil.copy(common.RESULTS_DIR / "attention.json", tmp_path / "attention.json")
+    assert run_all.render_pages(tmp_path) == ["attention"]
+    page = (tmp_path / "attention.md").read_text(encoding="utf-8")
+    assert "(`window_impl='blocked'`, the default; benchmarks/long_sequence.py) is O(T·window)." in page
+    assert "would make it" not in page
+    assert page == (common.RESULTS_DIR / "attention.md").read_text(encoding="utf-8")

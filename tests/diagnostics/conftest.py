@@ -86,3 +86,19 @@ def mlm_run(tmp_path_factory):
                  "--set", "model.encoder.n_layers=1", "--set", "data.min_freq=1", "--set", "train.max_steps=6",
                  "--set", "train.eval_every=3", "--set", "data.valid_frac=0.1", "--set", "train.progress=false"]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def late_token_run(tmp_path_factory):
+    """A classifier saved after at most 10 steps whose training data holds "罕" in one text only,
+    in a later batch (batch 14 of 21 in the first epoch; test_doctor_checkpoint.py checks it)."""
+    d = tmp_path_factory.mktemp("late")
+    write_tsv(d / "train.tsv", headlines(320, 0) + [("罕见球赛今日消息新的一天", "体育")])
+    write_tsv(d / "valid.tsv", headlines(40, 3))
+    write_tsv(d / "test.tsv", headlines(40, 1))
+    out = d / "run"
+    assert main(["train", "classify", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
+                 "--test", str(d / "test.tsv"), "--out", str(out), "--set", "ensemble=1", "--no-baseline"]
+                + CLASSIFY + ["--set", "time_budget=null", "--set", "blend=false", "--set", "train.max_steps=10",
+                                "--set", "train.eval_every=5", "--set", "train.warmup_steps=0"]) == 0
+    return out

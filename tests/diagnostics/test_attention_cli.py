@@ -2,7 +2,7 @@
 import json
 
 from scratchformer.cli import main
-from scratchformer.diagnostics import adapters
+from scratchformer.diagnostics import inspection
 
 
 def _json(capsys):
@@ -25,7 +25,7 @@ def test_classification_maps_top_table_and_page(clf_run, tmp_path, capsys):
 
 
 def test_translation_has_three_kinds_and_align_still_works(mt_run, tmp_path, capsys):
-    res = adapters.load(mt_run).attention("ab cd ef")
+    res = inspection.load(mt_run).attention("ab cd ef")
     names = [v.name for v in res.views]
     assert names == ["encoder self-attention", "decoder self-attention", "cross-attention"]
     enc, dec, cross = res.views
@@ -53,10 +53,10 @@ def test_language_model_and_mlm_runs(lm_run, mlm_run, tmp_path, capsys):
     assert main(["attention", str(lm_run), "春夏秋冬天地", "--json"]) == 0
     d = _json(capsys)
     assert d["views"][0]["name"] == "causal self-attention"
-    res = adapters.load(lm_run).attention("春夏秋冬天地")
+    res = inspection.load(lm_run).attention("春夏秋冬天地")
     assert float(res.views[0].layers[0].triu(1).abs().max()) == 0.0
     first = [r for r in d["views"][0]["top"] if r["query"] == 0]
     assert all(r["top"][0][:2] == [0, "春"] and r["top"][0][2] == 1.0 for r in first)  # the first token sees only itself
     assert main(["attention", str(mlm_run), "球赛今日", "--html", str(tmp_path / "h")]) == 0
-    res = adapters.load(mlm_run).attention("球赛今日")
+    res = inspection.load(mlm_run).attention("球赛今日")
     assert res.views[0].query_tokens == list("球赛今日") and torch_allclose_rows(res.views[0].layers[0])

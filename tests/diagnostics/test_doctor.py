@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from scratchformer.cli import main
-from scratchformer.diagnostics import adapters
+from scratchformer.diagnostics import inspection
 from scratchformer.diagnostics.doctor import examine
 
 SAMPLES = 48
 
 
 def _subject(run):
-    return adapters.load(run).subject(None, "valid", SAMPLES)
+    return inspection.load(run).subject(None, "valid", SAMPLES)
 
 
 def _levels(report, key):
@@ -104,7 +104,7 @@ def test_dead_head_is_prunable_at_no_cost(clf_run):
 def test_embedding_row_never_updated_is_an_error(clf_run):
     subject = _subject(clf_run)
     [table] = subject.embeddings
-    tok = adapters.load(clf_run).clf.tokenizer
+    tok = inspection.load(clf_run).clf.tokenizer
     i = tok.token_to_id("球")
     assert int(table.train_counts[i]) > 10
     with torch.no_grad():

@@ -38,12 +38,12 @@ def _png_paths(out: Path | None, run_dir: Path, views) -> list[Path]:
 
 
 def attention(args) -> int:
-    from ..diagnostics import adapters
+    from ..diagnostics import inspection
     from ..diagnostics.attention_html import write_html
     from ..diagnostics.attention_plot import plot_view
     from ..diagnostics.maps import AttentionResult, format_top_k, select_views, top_k
 
-    res = adapters.load(args.run_dir).attention(args.text)
+    res = inspection.load(args.run_dir).attention(args.text)
     res = AttentionResult(res.text, select_views(res, args.view), res.output, res.task)
     pngs = [] if args.no_png else [plot_view(v, p) for v, p in zip(res.views, _png_paths(args.out, args.run_dir, res.views))]
     page = write_html(res, args.html) if args.html else None
@@ -70,7 +70,7 @@ def attention(args) -> int:
 def doctor(args) -> int:
     from dataclasses import asdict
 
-    from ..diagnostics import adapters
+    from ..diagnostics import inspection
     from ..diagnostics.doctor import examine, summary
     from ..errors import UserError
 
@@ -78,7 +78,7 @@ def doctor(args) -> int:
         raise UserError(f"--samples must be >= 1, got {args.samples}")
     if args.data and not Path(args.data).exists():
         raise UserError(f"--data {args.data} does not exist")
-    subject = adapters.load(args.run_dir).subject(args.data, args.split, args.samples)
+    subject = inspection.load(args.run_dir).subject(args.data, args.split, args.samples)
     out = args.out or subject.run_dir
     report = examine(subject, out)
     if args.json:

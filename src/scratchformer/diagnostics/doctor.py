@@ -1,8 +1,8 @@
 """`scratchformer doctor RUN`: look inside a trained model on real samples of its data and
 write what was found (`doctor.md`, PNGs) into the run folder.
 
-    subject (adapters.py) -> measurements (measures.py, probes.py) -> findings (findings.py)
-                          -> doctor.md + doctor_*.png (+ a summary for the terminal)
+    subject (the task's inspect slot) -> measurements (measures.py, probes.py) -> findings (findings.py)
+                                      -> doctor.md + doctor_*.png (+ a summary for the terminal)
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from . import findings as F
 from .measures import ViewStats
 from .probes import head_importance, layer_norms, loss_without, non_finite_parameters, unchanged_rows, unk_share
-from .subject import Subject
+from ..tasks.inspection import Subject
 
 
 @dataclass

@@ -215,9 +215,9 @@ def layer_health(norms: dict, bad_params: list) -> list[Finding]:
 
 def embeddings(table, rows: dict[str, list[int]], sample_ids: set[int]) -> Finding:
     n = table.weight.shape[0]
-    seen, unseen = rows["seen"], rows["unseen"]
+    seen, unseen, later = rows["seen"], rows["unseen"], rows.get("later", [])
     if table.hashed:
-        share = (len(unseen) + len(rows["unknown_count"]) + len(seen)) / max(n, 1)
+        share = (len(unseen) + len(rows["unknown_count"]) + len(seen) + len(later)) / max(n, 1)
         return Finding("embedding_rows", "ok", f"{table.name}: hash buckets never updated",
                        f"{share:.1%} of {n} buckets still at their initial values",
                        "hashed tables have buckets no training bigram falls into", "those buckets add "
@@ -243,11 +243,17 @@ def embeddings(table, rows: dict[str, list[int]], sample_ids: set[int]) -> Findi
                        [table.token(i) for i in seen])
     in_samples = [i for i in unseen if i in sample_ids]
     level = "warning" if in_samples else ("note" if unseen else "ok")
+    # a token whose first training batch comes after the saved step has not been trained yet in
+    # these weights: its row is still random, as it should be
+    after = (f"; {len(later)} row(s) of tokens whose first training batch came after the saved weights "
+             f"(step {table.saved_step}), so still at their initial values as they should be: {show(later)}"
+             if later else "")
+    every = "every row seen before the saved step was trained" if later else "every used row was trained"
     return Finding("embedding_rows", level,
-                   f"{table.name}: {len(unseen)} token(s) never seen in training" if unseen else f"{table.name}: every used row was trained",
+                   f"{table.name}: {len(unseen)} token(s) never seen in training" if unseen else f"{table.name}: {every}",
                    f"rows still at their initial values: {len(unseen)} never-seen token(s) {show(unseen)}; "
                    f"{len(rows['special'])} unused special token(s); {len(in_samples)} of the never-seen tokens occur in "
-                   "the samples",
+                   f"the samples{after}",
                    "the vocabulary comes from the training data, so no token should be unseen",
                    "a never-seen token's row is random: wherever it occurs, the model reads noise",
                    "build the vocabulary from the training split only (or with min_freq), map rare tokens to <unk>",

@@ -1,68 +1,17 @@
-"""Attention maps of one text, as plain tensors and token strings.
+"""Attention maps of one text: choosing views, the top-K table, the JSON form.
 
-An `AttentionView` is one kind of attention in a model (encoder self-attention, decoder
-self-attention, cross-attention) for one input: per layer a tensor `(H, Tq, Tk)` whose row q
-is the distribution of query token q over the key tokens (rows sum to 1). Everything in this
-package that draws or prints maps works on views, whatever task produced them.
+An `AttentionView` (tasks/inspection.py, what a task's inspect slot returns) is one kind of
+attention in a model (encoder self-attention, decoder self-attention, cross-attention) for one
+input: per layer a tensor `(H, Tq, Tk)` whose row q is the distribution of query token q over the
+key tokens (rows sum to 1). Everything in this package that draws or prints maps works on views,
+whatever task produced them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import torch
-
 from ..errors import UserError
+from ..tasks.inspection import AttentionResult, AttentionView, shown
 
-
-def shown(token: str) -> str:
-    """A token as a label: whitespace made visible (a space is an empty label otherwise)."""
-    if token.strip():
-        return token
-    return "".join({" ": "\u2423", "\n": "\u21b5", "\t": "\u21e5"}.get(c, "\u2423") for c in token) or "\u2205"
-
-
-@dataclass
-class AttentionView:
-    name: str  # e.g. "encoder self-attention"
-    query_tokens: list[str]
-    key_tokens: list[str]
-    layers: list[torch.Tensor]  # per layer (H, Tq, Tk)
-    note: str = ""  # e.g. "rows: output tokens, columns: source tokens"
-
-    def __post_init__(self) -> None:
-        self.query_tokens = [shown(t) for t in self.query_tokens]
-        self.key_tokens = [shown(t) for t in self.key_tokens]
-        self.layers = [w.detach().float().cpu() for w in self.layers]
-        for i, w in enumerate(self.layers):
-            if w.dim() != 3 or w.shape[1:] != (len(self.query_tokens), len(self.key_tokens)):
-                raise ValueError(f"layer {i}: weights {tuple(w.shape)} do not match "
-                                 f"{len(self.query_tokens)} query x {len(self.key_tokens)} key tokens")
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.layers)
-
-    @property
-    def n_heads(self) -> int:
-        return self.layers[0].shape[0] if self.layers else 0
-
-    def mean_of_heads(self, layer: int) -> torch.Tensor:
-        """`(Tq, Tk)`: the head-averaged map of one layer."""
-        return self.layers[layer].mean(0)
-
-    def slug(self) -> str:
-        return self.name.replace("-attention", "").replace(" ", "_")
-
-
-@dataclass
-class AttentionResult:
-    """The views of one text through one run (and, for translation, the output)."""
-
-    text: str
-    views: list[AttentionView]
-    output: str | None = None  # e.g. the translation whose decoder attention is shown
-    task: str = ""
-    extra: dict = field(default_factory=dict)
+__all__ = ["AttentionResult", "AttentionView", "format_top_k", "result_to_json", "select_views", "shown", "top_k"]
 
 
 def select_views(result: AttentionResult, wanted: str | None) -> list[AttentionView]:

@@ -18,7 +18,7 @@ from collections import Counter
 
 import torch
 
-from .subject import AttentionBatch
+from ..tasks.inspection import AttentionBatch
 
 
 class ViewStats:

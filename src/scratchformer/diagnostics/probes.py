@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..nn.blocks import DecoderBlock, EncoderBlock
-from .subject import EmbeddingTable, Subject
+from ..tasks.inspection import EmbeddingTable, Subject
 
 
 @contextlib.contextmanager
@@ -132,8 +132,10 @@ def unchanged_rows(table: EmbeddingTable, tol: float = 1e-4) -> dict:
     "unchanged" = the part of the row orthogonal to its initial row is below `tol` of its
     norm (first order in the change; a cosine would be second order and miss rows of a
     barely trained model). All-zero initial rows (padding) are left out. Returns the ids
-    split into 'special', 'unseen' (0 training occurrences), 'seen' (they occur in training,
-    so they should have moved: a bug) and 'unknown_count', and 'typical_change', the median
+    split into 'special', 'unseen' (0 training occurrences), 'seen' (they occur in the batches
+    the weights were trained on, so they should have moved: a bug), 'later' (their tokens occur
+    in the training data only after the step the weights were saved at: nothing wrong) and
+    'unknown_count', and 'typical_change', the median
     relative change of the rows whose tokens occur in training."""
     w, w0 = table.weight.detach().double(), table.initial.detach().double()
     norm0 = w0.norm(dim=1)
@@ -148,14 +150,15 @@ def unchanged_rows(table: EmbeddingTable, tol: float = 1e-4) -> dict:
     # rows that never got a gradient (that case is reported through `typical`)
     limit = min(tol, 0.01 * typical) if typical == typical else tol
     still = ((residual < limit) & (norm0 > 0)).nonzero().squeeze(1).tolist()
-    out = {"special": [], "unseen": [], "seen": [], "unknown_count": [], "typical_change": typical}
+    out = {"special": [], "unseen": [], "seen": [], "later": [], "unknown_count": [], "typical_change": typical}
     for i in still:
         if i in table.special:
             out["special"].append(i)
         elif table.train_counts is None:
             out["unknown_count"].append(i)
         elif int(table.train_counts[i]) == 0:
-            out["unseen"].append(i)
+            later = table.data_counts is not None and int(table.data_counts[i]) > 0
+            out["later" if later else "unseen"].append(i)
         else:
             out["seen"].append(i)
     return out

@@ -3,7 +3,7 @@
 
 Conventions: batch-first `(B, T, C)`; boolean masks mean True = may attend / real token.
 """
-from .attention import KVCache, MultiHeadAttention, plain_attention, scaled_dot_product_attention
+from .attention import KVCache, plain_attention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer
 from .cache import RollingKVCache
 from .config import JsonConfig, TransformerConfig
@@ -11,6 +11,7 @@ from .ffn import FeedForward
 from .fast_linear import Linear, linear, onednn_blocker, use_onednn
 from .masks import (MaskError, causal_mask, local_window_mask, merge_masks, padding_mask,
                     padding_mask_from_ids, split_mask)
+from .multihead import MultiHeadAttention
 from .norm import LayerNorm, RMSNorm
 from .position import (
     ALiBi,
@@ -19,6 +20,11 @@ from .position import (
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+
+from . import attention as _attention
+
+# moved from nn/attention.py to nn/multihead.py (the old address warns; CHANGELOG.md)
+_attention.MOVED["MultiHeadAttention"] = (MultiHeadAttention, "scratchformer.nn (or scratchformer.nn.multihead)")
 
 __all__ = [
     "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",

@@ -16,7 +16,9 @@ True = may attend, or float, added to the scores (0 = attend, -inf = blocked).
 """
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +27,7 @@ from .cache import KVCache
 from .masks import causal_mask, merge_masks
 from .packing import PackedTokens
 
-__all__ = ["KVCache", "MultiHeadAttention", "PackedTokens", "fused_path_blocker", "plain_attention",
+__all__ = ["KVCache", "PackedTokens", "fused_path_blocker", "plain_attention",
            "scaled_dot_product_attention"]
 
 IMPLS = ("auto", "math", "fused")
@@ -52,6 +54,24 @@ def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     return probs @ v, weights  # (B, H, Tq, D): the weighted sum of the values
 
 
+def _renamed_keyword(old: str, new: str):
+    """A public keyword renamed `old` -> `new`: the old spelling keeps working, with a warning."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if old in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{fn.__name__}() got both {old}= and {new}=; pass {new}= only")
+                warnings.warn(f"{fn.__name__}({old}=...) is deprecated: the keyword is now {new}= "
+                              f"(same meaning; {old}= will be removed in a later release)",
+                              DeprecationWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        return call
+    return wrap
+
+
+@_renamed_keyword("mask", "attn_mask")
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -79,6 +99,7 @@ def scaled_dot_product_attention(
         impl: 'auto' (fused unless weights are needed or, on CPU in bfloat16, the keys are
             short: see `fused_path_blocker`), 'math' or 'fused'.
         padding_mask: `(B, Tk)` bool, True = real key.
+        mask: the old name of `attn_mask`, deprecated (a `DeprecationWarning`; same meaning).
     Returns:
         `(out (B, H, Tq, D), weights or None)`. A query whose keys are all masked gets an
         all-zero output and all-zero weights on both paths, never NaN.
@@ -161,6 +182,15 @@ def _open_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, to
     return mask.masked_fill(~row_ok, 0.0), row_ok
 
 
-# Multi-head attention lives in multihead.py (it uses the functions above and the blocked
-# window); re-exported so `from scratchformer.nn.attention import MultiHeadAttention` works.
-from .multihead import MultiHeadAttention  # noqa: E402
+# Names that moved out of this file keep their old address for a while, with a warning. The package
+# (nn/__init__.py, above every file here) fills this table, so this file imports nothing above it.
+MOVED: dict[str, tuple[object, str]] = {}
+
+
+def __getattr__(name: str):
+    if name in MOVED:
+        obj, home = MOVED[name]
+        warnings.warn(f"scratchformer.nn.attention.{name} is deprecated: import it from {home}",
+                      DeprecationWarning, stacklevel=2)
+        return obj
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

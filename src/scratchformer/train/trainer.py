@@ -17,7 +17,7 @@ Files in ``run_dir``:
   - ``metrics.jsonl``: one JSON line per log (split "train") and per evaluation (split "valid");
   - ``curves.png``: the curves of ``metrics.jsonl``, redrawn at each evaluation and at the end;
   - ``model.safetensors``: the best model by ``cfg.metric`` when there is a validation set,
-    otherwise the latest;
+    otherwise the latest; its metadata says where in the batch stream it was saved (``_position``);
   - ``checkpoint.json`` + ``checkpoints/step-N/``: one atomic checkpoint (train/checkpoint_store.py)
     with everything ``fit(resume=True)`` needs to continue exactly as if never interrupted
     (weights, optimizer, schedule, counters, position in the epoch, best metric, patience,
@@ -417,7 +417,7 @@ class Trainer:
         if improved:
             st.best_metric, st.best_step, st.bad_evals = value, st.step, 0
             if self.dist.is_main:
-                atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes())
+                atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes(self._position()))
         else:
             st.bad_evals += 1
         row = {"step": st.step, "epoch": st.epoch, "split": "valid"}
@@ -494,6 +494,13 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ checkpoints
+    def _position(self) -> dict[str, str]:
+        """Where in the batch stream the weights are: after `step` optimizer steps, every batch of
+        the epochs before `epoch` and the first `batch_in_epoch` of it (`doctor` counts the tokens
+        those batches held, so it judges a saved model by what it has seen)."""
+        st = self.state
+        return {"step": str(st.step), "epoch": str(st.epoch), "batch_in_epoch": str(st.batch_in_epoch)}
+
     def _weights_bytes(self, metadata: dict[str, str] | None = None) -> bytes:
         finite = torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()])
         if not bool(finite.all()):
@@ -507,7 +514,7 @@ class Trainer:
         if not self.dist.is_main:
             self._saved_step = st.step
             return
-        data = self._weights_bytes({"step": str(st.step)})
+        data = self._weights_bytes(self._position())
         state = state_to_bytes({
             "format": 1,
             "train": dataclasses.asdict(st),

@@ -18,16 +18,32 @@ from .recipe import MLMRecipe
 from .task import MLMTask
 
 
+def held_out(docs: list[str], dc, seed: int) -> tuple[list[str], list[str]]:
+    """(valid, train) documents: a seeded permutation, the first `valid_frac` held out."""
+    order = np.random.default_rng(seed).permutation(len(docs))
+    n_valid = int(round(len(docs) * dc.valid_frac))
+    return [docs[i] for i in order[:n_valid]], [docs[i] for i in order[n_valid:]]
+
+
+def encode_windows(tok, texts: list[str], mcfg) -> list:
+    return [encode_with_bigrams(tok, t, mcfg.bigram_buckets) for t in texts]
+
+
+def training_split(train_docs: list[str], tok, recipe: MLMRecipe) -> EncodedSplit:
+    """The training windows, bucketed by length and shuffled with the run's seed; `batches(epoch)`
+    masks that epoch's batches (the same every time)."""
+    dc, mcfg = recipe.data, recipe.model
+    train = Windows(encode_windows(tok, train_docs, mcfg), dc.max_len)
+    sampler = LengthBucketSampler(train.lengths, batch_size=None if dc.max_tokens else dc.batch_size,
+                                  max_tokens=dc.max_tokens, shuffle=True, seed=recipe.train.seed)
+    return EncodedSplit(train, sampler, mcfg, dc, recipe.train.seed)
+
+
 def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, log=print) -> dict[str, Any]:
     """Read the text, build (or reload) the tokenizer, pretrain, return the Trainer's summary."""
     out_dir = Path(out_dir)
     given, dc = recipe, recipe.data
-    docs = pretraining_texts(dc, log)
-    rng = np.random.default_rng(recipe.train.seed)
-    order = rng.permutation(len(docs))
-    n_valid = int(round(len(docs) * dc.valid_frac))
-    valid_docs = [docs[i] for i in order[:n_valid]]
-    train_docs = [docs[i] for i in order[n_valid:]]
+    valid_docs, train_docs = held_out(pretraining_texts(dc, log), dc, recipe.train.seed)
     if resume:
         tok = Tokenizer.load(out_dir / "tokenizer.json")
     else:
@@ -45,15 +61,12 @@ def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, l
 
     recipe = recipe.resolved(derive)
     dc, mcfg = recipe.data, recipe.model
-    encode = lambda texts: [encode_with_bigrams(tok, t, mcfg.bigram_buckets) for t in texts]  # noqa: E731
-    train = Windows(encode(train_docs), dc.max_len)
-    valid = Windows(encode(valid_docs), dc.max_len) if valid_docs else None
+    split = training_split(train_docs, tok, recipe)
+    train = split.windows
+    valid = Windows(encode_windows(tok, valid_docs, mcfg), dc.max_len) if valid_docs else None
     log(f"mlm data: {len(train_docs)} train documents -> {len(train)} windows, {train.tokens() / 1e6:.2f}M tokens; "
         f"{len(valid_docs)} valid documents; {type(tok).__name__} vocab {tok.vocab_size} (+1 mask)")
-    sampler = LengthBucketSampler(train.lengths, batch_size=None if dc.max_tokens else dc.batch_size,
-                                  max_tokens=dc.max_tokens, shuffle=True, seed=recipe.train.seed)
     seed = recipe.train.seed
-    split = EncodedSplit(train, sampler, mcfg, dc, seed)
     valid_batches = None
     if valid is not None:
         keep = np.random.default_rng(seed + 1).permutation(len(valid))[: dc.valid_max_windows]
