@@ -94,11 +94,11 @@ class ClassifierBackend(Served):
         return {**super().describe(), "labels": self.labels}
 
     def attention_page(self, text: str) -> str:
-        from ..diagnostics import adapters
+        from ..diagnostics import inspection
         from ..diagnostics.attention_html import page
 
         if self._attention is None:
-            self._attention = adapters.load(self.run_dir)
+            self._attention = inspection.load(self.run_dir)
         return page(self._attention.attention(text))
 
 
@@ -127,11 +127,11 @@ class TranslatorBackend(Served):
         return self.tr.translate(texts, beam=beam, max_output_len=max_len)
 
     def attention_page(self, text: str) -> str:
-        from ..diagnostics import adapters
+        from ..diagnostics import inspection
         from ..diagnostics.attention_html import page
 
         if self._attention is None:
-            self._attention = adapters.load(self.run_dir)
+            self._attention = inspection.load(self.run_dir)
         return page(self._attention.attention(text))
 
 
