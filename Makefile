@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench bench-anchors clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -27,6 +27,14 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.run_all
+
+# Ours beside CTranslate2 and ONNX Runtime (the `anchors` extra), plus int8 quality on trained runs:
+# python -m benchmarks.int8_quality --hsk RUN --enfr RUN --thucnews RUN
+bench-anchors: $(STAMP)
+	$(BIN)/pip install -q -e '.[test,anchors]'
+	$(BIN)/python -m benchmarks.translation_engines
+	$(BIN)/python -m benchmarks.encoder_engines
+	$(BIN)/python -m benchmarks.lm_generation --lean-only 1
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

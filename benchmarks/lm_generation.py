@@ -60,9 +60,14 @@ def plan(quick: bool) -> dict:
     return dict(size=SIZE, contexts=[128, 512, 1024], new=64, reps=5)
 
 
-def run(quick: bool = False, out_dir=None, log=print) -> dict:
+def run(quick: bool = False, out_dir=None, log=print, lean_only=None) -> dict:
     p = plan(quick)
     machine = common.machine_info()
+    if lean_only:  # only the lean-vs-readable rows, into lm_generation_lean.*
+        res = {"machine": machine, "size": p["size"], "results": [], "targets": [],
+               "lean": lean_rows(p["size"], 8 if quick else 64, p["reps"], log)}
+        common.write_result("lm_generation_lean", res, to_markdown(res), out_dir)
+        return res
     rows = []
     for ctx in p["contexts"]:
         r = run_context(p["size"], ctx, p["new"], p["reps"])
@@ -71,8 +76,45 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
         log(f"context {ctx}: cached {tps['cached']['median']:.0f} tok/s, uncached {tps['uncached']['median']:.0f} tok/s, "
             f"x{r['speedup_cached']['median']:.1f}, same tokens: {r['same_tokens']}")
     res = {"machine": machine, "size": p["size"], "results": rows, "targets": targets(rows)}
+    res["lean"] = lean_rows(p["size"], 8 if quick else 64, p["reps"], log)
     common.write_result("lm_generation", res, to_markdown(res), out_dir)
     return res
+
+
+def lean_rows(size: dict, new: int, reps: int, log=print) -> list[dict]:
+    """Greedy generation of `new` tokens after a 64-token prompt at batch 1 and 32, through the
+    readable cached forward (before) and the lean step (after), one thread, interleaved."""
+    torch.set_num_threads(1)
+    lm = build(size, 64 + new)
+    model = lm.model
+    out = []
+    for batch in (1, 32):
+        g = torch.Generator().manual_seed(batch)
+        prompt = torch.randint(5, VOCAB, (batch, 64), generator=g)
+        toks: dict[str, torch.Tensor] = {}
+
+        def gen(lean: bool):
+            def f():
+                with torch.inference_mode():
+                    caches = model.new_caches(64 + new)
+                    logits = model(prompt, caches)[:, -1]
+                    step = model.lean_step(caches) if lean else None
+                    seq = []
+                    for _ in range(new):
+                        tok = logits.argmax(-1)  # (B,)
+                        seq.append(tok)
+                        logits = step(tok) if lean else model(tok[:, None], caches)[:, -1]
+                    toks["lean" if lean else "readable"] = torch.stack(seq, 1)
+            return f
+
+        times = common.interleaved({"readable": gen(False), "lean": gen(True)}, reps)
+        r = {"batch": batch, "prompt": 64, "new_tokens": new,
+             "tokens_per_s": {k: common.rate_summary(batch * new, v) for k, v in times.items()},
+             "lean_speedup": common.paired_ratio(times["readable"], times["lean"]),
+             "same_tokens": bool(torch.equal(toks["lean"], toks["readable"]))}
+        log(f"lean batch {batch}: x{r['lean_speedup']['median']:.2f}, same tokens {r['same_tokens']}")
+        out.append(r)
+    return out
 
 
 def targets(rows: list[dict]) -> list[dict]:
@@ -97,11 +139,19 @@ def to_markdown(res: dict) -> str:
              common.fmt_stat(r["tokens_per_s"]["uncached"]), common.fmt_stat(r["speedup_cached"], suffix="x"),
              "yes" if r["same_tokens"] else "**no**"] for r in res["results"]]
     table = common.md_table(["context", "new tokens", "cached tok/s", "uncached tok/s", "speed-up", "same tokens"], rows)
-    return f"{head}\n{table}\n\n{common.targets_md(res['targets'])}\n"
+    lean = ""
+    if res.get("lean"):
+        rows = [[str(r["batch"]), str(r["new_tokens"]), common.fmt_stat(r["tokens_per_s"]["readable"]),
+                 common.fmt_stat(r["tokens_per_s"]["lean"]), common.fmt_stat(r["lean_speedup"], suffix="x"),
+                 "yes" if r["same_tokens"] else "**no**"] for r in res["lean"]]
+        lean = ("\n## Lean step vs readable cached forward (one thread, greedy, 64-token prompt; prefill included)\n\n"
+                + common.md_table(["batch", "new tokens", "readable tok/s (before)", "lean tok/s (after)", "speed-up",
+                                   "same tokens"], rows) + "\n")
+    return f"{head}\n{table}\n\n{common.targets_md(res['targets'])}\n{lean}"
 
 
 def main(argv=None):
-    common.cli(run, __doc__, argv)
+    common.cli(run, __doc__, argv, {"lean_only": ("--lean-only", "any value: only the lean-step rows (lm_generation_lean.*)")})
 
 
 if __name__ == "__main__":

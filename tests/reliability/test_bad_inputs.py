@@ -9,6 +9,7 @@ that name it (remove the mark with the fix).
 from __future__ import annotations
 
 import errno
+import os
 import random
 import shutil
 import traceback
@@ -96,6 +97,43 @@ def disk_full(monkeypatch) -> None:
     def full(f, data):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(fileio, "write_data", full)
+
+
+OUTSIDE = b"a file outside the run folder: never written, truncated or deleted\n"
+
+
+def link(name: str, target: str = "outside", kind: str = "file") -> Callable[[Path], None]:
+    """Replace `name` in the run with a link to `DIR/<target>` (outside the run folder): `kind`
+    "file" (a file there), "dangling" (nothing there: it must not be created), "folder" (a
+    folder holding a copy of `name` and a file of its own) or "hard" (a hard link)."""
+    def damage(run: Path) -> None:
+        p, out = run / name, run.parent / target
+        if kind == "folder":
+            shutil.copytree(p, out) if p.is_dir() else out.mkdir()
+            (out / "theirs.txt").write_bytes(OUTSIDE)
+        elif kind != "dangling":
+            out.write_bytes(OUTSIDE)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+        p.parent.mkdir(parents=True, exist_ok=True)
+        os.link(out, p) if kind == "hard" else p.symlink_to(out)
+    return damage
+
+
+def ensemble(linked: bool = False, members: str | None = None) -> Callable[[Path], None]:
+    """Make the run an ensemble of two members (copies of itself); `linked`: member1 is a link
+    to another finished run (`DIR/other`); `members`: the text of members.json."""
+    def damage(run: Path) -> None:
+        shutil.copytree(run, run.parent / "member0")
+        (run.parent / "member0").rename(run / "member0")
+        if linked:
+            shutil.copytree(run / "member0", run.parent / "other")
+            (run / "member1").symlink_to(run.parent / "other")
+        (run / "members.json").write_text(members or '[{"dir": "member0", "seed": 0}]\n')
+        set_json("config.json", "ensemble", 2)(run)
+    return damage
 
 
 @dataclass
@@ -193,6 +231,56 @@ CASES = [
     Case("attention, config.json truncated", ["attention", "{RUN}", "good film"], "clf", truncate("config.json")),
     Case("attention --top -1", ["attention", "{RUN}", "good film", "--top", "-1", "--no-png"], "clf"),
 ]
+
+# ---- links: a run folder never reaches outside itself (docs/reliability.md); DIR/outside* is outside
+IS_LINK = "is a symbolic link"
+LINK_CASES = [
+    Case("evaluate, test_metrics.json links outside", ["evaluate", "{RUN}"], "clf", link("test_metrics.json"),
+         expect="run/test_metrics.json " + IS_LINK),
+    Case("evaluate, test_metrics.json a dangling link", ["evaluate", "{RUN}"], "clf", link("test_metrics.json", kind="dangling"),
+         expect="run/test_metrics.json " + IS_LINK),
+    Case("evaluate, confusion_test.png links outside", ["evaluate", "{RUN}"], "clf", link("confusion_test.png"),
+         expect="run/confusion_test.png " + IS_LINK),
+    Case("evaluate, .lock links outside", ["evaluate", "{RUN}"], "clf", link(".lock"), expect="run/.lock " + IS_LINK),
+    Case("evaluate, .lock hard-linked outside", ["evaluate", "{RUN}"], "clf", link(".lock", kind="hard"),
+         expect="run/.lock has another hard link"),
+    Case("evaluate translate, test_hyps.txt links outside", ["evaluate", "{RUN}"], "tr", link("test_hyps.txt"),
+         expect="run/test_hyps.txt " + IS_LINK),
+    Case("doctor, doctor.md links outside", ["doctor", "{RUN}", "--samples", "8"], "clf", link("doctor.md"),
+         expect="run/doctor.md " + IS_LINK),
+    Case("doctor, doctor_heads.png links outside", ["doctor", "{RUN}", "--samples", "8"], "clf", link("doctor_heads.png"),
+         expect="run/doctor_heads.png " + IS_LINK),
+    Case("attention, attention.png links outside", ["attention", "{RUN}", "good film"], "clf", link("attention.png"),
+         expect="run/attention.png " + IS_LINK),
+    Case("attention --html, index.html links outside", ["attention", "{RUN}", "good film", "--no-png", "--html", "{RUN}/page"],
+         "clf", link("page/index.html"), expect="run/page/index.html " + IS_LINK),
+    Case("attention --html, its folder links outside", ["attention", "{RUN}", "good film", "--no-png", "--html", "{RUN}/page"],
+         "clf", link("page", kind="folder"), expect="run/page " + IS_LINK),
+    Case("blend, baseline/ links outside", ["blend", "{RUN}"], "clf", link("baseline", kind="folder"),
+         expect="run/baseline " + IS_LINK),
+    Case("train --resume, metrics.jsonl a dangling link", ["train", "lm", "--out", "{RUN}", "--resume"], "lm",
+         link("metrics.jsonl", kind="dangling"), expect="run/metrics.jsonl " + IS_LINK),
+    Case("train --resume, metrics.jsonl links outside", ["train", "lm", "--out", "{RUN}", "--resume"], "lm",
+         link("metrics.jsonl"), expect="run/metrics.jsonl " + IS_LINK),
+    Case("train --resume, checkpoints/ links outside", ["train", "lm", "--out", "{RUN}", "--resume"], "lm",
+         link("checkpoints", kind="folder"), expect="run/checkpoints " + IS_LINK),
+    Case("train --overwrite, checkpoints/ links outside", ["train", "lm", "--data", "{TXT}", "--out", "{RUN}", "--overwrite"],
+         "lm", link("checkpoints", kind="folder"), expect="run/checkpoints " + IS_LINK),
+    Case("train --resume, .lock links outside", ["train", "lm", "--out", "{RUN}", "--resume"], "lm", link(".lock"),
+         expect="run/.lock " + IS_LINK),
+    Case("train --overwrite, a member links to another run", ["train", "classify", "--data", "{CLS}", "--set", "ensemble=2",
+                                                               "--out", "{RUN}", "--overwrite"], "clf", ensemble(linked=True),
+         expect="run/member1 " + IS_LINK),
+    Case("train --resume, a member links to another run", ["train", "classify", "--out", "{RUN}", "--resume"], "clf",
+         ensemble(linked=True), expect="run/member1 " + IS_LINK),
+    Case("train --resume, members.json cut off", ["train", "classify", "--out", "{RUN}", "--resume"], "clf",
+         ensemble(members='[{"dir": "member0", "se'), expect="members.json is corrupt"),
+    Case("train --resume, members.json names ../x", ["train", "classify", "--out", "{RUN}", "--resume"], "clf",
+         ensemble(members='[{"dir": "../x"}]'), expect="cannot name a folder"),
+    Case("sweep, a grid axis named ../../x", ["sweep", "--task", "lm", "--data", "{TXT}", "--grid", "../../x=1",
+                                               "--out", "{DIR}/sw"], expect="holds a path separator"),
+]
+CASES += LINK_CASES
 
 # Cases that do not pass yet, and where their fix belongs (strict: remove the entry with the fix).
 PENDING: dict[str, str] = {}

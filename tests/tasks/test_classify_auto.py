@@ -110,17 +110,21 @@ def test_training_follows_the_plan_with_an_injected_step_time(tmp_path):
     assert last["step"] == plan["max_steps"] and math.isclose(last["lr"], 0.1 * 3e-3, rel_tol=0.05)
 
 
-def test_the_tutorial_recipe_is_the_old_default():
-    """recipes/tutorial-thucnews.json keeps the 001 tutorial's model (d256, 8 heads, 4 layers, 10 epochs):
-    exactly the dataclass defaults, which a run with --config still starts from."""
+def test_the_tutorial_recipe_is_the_tutorials():
+    """recipes/tutorial-thucnews.json is the 001 tutorial's recipe: its model (d256, 8 heads, 4 layers,
+    the old dataclass defaults) and its training: Adam (AdamW with weight_decay 0) at a constant lr
+    5e-4, 20 epochs, batch 64, max_len 128, characters with min_freq 3 (docs/from-the-tutorials.md)."""
     from pathlib import Path
 
     from scratchformer.tasks.runs import resolve_recipe
 
     path = Path(__file__).resolve().parents[2] / "recipes" / "tutorial-thucnews.json"
     r = resolve_recipe(ClassifyRecipe, config=str(path))
-    assert r == ClassifyRecipe()
-    assert (r.model.encoder.d_model, r.model.encoder.n_heads, r.model.encoder.n_layers, r.train.epochs) == (256, 8, 4, 10)
+    enc = r.model.encoder
+    assert (enc.d_model, enc.n_heads, enc.n_layers, enc.d_ff) == (256, 8, 4, 1024)
+    assert (r.train.lr, r.train.weight_decay, r.train.schedule, r.train.warmup_steps, r.train.epochs) == \
+        (5e-4, 0.0, "constant", 0, 20)
+    assert (r.data.batch_size, r.data.max_len, r.data.tokenizer, r.data.min_freq) == (64, 128, "char", 3)
 
 
 def test_an_ensemble_shares_the_budget_and_learns_the_real_step_time(tmp_path):

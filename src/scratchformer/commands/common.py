@@ -75,7 +75,7 @@ def run_folder_guard(args) -> Iterator[None]:
     `add_recipe_args`) locks its --out and claims it (empty, or --resume, or --overwrite: see
     train/runfolder.py); `evaluate`, `attention`, `align`, `doctor` and `blend` lock the run folder they write into. Under
     torchrun only rank 0 does this."""
-    from ..train.runfolder import lock_run_folder, run_folder
+    from ..train.runfolder import lock_run_folder, refuse_links, run_folder
 
     if os.environ.get("RANK", "0") != "0":
         yield
@@ -85,6 +85,7 @@ def run_folder_guard(args) -> Iterator[None]:
             yield
     elif getattr(args, "verb", None) in WRITES_INTO_RUN and Path(args.run_dir).is_dir():
         with lock_run_folder(args.run_dir, args.verb):
+            refuse_links(args.run_dir)  # before any work: a linked report, PNG or baseline/
             yield
     else:
         yield

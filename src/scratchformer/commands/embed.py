@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..fileio import atomic_write_bytes, atomic_write_text
 from .common import read_inputs
 
 MODEL_HELP = "a model name (minilm) or a folder with config.json + model.safetensors (default: minilm)"
@@ -24,6 +25,7 @@ def register(cli) -> None:
     p.add_argument("--file", type=Path, help="also embed each non-empty line of this file ('-' = stdin)")
     p.add_argument("--out", type=Path, help="write to X.npy (float32 matrix) or X.jsonl instead of printing")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
     p.add_argument("--max-length", type=int, default=None,
                    help="truncate to this many tokens (default: the model's setting, 256 for minilm)")
     p.set_defaults(func=run_embed)
@@ -60,20 +62,25 @@ def run_embed(args) -> int:
     if suffix not in (None, ".npy", ".jsonl"):
         raise UserError(f"--out must end in .npy or .jsonl, got {args.out.name}")
     model, tok = _load(args.model)
+    if args.quantize == "int8":  # what load_hf_bert(name, quantize="int8") does
+        from ..nn.quant import quantize_int8
+
+        quantize_int8(model)
     _check_max_length(args.max_length, tok)
     vectors = model.embed(texts, tok, batch_size=args.batch_size, max_length=args.max_length).numpy()
     if suffix == ".npy":
+        import io
+
         import numpy as np
 
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        np.save(args.out, vectors.astype("float32"))
+        buf = io.BytesIO()
+        np.save(buf, vectors.astype("float32"))
+        atomic_write_bytes(args.out, buf.getvalue())  # never half a file, never through a link
     else:
         lines = (json.dumps({"text": t, "embedding": [float(x) for x in v]}, ensure_ascii=False)
                  for t, v in zip(texts, vectors))
         if suffix == ".jsonl":
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            with open(args.out, "w", encoding="utf-8") as f:
-                f.writelines(line + "\n" for line in lines)
+            atomic_write_text(args.out, "".join(line + "\n" for line in lines))
         else:
             for line in lines:
                 print(line)

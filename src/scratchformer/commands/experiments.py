@@ -24,9 +24,10 @@ def register(cli) -> None:
                    help="run every cell in this process (faster start; peak memory less exact)")
     p.set_defaults(func=sweep_cmd)
 
+    from ..experiments.programs import PROGRAMS
     from ..experiments.spec import available
 
-    names = available()
+    names = available() + sorted(PROGRAMS)
     p = cli.verb("experiment", help="test a tutorial claim: " + ", ".join(names))
     p.add_argument("name", help=f"one of: {', '.join(names)}; or the path of a spec .json")
     p.add_argument("--out", required=True, type=Path, help="experiment folder (rerun to resume)")
@@ -37,6 +38,8 @@ def register(cli) -> None:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="replace the values of one axis of the spec, e.g. a smaller grid")
     p.add_argument("--in-process", action="store_true", help="run every cell in this process")
+    p.add_argument("--bugs", nargs="?", const="all", metavar="BUG,BUG",
+                   help="copy-task only: also run the task with each planted bug (all, or a comma list)")
     p.set_defaults(func=experiment_cmd)
 
     p = cli.verb("params", help="parameters per component (embeddings, attention, FFN, norms, head) "
@@ -73,7 +76,22 @@ def sweep_cmd(args) -> int:
 
 
 def experiment_cmd(args) -> int:
+    from ..errors import UserError
     from ..experiments.experiment import run_experiment
+    from ..experiments.programs import program
+
+    run = program(args.name)
+    if run is not None:  # an experiment written as a program (its own tiny models, no spec)
+        if args.set or args.grid:
+            raise UserError(f"experiment {args.name} takes no --set/--grid (it is not a sweep of train runs)")
+        options = {"bugs": args.bugs} if args.name == "copy-task" else {}
+        if args.bugs and args.name != "copy-task":
+            raise UserError("--bugs is for the copy-task experiment only")
+        seeds = args.seeds or (3 if args.name == "copy-task" else 5)
+        print(run(args.out, seeds=seeds, quick=args.quick, log=_log, **options))
+        return 0
+    if args.bugs:
+        raise UserError("--bugs is for the copy-task experiment only")
 
     res = run_experiment(args.name, args.out, quick=args.quick, seeds=args.seeds,
                          isolate=False if args.in_process else None, sets=args.set, grid=args.grid, log=_log)

@@ -29,6 +29,7 @@ def register(cli) -> None:
                    help="tokens the model sees (default: the training context)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole window at each step (slow)")
     p.add_argument("--no-echo", action="store_true", help="print only the continuation, not the prompt")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
     p.set_defaults(func=generate)
 
     ev = cli.verbs.choices["evaluate"]
@@ -58,7 +59,7 @@ def train(args) -> int:
 def generate(args) -> int:
     from ..tasks.lm import LanguageModel, check_sampling
 
-    lm = LanguageModel.load(args.run_dir)
+    lm = LanguageModel.load(args.run_dir, quantize=getattr(args, "quantize", None))
 
     def stream(piece: str) -> None:
         sys.stdout.write(piece)
@@ -93,7 +94,7 @@ def evaluate(args) -> int:
         raise UserError("--max-len is for classification runs; for a language model use --context N")
     if args.context is None and (args.rope_scaling or args.max_windows):
         raise UserError("--rope-scaling and --max-windows go with --context N")
-    lm = LanguageModel.load(args.run_dir)
+    lm = LanguageModel.load(args.run_dir, quantize=getattr(args, "quantize", None))
     if args.context is not None:
         from ..tasks.lm.context import check_context
 

@@ -17,7 +17,8 @@ def _decode_args(p) -> None:
     add("--length-penalty", type=float, help="beam ranking: score / length**PENALTY")
     add("--max-len-ratio", type=float, help="output limit: RATIO * source tokens + offset")
     add("--no-cache", action="store_true", help="recompute the whole prefix at every step (slow; for checking)")
-    add("--precision", choices=["fp32", "bf16"], help="bf16: decode under bfloat16 autocast (faster on AMX CPUs)")
+    add("--precision", choices=["fp32", "bf16", "auto"],
+        help="bf16: decode under bfloat16 autocast; auto (the default): whichever a quick probe measures faster here")
     add("--ensemble", action="append", type=Path, default=[], metavar="RUN",
         help="another run trained with the same tokenizers, decoded together with RUN_DIR "
              "(next-token probabilities averaged); repeat for more")
@@ -46,6 +47,7 @@ def register(cli) -> None:
     p.add_argument("--file", help="one sentence per line")
     p.add_argument("--json", action="store_true", help="JSON lines with score and length-limit flag")
     p.add_argument("--weights", help="weights file in the run (default: the one final.json chose)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
     _decode_args(p)
     p.set_defaults(func=translate)
 
@@ -86,7 +88,7 @@ def train(args) -> int:
 def translate(args) -> int:
     from ..tasks.translate import Translator
 
-    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble)
+    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, quantize=args.quantize)
     texts = read_inputs(args.texts, args.file)
     hyps = tr.hypotheses(texts, **_overrides(args))
     for text, h in zip(texts, hyps):
@@ -96,6 +98,8 @@ def translate(args) -> int:
                               "finished": h.finished}, ensure_ascii=False))
         else:
             print(out)
+    if tr.precision_reason and (getattr(args, "precision", None) in (None, "auto")):
+        print(f"precision: {tr.last_precision} ({tr.precision_reason})", file=sys.stderr)
     return 0
 
 

@@ -12,6 +12,7 @@ from typing import Sequence
 import torch
 
 from ..errors import UserError
+from ..fileio import atomic_write_text
 
 
 def _read_json(path: Path, required: bool = True) -> dict | None:
@@ -26,8 +27,7 @@ def _read_json(path: Path, required: bool = True) -> dict | None:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 class BertTokenizer:
@@ -180,15 +180,14 @@ class BertTokenizer:
     def save(self, out_dir: str | os.PathLike) -> None:
         """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         self.hf.no_truncation()
         self.hf.no_padding()
-        self.hf.save(str(out / "tokenizer.json"))
+        atomic_write_text(out / "tokenizer.json", self.hf.to_str(pretty=True))  # hf.save would follow a link
         vocab = self.hf.get_vocab(with_added_tokens=True)
         by_id = sorted(vocab.items(), key=lambda kv: kv[1])
         if [i for _, i in by_id] != list(range(len(by_id))):
             raise UserError("the vocabulary has gaps in its ids; cannot write vocab.txt")
-        (out / "vocab.txt").write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
+        atomic_write_text(out / "vocab.txt", "".join(t + "\n" for t, _ in by_id))
         specials = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                     "cls_token": "[CLS]", "mask_token": "[MASK]"}
         _write_json(out / "special_tokens_map.json", specials)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import UserError
+from ..fileio import atomic_write_text
 from .bigrams import char_bigrams, check_buckets, id_bigrams
 from .segment import CJK as _CJK, SEGMENTERS, WORD_PATTERN
 from .specials import BOS, BOS_ID, CLS, CLS_ID, EOS, EOS_ID, NUM_SPECIALS, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID  # noqa: F401
@@ -117,7 +118,7 @@ class Tokenizer:
     def save(self, path: str | Path) -> None:
         """Write the tokenizer as one JSON file."""
         data = {"type": self.kind, "format_version": FORMAT_VERSION, **self._state()}
-        Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        atomic_write_text(path, json.dumps(data, ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":

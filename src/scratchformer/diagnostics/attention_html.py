@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..fonts import subset_font
+from ..fileio import atomic_write_text
 from .maps import AttentionResult, result_to_json
 
 
@@ -44,8 +45,6 @@ def _font_face(result: AttentionResult) -> str:
 
 def write_html(result: AttentionResult, out_dir: str | Path) -> Path:
     """Write `out_dir/index.html` and return its path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "index.html"
-    path.write_text(page(result), encoding="utf-8")
+    path = Path(out_dir) / "index.html"
+    atomic_write_text(path, page(result))
     return path

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..fonts import cjk_fonts
+from ..fileio import save_figure
 from .maps import AttentionView
 
 MAX_FIG_INCHES = 60.0  # matplotlib refuses very large canvases; shrink panels past this
@@ -34,10 +35,10 @@ def plot_view(view: AttentionView, path: str | Path, title: str = "", mean_colum
                 _panel(axes[layer][col], m, view, f"layer {layer + 1} {name}", label_size)
         fig.suptitle(title or f"{view.name} ({view.note or 'rows: queries, columns: keys'})", fontsize=10)
         fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        try:
+            path = save_figure(fig, path, dpi=110)  # never through a link, never half a PNG
+        finally:
+            plt.close(fig)
     return path
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from . import findings as F
+from ..fileio import atomic_write_text, make_dirs
 from .measures import ViewStats
 from .probes import head_importance, layer_norms, loss_without, non_finite_parameters, unchanged_rows, unk_share
 from ..tasks.inspection import Subject
@@ -66,6 +67,8 @@ def examine(subject: Subject, out_dir: str | Path | None = None, plots: bool = T
                                    "NaN/inf attention probabilities", "probabilities in [0, 1]",
                                    "the attention statistics below are not meaningful", "fix the non-finite values first"))
         found.append(F.padding(name, r))
+        if "future_mass" in r:
+            found.append(F.future(name, r))
         found += F.specials(name, r)
         found.append(F.shapes(name, r))
         found.append(F.duplicates(name, r))
@@ -104,16 +107,16 @@ def examine(subject: Subject, out_dir: str | Path | None = None, plots: bool = T
 
 
 def write(report: Report, out_dir: Path, plots: bool = True) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir)
     if plots:
         from .doctor_plots import plot_report
 
         report.files = plot_report(report, out_dir)
-    (out_dir / "doctor.json").write_text(json.dumps(
+    atomic_write_text(out_dir / "doctor.json", json.dumps(
         {"task": report.task, "data": report.data_name, "samples": report.n_samples,
          "findings": [asdict(f) for f in report.findings], "numbers": report.numbers},
-        ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    (out_dir / "doctor.md").write_text(markdown(report), encoding="utf-8")
+        ensure_ascii=False, indent=1) + "\n")
+    atomic_write_text(out_dir / "doctor.md", markdown(report))
     report.files = [out_dir / "doctor.md", out_dir / "doctor.json"] + report.files
 
 

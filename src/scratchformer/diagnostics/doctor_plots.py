@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from ..fonts import cjk_fonts
+from ..fileio import save_figure
 
 
 def _heatmap(ax, m: np.ndarray, title: str, fmt: str = "{:.2f}", cmap: str = "viridis", center: bool = False,
@@ -111,6 +112,8 @@ def _layer_label(name: str) -> str:
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=100)
+    finally:
+        plt.close(fig)
     return path

@@ -9,6 +9,7 @@ import torch
 LEVELS = ("error", "warning", "note", "ok")  # most serious first
 
 PAD_TOL = 1e-4  # a masked key gets exactly 0; allow float noise only
+GREEDY_GAP = 0.3  # teacher-forced minus greedy token accuracy that says "the decoder cheated"
 DUPLICATE = 0.95  # 1 - mean total-variation distance between two heads' rows
 IDENTITY = 0.9  # mean weight of a token on itself
 FIXED = 0.9  # mean weight all queries give one key position
@@ -58,6 +59,39 @@ def padding(view: str, stats) -> Finding:
                    "depend on how much padding a batch has, so the same text scores differently in another batch",
                    "pass a boolean key-padding mask with True = real token to every attention layer; check it "
                    "is not an integer 0/1 mask added to the scores", _where(view, bad))
+
+
+def future(view: str, stats) -> Finding:
+    """A causal view (decoder self-attention) must put no weight on keys after the query."""
+    m = stats["future_mass"]
+    worst = float(m.max())
+    if not bool((m > PAD_TOL).any()):
+        return Finding("future_mass", "ok", f"{view}: no attention on future positions",
+                       f"largest mean attention mass on later positions {worst:.2e}", "exactly 0",
+                       "the causal mask works", "nothing")
+    return Finding("future_mass", "error", f"{view}: attention on future positions",
+                   f"mean attention mass on positions after the query up to {worst:.3f} (per head, per real query)",
+                   "exactly 0: a decoder may read only the tokens before the one it predicts",
+                   "the causal mask is missing: in training each position reads the next target token, so the "
+                   "loss collapses, but at generation there is no future to read and the output fails",
+                   "mask the decoder's self-attention causally (is_causal=True, or a lower-triangular bool mask "
+                   "with True = may attend)", _where(view, m > PAD_TOL))
+
+
+def greedy_gap(teacher_forced: float, greedy: float) -> Finding:
+    """Token accuracy when the decoder is given the true prefix vs when it reads its own output."""
+    gap = teacher_forced - greedy
+    measured = f"token accuracy teacher-forced {teacher_forced:.1%}, greedy decoding {greedy:.1%} (gap {gap:+.1%})"
+    if gap <= GREEDY_GAP:
+        return Finding("greedy_gap", "ok", "greedy decoding close to teacher-forced accuracy", measured,
+                       f"a gap below {GREEDY_GAP:.0%} (decoding compounds its own errors, so some gap is normal)",
+                       "what the model learned in training carries over to generation", "nothing")
+    return Finding("greedy_gap", "error", "greedy decoding far below teacher-forced accuracy", measured,
+                   f"a gap below {GREEDY_GAP:.0%}",
+                   "the decoder learned from something it does not have when it generates: the target it "
+                   "predicts was visible in training (no causal mask, or a decoder input not shifted right by "
+                   "<bos>)", "check the causal mask and that the decoder input is <bos> + target[:-1] while the "
+                   "labels are target")
 
 
 def specials(view: str, stats) -> list[Finding]:

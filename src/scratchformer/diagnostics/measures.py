@@ -7,6 +7,8 @@ Every statistic is a mean over the real query tokens of all samples, per (layer,
                 so 0 = all mass on one key and 1 = uniform over the allowed keys
   distance      sum_k p_k |q - k| in tokens, and the same for a uniform row (`uniform_distance`)
   diagonal      the weight of the query on itself
+  future_mass   (causal views) sum of weights on keys after the query (must be 0: the causal
+                mask hides the future)
   top_column    per sample, the largest column mass (mean weight that all queries give one
                 key position): near 1 = every query looks at the same position
   similarity    for each pair of heads of a layer: 1 - mean total-variation distance between
@@ -26,7 +28,7 @@ class ViewStats:
         self.name, self.self_attention, self.causal = name, self_attention, causal
         z = lambda: torch.zeros(n_layers, n_heads, dtype=torch.float64)  # noqa: E731
         self.pad_mass, self.entropy, self.distance, self.uniform_distance = z(), z(), z(), z()
-        self.diagonal, self.top_column = z(), z()
+        self.diagonal, self.top_column, self.future_mass = z(), z(), z()
         self.special_mass: dict[str, torch.Tensor] = {}
         self.top_column_token: list[list[Counter]] = [[Counter() for _ in range(n_heads)] for _ in range(n_layers)]
         self.similarity = torch.zeros(n_layers, n_heads, n_heads, dtype=torch.float64)
@@ -70,6 +72,10 @@ class ViewStats:
                 uniform = (allowed * dist).sum(-1) / n_allowed  # (B, Tq)
                 self.uniform_distance[li] += (uniform * q_real).sum()
                 self.diagonal[li] += per_q(torch.diagonal(w, dim1=-2, dim2=-1))
+            if ab.causal:
+                Tq, Tk = w.shape[-2:]
+                future = torch.ones(Tq, Tk, dtype=torch.bool).triu(Tk - Tq + 1)  # key after the query
+                self.future_mass[li] += per_q((w * future).sum(-1))
             col = (w * qm[..., None]).sum(2) / q_real.sum(1).clamp(min=1)[:, None, None]  # (B, H, Tk)
             top, where = col.max(-1)  # (B, H)
             self.top_column[li] += top.sum(0)
@@ -107,6 +113,8 @@ class ViewStats:
         out = {"pad_mass": self.pad_mass / nq, "entropy": self.entropy / nq, "top_column": self.top_column / ns,
                "similarity": self.similarity / nq}
         out.update({f"special_mass[{k}]": v / nq for k, v in self.special_mass.items()})
+        if self.causal:
+            out["future_mass"] = self.future_mass / nq
         if self.self_attention:
             out.update(distance=self.distance / nq, uniform_distance=self.uniform_distance / nq,
                        diagonal=self.diagonal / nq)

@@ -53,5 +53,7 @@ def run_train(argv: list[str], own_process: bool = False) -> dict:
 
 if __name__ == "__main__":
     result = run_train(sys.argv[2:], own_process=True)
-    Path(sys.argv[1]).write_text(json.dumps(result) + "\n")
+    from scratchformer.fileio import atomic_write_text
+
+    atomic_write_text(sys.argv[1], json.dumps(result) + "\n")
     sys.exit(result["rc"])

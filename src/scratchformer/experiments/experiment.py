@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, make_dirs
 from .extrapolation import FIGURES
 from .grid import axes_from, parse_grid_arg
 from .measures import MEASURES
@@ -42,8 +42,8 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     for item in grid or []:  # `KEY=V1,V2`: this axis takes these values (a smaller grid)
         key, values = parse_grid_arg(item)
         plan.grid = {**plan.grid, key: values}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    axes = axes_from(plan.grid)  # before anything is made: an axis must name a folder inside out
+    out = make_dirs(Path(out))
     t0 = time.monotonic()
     flags, texts = prepare_data(spec, plan.subset, out)
     base = out / "base.json"
@@ -54,7 +54,7 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     for f in spec.figures:
         if f not in FIGURES:
             raise UserError(f"{spec.path}: unknown figure {f!r}; known: {', '.join(FIGURES)}")
-    sw = SweepSpec(task=spec.task, out=out, axes=axes_from(plan.grid), seeds=plan.seeds, config=str(base),
+    sw = SweepSpec(task=spec.task, out=out, axes=axes, seeds=plan.seeds, config=str(base),
                    sets=plan.sets, isolate=(not quick) if isolate is None else isolate, **flags)
 
     def measure(slot: RunSlot, record: dict) -> dict:

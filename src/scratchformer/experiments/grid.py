@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 
 from ..errors import UserError
+from ..fileio import plain_name
 
 
 def parse_value(raw: str):
@@ -57,6 +58,14 @@ class Axis:
         labels = tuple(label_of(k) for k in variants)
         overrides = tuple(tuple(v.items()) for v in variants.values())
         return cls(name, labels, overrides, tuple(variants))
+
+    def __post_init__(self) -> None:
+        # the name and labels make the cell's folder name (OUT/cells/<axis=label,...>): never a path
+        for text, what in [(self.name, "grid axis")] + [(lab, f"grid axis {self.name!r}: value") for lab in self.labels]:
+            if not isinstance(text, str):
+                raise UserError(f"{what} {text!r} must be a string")
+            if any(c in text for c in "/\\\0"):  # '.' and '..' are fine: the cell is `axis=label`
+                plain_name(text, what, where="OUT/cells")  # raises, saying which
 
     def numeric(self) -> bool:
         return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..fileio import save_figure
 from .grid import Axis
 from .results import _title, read_jsonl
 from .runner import RunSlot
@@ -53,7 +54,7 @@ def plot_vs_value(summary: pd.DataFrame, axes: list[Axis], columns: list[str], p
     if others:
         panels[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # matplotlib's savefig(path) would follow a link
     plt.close(fig)
     return path
 
@@ -86,6 +87,6 @@ def plot_curves(slots: list[RunSlot], metric: str, path: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2 if len(names) > 8 else 1)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # matplotlib's savefig(path) would follow a link
     plt.close(fig)
     return path

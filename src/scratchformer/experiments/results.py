@@ -99,6 +99,8 @@ def read_run(slot: RunSlot, early_steps: int = 100) -> dict:
         row["valid_loss_rise"] = losses[-1] - min(losses)  # > 0: validation loss went up again
     if train:
         row["final_train_loss"] = train[-1]["loss"]
+        if "final_valid_loss" in row:  # > 0 and growing: the model fits its training data better than new data
+            row["overfit_gap"] = row["final_valid_loss"] - statistics.mean(r["loss"] for r in train[-5:])
         row["early_oscillation"] = oscillation([r["loss"] for r in train if r["step"] <= early_steps])
         row["late_oscillation"] = oscillation([r["loss"] for r in train[len(train) // 2:]])
     for name in ("test_metrics.json", "valid_metrics.json"):
@@ -187,8 +189,8 @@ def default_columns(summary: pd.DataFrame) -> list[str]:
 def write_tables(out: Path, runs: pd.DataFrame, axes: list[str], columns: list[str] | None = None) -> pd.DataFrame:
     """`runs.csv`, `results.csv` and `results.md` in `out`; returns the summary."""
     summary = summarize(runs, axes)
-    runs.to_csv(out / "runs.csv", index=False)
-    summary.to_csv(out / "results.csv", index=False)
+    atomic_write_text(out / "runs.csv", runs.to_csv(index=False))  # pandas' own to_csv(path) follows a link
+    atomic_write_text(out / "results.csv", summary.to_csv(index=False))
     cols = columns or default_columns(summary)
     note = ("Mean ± standard deviation over the seeds that did not diverge; `diverged` counts the "
             "runs stopped by a NaN/Inf loss or gradient. Time per step: median between training logs, "

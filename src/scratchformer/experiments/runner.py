@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import traceback
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, check_no_links, inside, make_dirs, open_append, remove
 from ..train.checkpoint_store import has_checkpoint
 from .child import run_train
 from .grid import Axis, Cell, cells
@@ -112,14 +111,14 @@ class RunSlot:
 
 
 def slots(spec: SweepSpec) -> list[RunSlot]:
-    return [RunSlot(c, s, spec.out / "cells" / c.name) for c in spec.cells() for s in range(spec.seeds)]
+    return [RunSlot(c, s, inside(spec.out / "cells", c.name, "grid cell")) for c in spec.cells() for s in range(spec.seeds)]
 
 
 def run_sweep(spec: SweepSpec, log: Callable[[str], None] = print,
               after_run: Callable[[RunSlot, dict], dict] | None = None) -> list[RunSlot]:
     """Run what is not finished yet; return every slot. `after_run(slot, record)` may add
     measurements to a new record (e.g. head redundancy) before it is written."""
-    spec.out.mkdir(parents=True, exist_ok=True)
+    make_dirs(spec.out)
     atomic_write_text(spec.out / "sweep.json", json.dumps(spec.describe(), indent=1, ensure_ascii=False) + "\n")
     todo = slots(spec)
     for i, slot in enumerate(todo, 1):
@@ -130,7 +129,7 @@ def run_sweep(spec: SweepSpec, log: Callable[[str], None] = print,
         record = run_slot(spec, slot)
         if after_run is not None and record["status"] == "done":
             record.update(after_run(slot, record))
-        atomic_write_text(slot.record_path, json.dumps(record, indent=1) + "\n")
+        atomic_write_text(slot.record_path, json.dumps(record, indent=1) + "\n", root=spec.out)
         log(f"{where}: {record['status']}{' (resumed)' if record['resumed'] else ''} in {record['wall_s']:.0f} s")
     return todo
 
@@ -138,12 +137,13 @@ def run_sweep(spec: SweepSpec, log: Callable[[str], None] = print,
 def run_slot(spec: SweepSpec, slot: RunSlot) -> dict:
     """Train one slot (fresh or resumed); the record of how it ended. Raises on failures that
     are not divergence, and on an interruption."""
+    make_dirs(slot.folder, root=spec.out)  # refuses a linked cells/ or cell folder
+    check_no_links(slot.run_dir, root=spec.out)
     resume = has_checkpoint(slot.run_dir)
-    if slot.run_dir.exists() and not resume:
-        shutil.rmtree(slot.run_dir)  # killed before its first checkpoint: nothing to resume
-    slot.folder.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        remove(slot.run_dir, root=spec.out)  # killed before its first checkpoint: nothing to resume
     argv = spec.argv(slot.cell, slot.seed, slot.run_dir, resume)
-    with open(slot.log_path, "a", encoding="utf-8") as logf:
+    with open_append(slot.log_path, root=spec.out) as logf:
         logf.write(f"$ scratchformer {' '.join(argv)}\n")
         logf.flush()
         result = _run_isolated(argv, slot, logf) if spec.isolate else _run_here(argv, logf)
@@ -161,7 +161,7 @@ def run_slot(spec: SweepSpec, slot: RunSlot) -> dict:
 
 def _run_isolated(argv: list[str], slot: RunSlot, logf) -> dict:
     result_path = slot.folder / f"seed{slot.seed}.result.json"
-    result_path.unlink(missing_ok=True)
+    remove(result_path, root=slot.folder)
     cmd = [sys.executable, "-m", "scratchformer.experiments.child", str(result_path), *argv]
     proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, check=False)
     try:
@@ -169,7 +169,7 @@ def _run_isolated(argv: list[str], slot: RunSlot, logf) -> dict:
     except (FileNotFoundError, json.JSONDecodeError):  # killed or crashed before writing it
         result = {"rc": proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
                   "wall_s": None, "peak_rss_mib": None}
-    result_path.unlink(missing_ok=True)
+    remove(result_path, root=slot.folder)
     return result
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, make_dirs
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "recipes" / "experiments"
 
@@ -102,12 +102,11 @@ def prepare_data(spec: ExperimentSpec, subset: dict | None, out: Path) -> tuple[
         text = load_dataset(spec.data)
         if not subset:
             return {"data": spec.data}, []
-        folder = out / "data"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_dirs(out / "data", root=out)  # `data/` linked elsewhere: refused
         n, m = int(subset["train"]), int(subset.get("valid", subset["train"] // 10))
         cut = int(len(text) * 0.9)  # validation from the part `train lm` holds out by default
-        atomic_write_text(folder / "train.txt", text[:n])
-        atomic_write_text(folder / "valid.txt", text[cut:cut + m])
+        atomic_write_text(folder / "train.txt", text[:n], root=out)
+        atomic_write_text(folder / "valid.txt", text[cut:cut + m], root=out)
         return {"data": str(folder / "train.txt"), "valid": str(folder / "valid.txt")}, []
     if spec.task != "classify":
         if subset:
@@ -117,12 +116,11 @@ def prepare_data(spec: ExperimentSpec, subset: dict | None, out: Path) -> tuple[
     texts = [t for t, _ in data.valid[:32]]
     if not subset:
         return {"data": spec.data}, texts
-    folder = out / "data"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_dirs(out / "data", root=out)
     flags = {}
     for split in ("train", "valid", "test"):
         pairs = getattr(data, split)[: int(subset.get(split, len(getattr(data, split))))]
         rows = "".join(json.dumps({"text": t, "label": lab}, ensure_ascii=False) + "\n" for t, lab in pairs)
-        atomic_write_text(folder / f"{split}.jsonl", rows)
+        atomic_write_text(folder / f"{split}.jsonl", rows, root=out)
         flags["data" if split == "train" else split] = str(folder / f"{split}.jsonl")
     return flags, texts

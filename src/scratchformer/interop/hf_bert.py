@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from ..fileio import atomic_write_bytes
+from ..nn.quant import check_quantize, quantize_int8
 from ..data.bert_tokenizer import BertTokenizer, _read_json, _write_json
 from ..models.bert import BertConfig, BertEncoder
 
@@ -234,12 +236,14 @@ def our_state_to_hf(model: BertEncoder) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- load / export
 
 
-def load_hf_bert(model_dir_or_name: str | os.PathLike) -> tuple[BertEncoder, BertTokenizer]:
+def load_hf_bert(model_dir_or_name: str | os.PathLike, quantize: str | None = None) -> tuple[BertEncoder, BertTokenizer]:
     """Load an HF BERT checkpoint (a folder, or a name in `PRETRAINED` such as 'minilm').
 
     Returns `(model, tokenizer)`: the model in eval mode on the CPU in float32, equal to
     `transformers.BertModel.from_pretrained(folder)` up to float rounding.
+    `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference).
     """
+    quantize = check_quantize(quantize)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -263,6 +267,8 @@ def load_hf_bert(model_dir_or_name: str | os.PathLike) -> tuple[BertEncoder, Ber
                             f"{shapes[k]}; the config and the weights do not belong together")
     model.load_state_dict({k: v.float() for k, v in ours.items()}, strict=True)
     model.eval()
+    if quantize == "int8":
+        quantize_int8(model)
     tok = BertTokenizer.from_dir(d, max_positions=cfg.max_position_embeddings)
     return model, tok
 
@@ -277,13 +283,12 @@ def export_hf_bert(model: BertEncoder, tokenizer: BertTokenizer, out_dir: str | 
     1_Pooling/config.json for mean pooling + normalisation, so `SentenceTransformer(out_dir)`
     gives the vectors of `model.embed`.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     cfg = model.config
     _write_json(out / "config.json", cfg.to_hf())
-    save_file(our_state_to_hf(model), str(out / "model.safetensors"), metadata={"format": "pt"})
+    atomic_write_bytes(out / "model.safetensors", save(our_state_to_hf(model), metadata={"format": "pt"}))
     tokenizer.save(out)
     if sentence_transformers is None:
         sentence_transformers = tokenizer.sentence_max_length is not None

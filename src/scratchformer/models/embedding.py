@@ -42,7 +42,7 @@ class Embeddings(nn.Module):
             x = x + self.bigrams(bigram_ids) * self.scale
         if self.position is not None:
             x = self.position(x, offset)
-        return self.dropout(x)
+        return self.dropout(x) if self.training and self.dropout.p > 0 else x
 
 
 def token_dropout(ids: torch.Tensor, p: float, bigrams: torch.Tensor | None = None):

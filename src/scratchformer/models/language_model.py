@@ -18,11 +18,14 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
 from ..config import JsonConfig
 from ..nn import Encoder, KVCache, Linear, TransformerConfig
+from ..nn.fast_linear import projection
+from ..nn.lean import CausalStackStep, lean_blocker
 from .embedding import Embeddings
 
 
@@ -95,9 +98,19 @@ class DecoderLM(nn.Module):
         """Hard limit on positions (learned table), or None (rope / sinusoidal / alibi / none)."""
         return self.cfg.transformer.max_len if self.cfg.transformer.position == "learned" else None
 
-    def new_caches(self) -> list[KVCache]:
-        """One cache per layer: a `RollingKVCache` (constant memory) when attention is windowed."""
-        return self.encoder.new_caches()
+    def new_caches(self, capacity: int | None = None) -> list[KVCache]:
+        """One cache per layer: a `RollingKVCache` (constant memory) when attention is windowed,
+        else a `KVCache` (preallocated to `capacity` positions when given)."""
+        return self.encoder.new_caches(capacity)
+
+    def lean_blocker(self) -> str | None:
+        """Why `lean_step` cannot serve this model (None when it can)."""
+        return lean_blocker(self.encoder)
+
+    def lean_step(self, caches: list[KVCache]) -> "LMStep":
+        """The one-token step with every per-decode decision made once (`nn/lean.py`) over
+        `caches` (usually filled by a prefill `self(ids, caches)`); tested equal to `self(ids, caches)`."""
+        return LMStep(self, caches)
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         self.encoder.set_gradient_checkpointing(enabled)
@@ -110,3 +123,24 @@ class DecoderLM(nn.Module):
         # single query is all True), so skip building a mask for the common decoding step.
         h = self.encoder(x, is_causal=ids.shape[1] > 1, caches=caches)  # (B, T, C), final norm applied
         return self.head(h)  # (B, T, V)
+
+
+class LMStep:
+    """`step(tokens (N,)) -> logits (N, V)` of the next position through `nn.lean.CausalStackStep`."""
+
+    def __init__(self, model: DecoderLM, caches: list[KVCache]):
+        emb = model.embed
+        self.caches = caches
+        self.table, self.scale = emb.tokens.weight, emb.scale
+        self.position = emb.position  # absolute positions (rare in a GPT): the module, per step
+        sample, rows = self.table, self.caches[0]._k.shape[0] if caches and caches[0]._k is not None else 1
+        self.stack = CausalStackStep(model.encoder, caches, sample, rows)
+        self.head = projection(model.head, sample, rows)
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = F.embedding(tokens[:, None], self.table)  # (N, 1, C)
+        if self.scale != 1.0:
+            x = x * self.scale
+        if self.position is not None:
+            x = self.position(x, self.caches[0].length)
+        return self.head(self.stack(x))[:, 0]  # (N, V)

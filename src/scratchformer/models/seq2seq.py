@@ -17,12 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..data.bigrams import id_bigrams_batch
 from ..errors import UserError
 from ..config import JsonConfig
 from ..nn import DecoderCache, Linear, Transformer, TransformerConfig
+from ..nn.fast_linear import projection
+from ..nn.lean import DecoderStep, lean_blocker
 from .embedding import Embeddings, token_dropout
 
 
@@ -91,8 +94,17 @@ class Seq2Seq(nn.Module):
         logits = self.out_proj(h)  # (B, T, V)
         return (logits, weights) if need_weights else logits
 
-    def new_cache(self) -> DecoderCache:
-        return self.transformer.decoder.new_cache()
+    def new_cache(self, capacity: int | None = None) -> DecoderCache:
+        return self.transformer.decoder.new_cache(capacity)
+
+    def lean_blocker(self) -> str | None:
+        """Why `lean_step` cannot serve this model (None when it can)."""
+        return lean_blocker(self.transformer.decoder)
+
+    def lean_step(self, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int) -> "Seq2SeqStep":
+        """The decode step with every per-decode decision made once (`nn/lean.py`), for up
+        to `capacity` target positions; tested equal to `decode` with a `DecoderCache`."""
+        return Seq2SeqStep(self, memory, src_mask, capacity)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""
@@ -101,6 +113,35 @@ class Seq2Seq(nn.Module):
             tgt_in, _ = token_dropout(tgt_in, self.cfg.tgt_token_dropout)
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
+
+
+class Seq2SeqStep:
+    """`step(tokens (N,)) -> logits (N, V)` of the next position: the target embedding at the
+    cache's position, `nn.lean.DecoderStep`, the output projection. `select(index)` keeps rows."""
+
+    def __init__(self, model: Seq2Seq, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int):
+        self.cache = model.new_cache(capacity)
+        self.decoder = DecoderStep(model.transformer.decoder, self.cache, memory, src_mask)
+        emb = model.tgt_embed
+        self.table, self.scale = emb.tokens.weight, emb.scale
+        pos = emb.position
+        if pos is None:
+            self.positions = None
+        elif hasattr(pos, "table"):  # sinusoidal: the rows of every position this decode can reach
+            self.positions = pos.table(capacity, memory.device)  # (capacity, C)
+        else:  # learned
+            self.positions = pos.embedding.weight
+        self.out = projection(model.out_proj, memory, memory.shape[0])
+
+    def select(self, index: torch.Tensor) -> None:
+        self.decoder.select(index)
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = self.cache.length
+        x = F.embedding(tokens[:, None], self.table) * self.scale  # (N, 1, C)
+        if self.positions is not None:
+            x = x + self.positions[t : t + 1].to(x.dtype)
+        return self.out(self.decoder(x))[:, 0]  # (N, V)
 
 
 class Seq2SeqEnsemble(nn.Module):

@@ -3,6 +3,7 @@
 
 Conventions: batch-first `(B, T, C)`; boolean masks mean True = may attend / real token.
 """
+from .additive import AdditiveAttention
 from .attention import KVCache, plain_attention, scaled_dot_product_attention
 from .blocks import Decoder, DecoderBlock, DecoderCache, Encoder, EncoderBlock, Transformer
 from .cache import RollingKVCache
@@ -27,7 +28,7 @@ from . import attention as _attention
 _attention.MOVED["MultiHeadAttention"] = (MultiHeadAttention, "scratchformer.nn (or scratchformer.nn.multihead)")
 
 __all__ = [
-    "ALiBi", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
+    "ALiBi", "AdditiveAttention", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
     "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MaskError",
     "MultiHeadAttention", "RMSNorm", "RollingKVCache", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
     "TransformerConfig", "causal_mask", "linear", "local_window_mask", "merge_masks", "onednn_blocker",

@@ -56,6 +56,11 @@ class _Block(nn.Module):
     def add(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x + y if self.residual else y
 
+    def drop(self, dropout: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+        """Dropout in training only: in eval it is the identity, so not even called (a module
+        call per sublayer was measurable at small inputs)."""
+        return dropout(x) if self.training and dropout.p > 0 else x
+
 
 class EncoderBlock(_Block):
     def __init__(self, cfg: TransformerConfig):
@@ -75,16 +80,16 @@ class EncoderBlock(_Block):
             out, w = self.self_attn(h, padding_mask=padding_mask, attn_mask=attn_mask,
                                     is_causal=is_causal, rope=rope, alibi=alibi, cache=cache,
                                     need_weights=need_weights, packed=packed)
-            return self.dropout1(out), w
+            return self.drop(self.dropout1, out), w
 
         if self.norm_first:
             a, weights = attend(self.norm1(x))
             x = self.add(x, a)
-            x = self.add(x, self.dropout2(self.ffn(self.norm2(x))))
+            x = self.add(x, self.drop(self.dropout2, self.ffn(self.norm2(x))))
         else:
             a, weights = attend(x)
             x = self.norm1(self.add(x, a))
-            x = self.norm2(self.add(x, self.dropout2(self.ffn(x))))
+            x = self.norm2(self.add(x, self.drop(self.dropout2, self.ffn(x))))
         return x, weights
 
 
@@ -113,25 +118,25 @@ class DecoderBlock(_Block):
             out, w = self.self_attn(h, padding_mask=padding_mask, attn_mask=attn_mask,
                                     is_causal=is_causal, rope=rope, alibi=alibi, cache=self_cache,
                                     need_weights=need_weights)
-            return self.dropout1(out), w
+            return self.drop(self.dropout1, out), w
 
         def cross_block(h):
             out, w = self.cross_attn(h, context=memory, padding_mask=memory_padding_mask,
                                      cache=cross_cache, need_weights=need_weights)
-            return self.dropout2(out), w
+            return self.drop(self.dropout2, out), w
 
         if self.norm_first:
             a, self_w = self_block(self.norm1(x))
             x = self.add(x, a)
             c, cross_w = cross_block(self.norm2(x))
             x = self.add(x, c)
-            x = self.add(x, self.dropout3(self.ffn(self.norm3(x))))
+            x = self.add(x, self.drop(self.dropout3, self.ffn(self.norm3(x))))
         else:
             a, self_w = self_block(x)
             x = self.norm1(self.add(x, a))
             c, cross_w = cross_block(x)
             x = self.norm2(self.add(x, c))
-            x = self.norm3(self.add(x, self.dropout3(self.ffn(x))))
+            x = self.norm3(self.add(x, self.drop(self.dropout3, self.ffn(x))))
         return x, (self_w, cross_w)
 
 
@@ -158,11 +163,12 @@ class _Stack(nn.Module):
             attn = layer.self_attn
             attn.set_window(window, sink, attn.window_impl if impl is None else impl)
 
-    def _new_self_cache(self):
-        """A `RollingKVCache` under a window (constant memory), else a growing `KVCache`."""
+    def _new_self_cache(self, capacity: int | None = None):
+        """A `RollingKVCache` under a window (constant memory), else a `KVCache` (preallocated
+        to `capacity` positions when the longest decode is known, else growing)."""
         attn = self.layers[0].self_attn if len(self.layers) else None
         if attn is None or attn.window is None:
-            return KVCache()
+            return KVCache(capacity)
         return RollingKVCache(attn.window, attn.window_sink)
 
     def _run(self, layer, *inputs, **kwargs):
@@ -195,11 +201,11 @@ class Encoder(_Stack):
         to get those padded-row values (e.g. to compare every position with another model)."""
         self.pack_padding = enabled
 
-    def new_caches(self) -> list:
+    def new_caches(self, capacity: int | None = None) -> list:
         """One cache per layer for incremental decoding with `is_causal=True`: a
         `RollingKVCache` (the last `window` positions + sinks) when the attention is windowed,
-        else a `KVCache`."""
-        return [self._new_self_cache() for _ in self.layers]
+        else a `KVCache` (preallocated to `capacity` positions when given)."""
+        return [self._new_self_cache(capacity) for _ in self.layers]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
                 caches: list[KVCache] | None = None, need_weights: bool = False, *,
@@ -248,8 +254,10 @@ class Decoder(_Stack):
         super().__init__(cfg)
         self.layers = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.decoder_layers))
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.layers), self._new_self_cache)
+    def new_cache(self, capacity: int | None = None) -> DecoderCache:
+        """Caches for incremental decoding; `capacity`: the most target positions a decode
+        can reach (the self-attention buffers are then allocated once)."""
+        return DecoderCache(len(self.layers), lambda: self._new_self_cache(capacity))
 
     def forward(self, x, memory, self_mask=None, memory_mask=None, is_causal=True,
                 cache: DecoderCache | None = None, need_weights=False, *,

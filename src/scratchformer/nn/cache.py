@@ -8,12 +8,17 @@ class KVCache:
     """Keys and values of the positions seen so far, for incremental decoding.
 
     Self-attention appends each step's keys/values (`update`); cross-attention stores the
-    encoder memory's projections once (`set`). The buffer grows by doubling, so appending a
-    token costs O(1) copies amortised instead of re-concatenating the whole history.
+    encoder memory's projections once (`set`). With `capacity` (the most positions a decode
+    can reach, known before it starts) the buffer `(B, Hkv, capacity, D)` is allocated once on
+    the first `update` and every later step writes its keys/values in place; without it the
+    buffer grows by doubling (O(1) copies amortised, never a re-concatenation of the history).
     `length` is the number of positions seen, i.e. the absolute position of the next one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int | None = None) -> None:
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
         self._k: torch.Tensor | None = None
         self._v: torch.Tensor | None = None
         self.length = 0
@@ -27,7 +32,10 @@ class KVCache:
         T = k_new.shape[2]
         need = self.length + T
         if self._k is None or need > self._k.shape[2]:
-            cap = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)
+            if self._k is None and self.capacity is not None and need <= self.capacity:
+                cap = self.capacity  # preallocated: no step after this one allocates
+            else:  # unknown (or exceeded) capacity: grow by doubling
+                cap = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)
             B, H, _, D = k_new.shape
             k_buf = k_new.new_empty(B, H, cap, D)
             v_buf = v_new.new_empty(B, H, cap, D)

@@ -35,4 +35,6 @@ class FeedForward(nn.Module):
         else:
             gate, value = h.chunk(2, dim=-1)  # (B, T, d_ff) each
             h = F.silu(gate) * value
-        return self.linear_out(self.dropout(h))
+        if self.training and self.dropout.p > 0:  # in eval not even called (small-input overhead)
+            h = self.dropout(h)
+        return self.linear_out(h)

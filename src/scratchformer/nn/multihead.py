@@ -85,6 +85,13 @@ class MultiHeadAttention(nn.Module):
     def b_KV(self) -> torch.Tensor | None:
         return self._rows(self.split_sizes[0])[1]
 
+    def _project(self, x: torch.Tensor, start: int, stop: int | None = None) -> torch.Tensor:
+        """x W[start:stop]ᵀ + b[start:stop] (W_Q or W_KV of the fused weight); a projection
+        with its own kernel (int8, `quant.Int8Linear`) serves its rows itself."""
+        if hasattr(self.qkv_proj, "rows"):
+            return self.qkv_proj.rows(start, stop)(x)
+        return linear(x, *self._rows(start, stop))
+
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
         return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, d_k)
@@ -137,11 +144,11 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, Hkv, Tk, d_k): the keys these queries may need
         else:  # cross-attention: Q = x W_Q, [K V] = context [W_K; W_V]
-            q = self._heads(linear(x, self.W_Q, self.b_Q), self.n_heads)  # (B, H, Tq, d_k)
+            q = self._heads(self._project(x, 0, self.split_sizes[0]), self.n_heads)  # (B, H, Tq, d_k)
             if cache is not None and cache.filled:
                 k, v = cache.get()  # memory projected once per source
             else:
-                kv = linear(context, self.W_KV, self.b_KV)  # (B, Tk, 2 Hkv d_k)
+                kv = self._project(context, self.split_sizes[0])  # (B, Tk, 2 Hkv d_k)
                 k, v = (self._heads(t, self.n_kv_heads) for t in kv.split(self.split_sizes[1:], dim=-1))
                 if cache is not None:
                     cache.set(k, v)

@@ -20,6 +20,7 @@ import torch
 from ..config import JsonConfig
 from ..data.registry import DATASETS, DatasetInfo, get_dataset
 from ..errors import UserError
+from ..fileio import atomic_write_text, check_no_links, inside
 from ..train.checkpoint_store import has_checkpoint
 from ..train.runfolder import claim_run_folder
 
@@ -131,7 +132,7 @@ class RunDir:
         return cls.load_json(self.path / CONFIG).freeze()
 
     def save_labels(self, labels: list[str]) -> None:
-        (self.path / LABELS).write_text(json.dumps(labels, ensure_ascii=False, indent=1), encoding="utf-8")
+        atomic_write_text(self.path / LABELS, json.dumps(labels, ensure_ascii=False, indent=1))
 
     def load_labels(self) -> list[str]:
         try:
@@ -151,11 +152,25 @@ class RunDir:
         return RunDir(self.path / f"member{i}")
 
     def members_done(self) -> list[dict[str, Any]]:
+        """The finished members, from members.json (written atomically, so a cut-off file was
+        damaged after the fact: a one-line error, not a guess at which members finished)."""
         f = self.path / MEMBERS
-        return json.loads(f.read_text()) if f.exists() else []
+        if not f.exists():
+            return []
+        try:
+            done = json.loads(f.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UserError(f"{f} is corrupt ({type(e).__name__}): it lists the finished ensemble members; "
+                            "restore it, or train the ensemble again with --overwrite") from None
+        if not isinstance(done, list) or not all(isinstance(m, dict) and isinstance(m.get("dir"), str) for m in done):
+            raise UserError(f"{f} must be a JSON list of members ({{\"dir\": \"member0\", ...}}); "
+                            "restore it, or train the ensemble again with --overwrite")
+        for m in done:
+            inside(self.path, m["dir"], f"{f}: member")
+        return done
 
     def record_members(self, done: list[dict[str, Any]]) -> None:
-        (self.path / MEMBERS).write_text(json.dumps(done, indent=1) + "\n")
+        atomic_write_text(self.path / MEMBERS, json.dumps(done, indent=1) + "\n")
 
 
 def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callable[..., dict],
@@ -168,8 +183,8 @@ def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callab
     loader combines the members at prediction time. `another(done)`, asked when the planned
     members are done: True adds one more (`recipe.ensemble` grows, saved before it trains)."""
     run = RunDir(out_dir)
+    done = run.members_done() if resume else []  # first: a damaged members.json changes nothing
     run.save_recipe(recipe)  # the whole recipe, so that --resume finds it
-    done = run.members_done() if resume else []
 
     def grow() -> bool:
         recipe.ensemble += 1
@@ -180,7 +195,7 @@ def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callab
     while i < recipe.ensemble or (another is not None and another(done) and grow()):
         member = recipe.copy()
         member.ensemble, member.train.seed = 1, recipe.train.seed + i
-        mdir = run.member(i).path
+        mdir = check_no_links(run.member(i).path, root=out_dir)  # a member linked to another run: refused
         log(f"ensemble member {i + 1}/{recipe.ensemble} (seed {member.train.seed}) -> {mdir}")
         again = resume and has_checkpoint(mdir)
         if again:  # its own saved recipe holds what it derived from the data (vocabulary, classes)

@@ -19,6 +19,10 @@ Saving step N (`CheckpointStore.save`):
   4. remove everything else under ``checkpoints/`` (the previous checkpoint, leftovers of a
      save that was killed).
 
+Every step works by name inside ``checkpoints/``, opened from the run directory without following
+a link (`scratchformer.fileio.open_folder`): a ``checkpoints/`` that links to another folder is
+refused with one line, so pruning can never delete that folder's files.
+
 Before the commit point the pointer still names the previous complete checkpoint, which no
 step touches; after it, the new one. So a kill -9, a power cut or a full disk at any instant
 leaves a run that resumes: from the previous checkpoint or from the new one. Step 4 can fail
@@ -36,12 +40,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from scratchformer.errors import UserError
-from scratchformer.fileio import DiskFull, atomic_write_bytes, disk_full, fsync_dir, is_disk_full, write_synced
+from scratchformer import fileio
+from scratchformer.fileio import DiskFull, atomic_write_bytes, disk_full, is_disk_full
 
 POINTER = "checkpoint.json"
 ROOT = "checkpoints"
@@ -120,24 +124,30 @@ class CheckpointStore:
         if name == in_use:
             name += "-1"
         final = self.root / name
-        tmp = self.root / f".tmp-{name}-{os.getpid()}"
+        tmp = f".tmp-{name}-{os.getpid()}"
         files = {WEIGHTS_FILE: weights, STATE_FILE: state}
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            _remove(tmp)
-            tmp.mkdir()
-            for fname, data in files.items():
-                write_synced(tmp / fname, data)
-            fsync_dir(tmp)
-            _remove(final)  # a leftover of a killed save; never the checkpoint in use
-            os.replace(tmp, final)
-            fsync_dir(self.root)
+            # every step by name in `checkpoints/`, opened from the run directory without following
+            # a link: `checkpoints/` linked to another folder would have that folder's files pruned
+            with fileio.open_folder(self.root, root=self.run_dir) as ck:
+                try:
+                    ck.remove(tmp)
+                    ck.mkdir(tmp)
+                    with ck.sub(tmp) as t:
+                        for fname, data in files.items():
+                            t.write_synced(fname, data)
+                        t.fsync()
+                    ck.remove(name)  # a leftover of a killed save; never the checkpoint in use
+                    ck.replace(tmp, name)
+                    ck.fsync()
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        ck.remove(tmp)
+                    raise
             pointer = {"format": FORMAT, "dir": f"{ROOT}/{name}", "step": step,
                        "files": {k: len(v) for k, v in files.items()}}
-            atomic_write_bytes(self.pointer, (json.dumps(pointer, indent=1) + "\n").encode())
+            atomic_write_bytes(self.pointer, (json.dumps(pointer, indent=1) + "\n").encode(), root=self.run_dir)
         except BaseException as e:
-            with contextlib.suppress(OSError):
-                _remove(tmp)
             if is_disk_full(e) or isinstance(e, DiskFull):
                 raise disk_full(f"the checkpoint of step {step} in {self.root}",
                                 sum(map(len, files.values())), self.run_dir) from None
@@ -147,27 +157,22 @@ class CheckpointStore:
 
     def _prune(self, keep: str) -> None:
         """Remove older checkpoints and leftovers; a failure here loses nothing."""
-        with contextlib.suppress(OSError):
-            for p in self.root.iterdir():
-                if p.name != keep:
-                    _remove(p)
+        with contextlib.suppress(OSError), fileio.open_folder(self.root, root=self.run_dir, create=False) as ck:
+            for n in ck.names():
+                if n != keep:
+                    ck.remove(n)
         for legacy in (LEGACY_WEIGHTS, LEGACY_STATE):  # superseded by the pointer
             with contextlib.suppress(OSError):
-                (self.run_dir / legacy).unlink(missing_ok=True)
+                self._remove(self.run_dir / legacy)
 
     def clear(self) -> None:
         """Remove every checkpoint (a fresh run replaces the old one)."""
-        self.pointer.unlink(missing_ok=True)
-        _remove(self.root)
-        for legacy in (LEGACY_WEIGHTS, LEGACY_STATE):
-            (self.run_dir / legacy).unlink(missing_ok=True)
+        for p in (self.pointer, self.root, self.run_dir / LEGACY_WEIGHTS, self.run_dir / LEGACY_STATE):
+            self._remove(p)
 
-
-def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p)
-    elif p.exists() or p.is_symlink():
-        p.unlink()
+    def _remove(self, p: Path) -> None:
+        """Remove a file or real folder of this run directory; a link is refused, never followed."""
+        fileio.remove(p, root=self.run_dir)
 
 
 def has_checkpoint(run_dir: str | Path) -> bool:

@@ -15,13 +15,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import os
 import re
-import shutil
+import stat
 from pathlib import Path
 from typing import Iterator
 
+from scratchformer import fileio
 from scratchformer.errors import UserError
 
 try:
@@ -39,9 +41,9 @@ PROJECT_FILES = frozenset({
     "model.safetensors", "averaged.safetensors", "final.json",
     "checkpoint.json", "last.safetensors", "trainer_state.pt",
     "metrics.jsonl", "curves.png", "valid_metrics.json", "pretrain_summary.json",
-    "attention.png", "attention.html",
+    "attention.png", "attention.html", "align.png", "doctor.md", "doctor.json",
 })
-PROJECT_PATTERNS = ("*_metrics.json", "confusion_*.png", "*_hyps.txt", ".*.tmp")
+PROJECT_PATTERNS = ("*_metrics.json", "confusion_*.png", "*_hyps.txt", ".*.tmp", "attention_*.png", "doctor_*.png")
 # folders we create: name pattern -> what inside is ours ("run": a run folder of its own)
 # (a tuple: any of these patterns)
 PROJECT_DIRS = {"checkpoints": "*", "snapshots": "step-*.safetensors", "member[0-9]*": "run",
@@ -82,14 +84,18 @@ def lock_run_folder(path: str | Path, what: str = "command") -> Iterator[Path]:
             _held[key][1] -= 1
         return
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if fileio.root_of(path) is not None:  # a member of an ensemble: itself no link
+            fileio.make_dirs(path)
+        else:  # the run folder itself may be a link: the user chose where it lives
+            path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise UserError(f"{path} exists and is not a folder; choose another --out") from None
     if fcntl is None:
-        yield path
+        with fileio.confined_to(path):
+            yield path
         return
     lock_file = path / LOCK
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(lock_file)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -103,11 +109,32 @@ def lock_run_folder(path: str | Path, what: str = "command") -> Iterator[Path]:
         pass  # the lock holds without the note (e.g. a full disk)
     _held[key] = [fd, 1, os.getpid()]
     try:
-        yield path
+        with fileio.confined_to(path):
+            yield path
     finally:
         del _held[key]
         _claimed.discard(key)
         os.close(fd)  # releases the flock; the file stays (removing it would race a waiter)
+
+
+def _open_lock(lock_file: Path) -> int:
+    """The lock file, opened without following a link: its note is written in place (truncated
+    first), which through a link (or a second hard link) would change a file elsewhere."""
+    try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        if lock_file.is_symlink():
+            raise fileio.link_refused(lock_file) from None
+        if e.errno == errno.EISDIR:
+            raise UserError(f"{lock_file} is a folder; scratchformer keeps its lock note there: "
+                            "move it away and run again") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        raise (fileio.link_refused(lock_file, hard=True) if stat.S_ISREG(st.st_mode) else
+               UserError(f"{lock_file} is not a regular file; move it away and run again"))
+    return fd
 
 
 # ---------------------------------------------------------------------------- contents
@@ -122,14 +149,18 @@ def _ours(name: str, is_dir: bool) -> str | tuple[str, ...] | None:
 
 
 def project_files(path: str | Path) -> list[Path]:
-    """The files and folders in `path` that this project wrote (a folder after its contents)."""
+    """The files and folders in `path` that this project wrote (a folder after its contents).
+    A link under one of our names is listed as itself, never followed."""
     path = Path(path)
     out: list[Path] = []
     if not path.is_dir():
         return out
     for entry in sorted(path.iterdir()):
-        real_dir = entry.is_dir() and not entry.is_symlink()
-        ours = _ours(entry.name, real_dir)
+        if entry.is_symlink():
+            if _ours(entry.name, False) is not None or _ours(entry.name, True) is not None:
+                out.append(entry)
+            continue
+        ours = _ours(entry.name, entry.is_dir())
         if ours is None:
             continue
         if ours == "file" or ours == "*":  # a file, or a folder that is all ours
@@ -144,21 +175,29 @@ def project_files(path: str | Path) -> list[Path]:
 
 
 def clear_project_files(path: str | Path) -> list[Path]:
-    """Delete what `project_files` lists (folders only when empty afterwards); keep the rest."""
+    """Delete what `project_files` lists (folders only when empty afterwards); keep the rest.
+    A link under one of our names (`checkpoints/` to another folder, a `member0` that is another
+    run) is refused before anything is deleted: deleting through it would reach outside."""
+    path = Path(path)
+    found = project_files(path)
+    refuse_links(path, found)
     removed = []
-    for p in project_files(path):
-        if p.is_dir() and not p.is_symlink():
-            if _ours(p.name, True) == "*":
-                shutil.rmtree(p)
-            else:
-                try:
-                    p.rmdir()
-                except OSError:
-                    continue  # not empty: it holds something of the user's
+    for p in found:
+        if p.is_dir() and _ours(p.name, True) != "*":
+            if not fileio.remove_empty_dir(p, root=path):
+                continue  # not empty: it holds something of the user's
         else:
-            p.unlink(missing_ok=True)
+            fileio.remove(p, root=path)
         removed.append(p)
     return removed
+
+
+def refuse_links(path: str | Path, found: list[Path] | None = None) -> None:
+    """Refuse (`fileio.LinkRefused`, one line naming it) a run folder where one of the names we
+    write is a link: checked before a `train` verb changes anything there."""
+    link = next((p for p in (project_files(path) if found is None else found) if p.is_symlink()), None)
+    if link is not None:
+        raise fileio.link_refused(link)
 
 
 def holds_run(path: str | Path) -> bool:
@@ -192,6 +231,7 @@ def claim_run_folder(path: str | Path, resume: bool, overwrite: bool) -> None:
             raise UserError(f"--resume: {path} holds no run to resume (no checkpoint); give the --out "
                             "of an earlier run, or start a new one without --resume (--overwrite to "
                             "replace what is there)")
+        refuse_links(path)
         return
     if path.exists() and not path.is_dir():
         raise UserError(f"--out {path} is a file, not a folder; choose another --out")

@@ -62,7 +62,8 @@ from scratchformer.train.config import TrainConfig
 from scratchformer.train.distributed import Distributed
 from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
-from scratchformer.train.runfolder import RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder
+from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder,
+                                           refuse_links)
 from scratchformer.train.schedules import make_lr_lambda
 
 WEIGHTS = "model.safetensors"
@@ -214,6 +215,8 @@ class Trainer:
     def _fit(self, resume: bool, overwrite: bool) -> dict[str, Any]:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.is_main:
+            refuse_links(self.run_dir)  # before the first step, not at the first save
         rng = None
         if resume:
             rng = self._load_checkpoint()

@@ -98,8 +98,9 @@ class Baseline:
         tensors = {f"idf.{i}": np.ascontiguousarray(v.idf_, dtype=np.float32) for i, v in enumerate(self.vectorizers)}
         tensors.update(coef=np.ascontiguousarray(self.coef, dtype=np.float32),
                        intercept=np.ascontiguousarray(self.intercept, dtype=np.float32))
-        atomic_write_bytes(directory / WEIGHTS_FILE, save(tensors))  # weights first: the spec marks it complete
-        atomic_write_text(directory / SPEC_FILE, json.dumps(spec, ensure_ascii=False) + "\n")
+        # weights first: the spec marks it complete; root: `baseline/` itself must not be a link
+        atomic_write_bytes(directory / WEIGHTS_FILE, save(tensors), root=directory.parent)
+        atomic_write_text(directory / SPEC_FILE, json.dumps(spec, ensure_ascii=False) + "\n", root=directory.parent)
 
     @classmethod
     def load(cls, directory: str | Path) -> "Baseline":

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
+from ...nn.quant import check_quantize, quantize_int8
 from ...fileio import atomic_write_text
 from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import load_weights
@@ -34,16 +35,18 @@ class Classifier:
         self._encode = encoder_for(recipe, tokenizer)
 
     @classmethod
-    def load(cls, run_dir: str | Path, blend: bool = True) -> "Classifier":
+    def load(cls, run_dir: str | Path, blend: bool = True, quantize: str | None = None) -> "Classifier":
         """A finished run directory; an ensemble run gives an `EnsembleClassifier`. When the run
         holds a blend with the TF-IDF baseline (`baseline/blend.json`, see blend.py), the
-        `BlendedClassifier` is what the run predicts with; `blend=False`: ours alone."""
+        `BlendedClassifier` is what the run predicts with; `blend=False`: ours alone.
+        `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
+        quantize = check_quantize(quantize)
         run = RunDir(run_dir)
         if blend and (run.path / BLEND_DIR / BLEND_FILE).is_file():
-            return BlendedClassifier.load(cls.load(run_dir, blend=False), run.path / BLEND_DIR)
+            return BlendedClassifier.load(cls.load(run_dir, blend=False, quantize=quantize), run.path / BLEND_DIR)
         if run.is_ensemble:
             recipe = run.load_recipe(ClassifyRecipe, "classify", (), "classification")
-            members = [cls.load(run.member(i).path) for i in range(recipe.ensemble)]
+            members = [cls.load(run.member(i).path, quantize=quantize) for i in range(recipe.ensemble)]
             return EnsembleClassifier(members, recipe)
         recipe = run.load_recipe(ClassifyRecipe, "classify", ("tokenizer.json", "labels.json", WEIGHTS),
                                  "classification")
@@ -58,6 +61,8 @@ class Classifier:
                             "the run folder is inconsistent")
         model = build_classifier(recipe.model)
         load_weights(model, run / WEIGHTS)
+        if quantize == "int8":
+            quantize_int8(model)
         return cls(model, tokenizer, labels, recipe)
 
     @property
@@ -251,7 +256,7 @@ class BlendedClassifier:
         """The baseline, then `blend.json` (its presence is what makes the run predict blended)."""
         self.baseline.save(directory)
         atomic_write_text(directory / BLEND_FILE, json.dumps({"weight": self.weight, "baseline": BASELINE_NAME,
-                                                               **record}, indent=1) + "\n")
+                                                               **record}, indent=1) + "\n", root=Path(directory).parent)
 
     def _mix(self, ours: np.ndarray, texts: Sequence[str]) -> np.ndarray:
         if self.weight == 1.0:

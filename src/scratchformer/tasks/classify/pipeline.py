@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ...errors import UserError
+from ...fileio import atomic_write_text, inside
 from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
@@ -230,7 +231,7 @@ def baseline_beside(base: Baseline, pairs, split: str, ours_accuracy: float, lab
         log(advice)
     record = {"baseline": scored, "comparison": cmp.to_dict()}
     if out_dir is not None:
-        (Path(out_dir) / f"baseline_{split}_metrics.json").write_text(json.dumps(record, indent=1) + "\n")
+        atomic_write_text(inside(out_dir, f"baseline_{split}_metrics.json", "report"), json.dumps(record, indent=1) + "\n")
     return record
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ...fileio import atomic_write_text, inside, save_figure
+
 
 def confusion_matrix(y_true, y_pred, n_classes: int) -> np.ndarray:
     """`(K, K)` counts, rows = true class, columns = predicted class."""
@@ -74,8 +76,7 @@ def plot_confusion(cm: np.ndarray, labels: list[str], path: str | Path, title: s
         ax.set_title(textwrap.fill(title or "confusion matrix (row-normalised colour, counts)", int(10 * width)),
                      fontsize=10)
         fig.tight_layout()
-        path = Path(path)
-        fig.savefig(path, dpi=120)
+        path = save_figure(fig, path, dpi=120)  # never through a link, never half a PNG
         plt.close(fig)
     return path
 
@@ -108,7 +109,8 @@ def write_report(preds: np.ndarray, gold: np.ndarray, labels: list[str], loss: f
     rep.update(extra or {})
     if out_dir is not None:
         out_dir = Path(out_dir)
-        (out_dir / f"{name}_metrics.json").write_text(json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
-        plot_confusion(cm, labels, out_dir / f"confusion_{name}.png",
+        atomic_write_text(inside(out_dir, f"{name}_metrics.json", "report"),
+                          json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
+        plot_confusion(cm, labels, inside(out_dir, f"confusion_{name}.png", "report"),
                        f"{name}: accuracy {rep['accuracy']:.3f}, macro-F1 {rep['macro_f1']:.3f}")
     return rep

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import UserError
+from ...fileio import save_figure
 from ...nn.position import ROPE_SCALINGS, scaled_rope
 from ..runs import eval_mode
 from .data import chars_per_token, encode_text, fixed_windows
@@ -161,6 +162,6 @@ def plot_position_loss(curves: dict[str, list[float]], train_context: int, path:
     rel.set_title("what is lost past the training length")
     rel.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -10,6 +10,7 @@ import torch
 
 from ...data.tokenizers import NUM_SPECIALS, UNK_ID, Tokenizer
 from ...errors import UserError
+from ...nn.quant import check_quantize, quantize_int8
 from ...models.language_model import DecoderLM
 from ...train.checkpoint import load_weights
 from ..runs import RunDir
@@ -33,7 +34,9 @@ class LanguageModel:
         self.model, self.tokenizer, self.recipe = model.eval(), tokenizer, recipe
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "LanguageModel":
+    def load(cls, run_dir: str | Path, quantize: str | None = None) -> "LanguageModel":
+        """`quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
+        quantize = check_quantize(quantize)
         run_dir = Path(run_dir)
         recipe = RunDir(run_dir).load_recipe(LMRecipe, "lm", ("tokenizer.json", "model.safetensors"), "language-model")
         tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
@@ -42,6 +45,8 @@ class LanguageModel:
                             f"(and model.safetensors) {recipe.model.vocab_size}: the run folder is inconsistent")
         model = DecoderLM(recipe.model)
         load_weights(model, run_dir / "model.safetensors")
+        if quantize == "int8":
+            quantize_int8(model)
         return cls(model, tokenizer, recipe)
 
     @property
@@ -80,9 +85,11 @@ class LanguageModel:
     def generate_ids(self, ids: list[int], max_new_tokens: int, temperature: float = 1.0,
                      top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                      use_cache: bool = True, window: int | None = None,
-                     on_token: Callable[[int], None] | None = None) -> list[int]:
+                     on_token: Callable[[int], None] | None = None, lean: bool = True) -> list[int]:
         """Continue `ids` by up to `max_new_tokens` ids (returned without the prompt).
-        Special tokens (<pad> <unk> <bos> <eos> <cls>) are never generated."""
+        Special tokens (<pad> <unk> <bos> <eos> <cls>) are never generated. With the cache,
+        `lean=True` runs each new token through the model's `lean_step` (nn/lean.py; the same
+        tokens as the readable forward, tested) unless `model.lean_blocker()` names a reason."""
         check_sampling(temperature, top_k, top_p)
         if max_new_tokens < 0:
             raise UserError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -103,10 +110,16 @@ class LanguageModel:
             x = torch.tensor([seq[-window:]])  # (1, T <= window)
             return model(x)[:, -1]  # (1, V)
 
-        caches = None
+        caches = step_fn = None
+
+        def prefill(tokens: list[int]):
+            nonlocal caches, step_fn
+            caches = model.new_caches(window)  # preallocated: the window is the most it holds
+            step_fn = model.lean_step(caches) if lean and model.lean_blocker() is None else None
+            return model(torch.tensor([tokens]), caches)[:, -1]  # (1, V)
+
         if use_cache and max_new_tokens > 0:
-            caches = model.new_caches()
-            logits = model(torch.tensor([seq[-window:]]), caches)[:, -1]  # prefill
+            logits = prefill(seq[-window:])
         for step in range(max_new_tokens):
             if caches is None:
                 logits = next_logits_uncached()
@@ -120,8 +133,9 @@ class LanguageModel:
             if caches is None or step == max_new_tokens - 1:
                 continue
             if caches[0].length + 1 > window:  # the window is full: crop, re-prefill
-                caches = model.new_caches()
-                logits = model(torch.tensor([seq[-keep:]]), caches)[:, -1]
+                logits = prefill(seq[-keep:])
+            elif step_fn is not None:
+                logits = step_fn(torch.tensor([token]))  # (1, V)
             else:
                 logits = model(torch.tensor([[token]]), caches)[:, -1]  # (1, V)
         return out

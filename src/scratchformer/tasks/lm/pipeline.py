@@ -11,6 +11,7 @@ import torch
 
 from ...data.tokenizers import UNK_ID, Tokenizer
 from ...errors import UserError
+from ...fileio import atomic_write_text
 from ...models.language_model import DecoderLM
 from ...train import Trainer
 from ...train.checkpoint import load_weights
@@ -72,7 +73,7 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     load_weights(model, out_dir / "model.safetensors")
     full = evaluate_windows(task, fixed_windows(valid_ids, dc.context, dc.eval_batch_size))
     full.update({"split": "valid", "best_step": summary.get("best_step")})
-    (out_dir / "valid_metrics.json").write_text(json.dumps(full, indent=1) + "\n")
+    atomic_write_text(out_dir / "valid_metrics.json", json.dumps(full, indent=1) + "\n", root=out_dir)
     log(f"valid (all {int(full['tokens']):,} tokens, best checkpoint from step {summary.get('best_step')}): "
         f"loss {full['loss']:.4f}, perplexity {full['perplexity']:.2f}, bpc {full['bpc']:.3f}")
     return {"train": summary, "valid": full}

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...data.batching import LengthBucketSampler
+from ...fileio import atomic_write_text
 from ...data.tokenizers import NUM_SPECIALS, Tokenizer, build_tokenizer, encode_with_bigrams
 from ...models.mlm import MaskedLM
 from ...train import Trainer
@@ -82,5 +83,5 @@ def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, l
     task = MLMTask(model, recipe, tok, given)
     trainer = Trainer(task, split.batches, valid_batches, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
-    (out_dir / "pretrain_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out_dir / "pretrain_summary.json", json.dumps(summary, indent=1) + "\n", root=out_dir)
     return summary

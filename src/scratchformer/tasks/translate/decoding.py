@@ -21,10 +21,23 @@ log-probability, larger values favour longer outputs). `early_stop=True` ends a 
 has `beam` finished hypotheses (fairseq); `early_stop=False` continues until no live hypothesis
 can still beat the best finished one (an exact bound, since log-probabilities only fall).
 Sentences that are done leave the batch, so long sentences do not keep short ones busy.
+
+Two implementations of each search, tested to give identical tokens (tests/tasks/test_lean_decoding.py):
+  - the readable one (`lean=False`): `Hypothesis` lists per sentence, the model's `decode`
+    with a `DecoderCache`, the prefix grown by concatenation;
+  - the lean one (`lean=True`, the default): the same search as tensor bookkeeping over the
+    whole beam x batch (per sentence only the best finished hypothesis, its score and its
+    count are kept, which is all the ranking needs), the tokens written into a preallocated
+    `(N, limit + 1)` buffer, and the model's `lean_step` (nn/lean.py: preallocated KV cache,
+    masks built and kernels chosen once per decode). A model without `lean_step`, or one
+    whose `lean_blocker()` names a reason, decodes through its `decode` inside the same
+    search.
 """
 from __future__ import annotations
 
+import functools
 import math
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -46,7 +59,10 @@ class DecodeConfig(JsonConfig):
     early_stop: bool = True
     use_cache: bool = True
     batch_tokens: int = 4000  # source tokens (times beam) decoded together
-    precision: str = "fp32"  # "bf16": run the model under bfloat16 autocast (log-probs stay fp32)
+    # "bf16": the model under bfloat16 autocast (log-probs stay fp32); "auto": whichever a
+    # micro-probe on this CPU measures faster for the decode's size (`choose_precision`)
+    precision: str = "auto"
+    lean: bool = True  # the lean search and decode step (False: the readable reference)
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -55,8 +71,8 @@ class DecodeConfig(JsonConfig):
             raise UserError("max_len_ratio and max_len_offset must be >= 0 and max_output_len >= 1")
         if self.max_input_len < 1 or self.batch_tokens < 1:
             raise UserError("max_input_len and batch_tokens must be >= 1")
-        if self.precision not in ("fp32", "bf16"):
-            raise UserError(f"decode precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise UserError(f"decode precision must be 'fp32', 'bf16' or 'auto', got {self.precision!r}")
 
 
 @dataclass
@@ -69,6 +85,40 @@ class Hypothesis:
 
 # Ids a decoder must never emit: padding, <bos> and <cls> are not outputs.
 _BANNED = (PAD_ID, BOS_ID, CLS_ID)
+
+
+# bf16 must win the probe by this much: a near-tie keeps fp32 (exact, and the same output on
+# every run of the same machine). Measured on the 2-core EPYC of the benchmarks (torch reported
+# AVX2 there): bf16 decoding 0.61x at batch 1 and 0.26x at batch 32, so the probe picks fp32.
+BF16_MIN_GAIN = 1.2
+
+
+@functools.lru_cache(maxsize=64)
+def choose_precision(rows: int, d_model: int, device: str = "cpu") -> tuple[str, str]:
+    """`(precision, why)` for decoding `rows` hypotheses at once with a model of width `d_model`:
+    a micro-probe (a few ms, once per size bucket) times the step's typical product
+    `(rows, d) x (d, 4d)` in float32 and under bfloat16 autocast and keeps bf16 only when it is
+    `BF16_MIN_GAIN` times faster."""
+    if device != "cpu":
+        return "fp32", f"device {device}: the probe is for the CPU (use precision='bf16' to choose it)"
+    rows = 1 << max(0, (rows - 1).bit_length())  # power-of-two bucket: one probe per bucket
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(rows, d_model, generator=g), torch.randn(4 * d_model, d_model, generator=g)
+
+    def timed(bf16: bool) -> float:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                for _ in range(4):
+                    F.linear(x, w)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    timed(True)  # warm-up (bf16 kernels, weight casts)
+    gain = timed(False) / timed(True)
+    choice = "bf16" if gain >= BF16_MIN_GAIN else "fp32"
+    return choice, f"probe at {rows} rows x d_model {d_model}: bf16 {gain:.2f}x the speed of fp32 -> {choice}"
 
 
 def length_limits(src: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
@@ -133,6 +183,8 @@ def check_sources(lengths: list[int], cfg: DecodeConfig) -> None:
 def greedy_decode(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> list[Hypothesis]:
     """src `(B, S)` ids (right-padded) -> one `Hypothesis` per row: the argmax at every step."""
     cfg = cfg or DecodeConfig(beam=1)
+    if cfg.lean and cfg.use_cache:
+        return _greedy_lean(model, src, cfg)
     B = src.shape[0]
     limits = length_limits(src, cfg)
     state = _Stepper(model, src, cfg.use_cache)
@@ -168,6 +220,8 @@ def _norm(score: float, length: int, penalty: float) -> float:
 def beam_search(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> list[Hypothesis]:
     """src `(B, S)` ids -> the best `Hypothesis` of each row (see the module docstring)."""
     cfg = cfg or DecodeConfig()
+    if cfg.lean and cfg.use_cache:
+        return _beam_lean(model, src, cfg)
     K = cfg.beam
     B, dev = src.shape[0], src.device
     limits = length_limits(src, cfg)
@@ -227,6 +281,176 @@ def beam_search(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> li
         state.select(rows[sel])  # reorder the beams and drop the sentences that are done
         prefix, alive = prefix[sel], alive[keep]
     return out  # type: ignore[return-value]
+
+
+class _LeanStepper:
+    """The lean decoding state: per model (each ensemble member) its `lean_step` when it has
+    one and `lean_blocker()` finds nothing against it, else its readable `decode` with a
+    `DecoderCache`; `step(tokens (N,))` gives next-token log-probs `(N, V)`."""
+
+    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1):
+        self.models = list(getattr(model, "members", [model]))
+        self.steps, self.reasons = [], []
+        self.banned = torch.tensor(_BANNED, device=src.device)
+        for m in self.models:
+            memory, mask = m.encode(src)  # (B, S, C), (B, S)
+            if expand > 1:  # beam search: K copies of each source, rows b*K .. b*K+K-1
+                memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
+            reason = m.lean_blocker() if hasattr(m, "lean_blocker") else "the model has no lean_step"
+            self.reasons.append(reason)
+            self.steps.append(m.lean_step(memory, mask, capacity) if reason is None
+                              else _ReadableStep(m, memory, mask, capacity))
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        logps = [F.log_softmax(s(tokens).float(), dim=-1) for s in self.steps]  # (N, V) each
+        logp = logps[0] if len(logps) == 1 else torch.logsumexp(torch.stack(logps), 0) - math.log(len(logps))
+        logp.index_fill_(1, self.banned, float("-inf"))
+        return logp
+
+    def select(self, index: torch.Tensor) -> None:
+        for s in self.steps:
+            s.select(index)
+
+
+class _ReadableStep:
+    """A model's `decode` with a `DecoderCache`, behind the lean step's interface."""
+
+    def __init__(self, model, memory, mask, capacity: int):
+        self.model, self.memory, self.mask = model, memory, mask
+        self.cache = model.new_cache(capacity) if "capacity" in model.new_cache.__code__.co_varnames \
+            else model.new_cache()
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.decode(tokens[:, None], self.memory, self.mask, cache=self.cache)[:, -1]
+
+    def select(self, index: torch.Tensor) -> None:
+        self.cache.reorder(index)
+        self.memory, self.mask = self.memory.index_select(0, index), self.mask.index_select(0, index)
+
+
+def _hypotheses(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, norms: torch.Tensor,
+                finished: torch.Tensor) -> list[Hypothesis]:
+    """Per-sentence tensors -> `Hypothesis` objects (once, at the end of a decode)."""
+    return [Hypothesis(t[:n], s, f, z) for t, n, s, z, f in
+            zip(tokens.tolist(), lengths.tolist(), scores.tolist(), norms.tolist(), finished.tolist())]
+
+
+def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
+    """`greedy_decode` with tensor bookkeeping and the lean step (same tokens, tested)."""
+    B, dev = src.shape[0], src.device
+    limits = length_limits(src, cfg)
+    L = int(limits.max())
+    state = _LeanStepper(model, src, L + 1)
+    buf = torch.full((B, L + 1), BOS_ID, dtype=torch.long, device=dev)  # <bos>, then the outputs
+    alive = torch.arange(B, device=dev)  # sentence of each live row
+    lim = limits.clone()
+    scores = torch.zeros(B, dtype=torch.float64, device=dev)
+    out_tok = torch.full((B, L + 1), PAD_ID, dtype=torch.long, device=dev)
+    out_len = torch.zeros(B, dtype=torch.long, device=dev)
+    out_score = torch.zeros(B, dtype=torch.float64, device=dev)
+    out_fin = torch.zeros(B, dtype=torch.bool, device=dev)
+    for t in range(1, L + 1):  # t = output tokens after this step
+        best, tok = state.step(buf[:, t - 1]).max(-1)  # (n,)
+        scores += best.double()
+        buf[:, t] = tok
+        is_eos = tok == EOS_ID
+        ended = is_eos | (lim <= t)
+        if bool(ended.any()):  # one host sync per step, as in the readable search
+            rows, sent = ended.nonzero()[:, 0], alive[ended]
+            out_tok[sent] = buf[rows]
+            out_fin[sent] = is_eos[rows]
+            out_len[sent] = t - is_eos[rows].long()  # without <eos>
+            out_score[sent] = scores[rows]
+            keep = (~ended).nonzero()[:, 0]
+            if keep.numel() == 0:
+                break
+            state.select(keep)
+            buf, alive, scores, lim = buf[keep], alive[keep], scores[keep], lim[keep]
+    return _hypotheses(out_tok[:, 1:], out_len, out_score, out_score, out_fin)
+
+
+def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
+    """`beam_search` as tensor bookkeeping over the whole beam x batch, with the lean step.
+
+    Per sentence it keeps the best finished hypothesis (tokens, score, normalised score) and
+    the number finished so far: the readable search keeps them all, but returns the first
+    best by (finished, normalised score) and stops on the count, so the two agree (tested)."""
+    K, lp = cfg.beam, cfg.length_penalty
+    B, dev = src.shape[0], src.device
+    limits = length_limits(src, cfg)
+    L = int(limits.max())
+    state = _LeanStepper(model, src, L + 1, expand=K)
+    buf = torch.full((B * K, L + 1), BOS_ID, dtype=torch.long, device=dev)
+    scores = torch.zeros(B, K, dtype=torch.float64, device=dev)
+    scores[:, 1:] = float("-inf")  # all beams start equal: keep only the first at step 1
+    alive = torch.arange(B, device=dev)  # sentence of each live group of K rows
+    lim = limits.clone()
+    # the exact bound of early_stop=False: _norm(score, limit + 1) uses (limit + 1) ** lp,
+    # computed once per sentence in Python floats like the readable search does at every step
+    lim_pow = torch.tensor([float((n + 1) ** lp) for n in limits.tolist()], dtype=torch.float64, device=dev)
+    n_fin = torch.zeros(B, dtype=torch.long, device=dev)
+    best_tok = torch.full((B, L + 1), PAD_ID, dtype=torch.long, device=dev)
+    best_len = torch.zeros(B, dtype=torch.long, device=dev)
+    best_score = torch.zeros(B, dtype=torch.float64, device=dev)
+    best_norm = torch.full((B,), float("-inf"), dtype=torch.float64, device=dev)
+    best_fin = torch.zeros(B, dtype=torch.bool, device=dev)
+    has_best = torch.zeros(B, dtype=torch.bool, device=dev)
+    cols = torch.arange(2 * K, device=dev)
+    beams = torch.arange(K, device=dev)
+    for t in range(1, L + 1):
+        n = alive.numel()
+        logp = state.step(buf[:, t - 1])  # (n K, V)
+        V = logp.shape[-1]
+        cand = scores[:, :, None] + logp.view(n, K, V).double()  # (n, K, V)
+        top, idx = cand.view(n, K * V).topk(min(2 * K, K * V), dim=-1)  # (n, 2K)
+        W = top.shape[1]
+        beam_of, tok = idx // V, idx % V
+        is_eos = tok == EOS_ID
+        ends = is_eos & (cols[:W] < K) & torch.isfinite(top)  # (n, 2K): hypotheses finished now
+        # the best of them (first on ties, as the readable search's max over its list)
+        normed = top / (t ** lp) if lp else top
+        step_best, j = torch.where(ends, normed, float("-inf")).max(-1)  # (n,)
+        better = ends.any(-1) & (~has_best[alive] | (step_best > best_norm[alive]))
+        src_rows = torch.arange(n, device=dev) * K + beam_of.gather(1, j[:, None])[:, 0]  # (n,)
+        n_fin[alive] += ends.sum(-1)
+        # the best K non-<eos> candidates live on
+        order = (is_eos.long() * W + cols[:W]).argsort(-1)[:, :K]  # (n, K)
+        new_scores = top.gather(1, order)
+        rows = (torch.arange(n, device=dev)[:, None] * K + beam_of.gather(1, order)).view(-1)  # (n K,)
+        if bool(better.any()):
+            i, sent = better.nonzero()[:, 0], alive[better]
+            best_tok[sent, : t - 1] = buf[src_rows[i], 1:t]
+            best_len[sent] = t - 1
+            best_score[sent] = top[i, j[i]]
+            best_norm[sent] = step_best[i]
+            best_fin[sent] = True
+            has_best[sent] = True
+        buf = buf[rows]
+        buf[:, t] = tok.gather(1, order).view(-1)
+        at_limit = lim <= t
+        hb = has_best[alive]
+        cut = at_limit & ~hb  # at the limit with nothing finished: the best cut-off hypothesis
+        if bool(cut.any()):
+            i, sent = cut.nonzero()[:, 0], alive[cut]
+            best_tok[sent, :t] = buf[i * K, 1 : t + 1]
+            best_len[sent] = t
+            best_score[sent] = new_scores[i, 0]
+            best_norm[sent] = new_scores[i, 0] / (t ** lp) if lp else new_scores[i, 0]
+        if cfg.early_stop:
+            enough = n_fin[alive] >= K
+        else:  # can any live hypothesis still end above the best finished one?
+            bound = new_scores[:, 0] / (lim_pow[alive] if lp >= 0 else (t + 1) ** lp) if lp else new_scores[:, 0]
+            enough = bound <= best_norm[alive]
+        done = at_limit | (hb & enough)
+        keep = (~done).nonzero()[:, 0]
+        if keep.numel() == 0:
+            break
+        scores = new_scores[keep]
+        if keep.numel() < n:
+            sel = (keep[:, None] * K + beams).view(-1)  # (n' K,)
+            rows, buf, alive, lim = rows[sel], buf[sel], alive[keep], lim[keep]
+        state.select(rows)  # reorder the beams and drop the sentences that are done
+    return _hypotheses(best_tok, best_len, best_score, best_norm, best_fin)
 
 
 def decode(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:

@@ -11,15 +11,17 @@ import torch
 from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
+from ...fileio import atomic_write_text, inside
+from ...nn.quant import check_quantize, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import load_weights
 from ..runs import RunDir
-from .decoding import DecodeConfig, Hypothesis, check_sources, decode
+from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
 from .task import corpus_scores
 
 
-def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe, Seq2Seq]:
+def _load_run_model(run_dir: Path, weights: str | None, quantize: str = "none") -> tuple[TranslateRecipe, Seq2Seq]:
     recipe = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (SRC_TOK, TGT_TOK), "translation")
     if weights is None:
         final = run_dir / FINAL
@@ -28,6 +30,8 @@ def _load_run_model(run_dir: Path, weights: str | None) -> tuple[TranslateRecipe
         raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
     model = Seq2Seq(recipe.model)
     load_weights(model, run_dir / weights)
+    if quantize == "int8":
+        quantize_int8(model)
     return recipe, model.eval()
 
 
@@ -52,22 +56,26 @@ class Translator:
 
     def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe):
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
+        self.last_precision: str | None = None  # what the last batch decoded in, and why
+        self.precision_reason: str | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path, weights: str | None = None,
-             ensemble: Sequence[str | Path] = ()) -> "Translator":
+             ensemble: Sequence[str | Path] = (), quantize: str | None = None) -> "Translator":
         """`weights`: a file name in `run_dir`; default: the one final.json names (best or
         averaged), else model.safetensors. `ensemble`: more run directories trained with the
         same tokenizers (usually the same recipe, other seeds); their models are decoded
-        together with this one (`Seq2SeqEnsemble`), each with its final.json weights."""
+        together with this one (`Seq2SeqEnsemble`), each with its final.json weights.
+        `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
+        quantize = check_quantize(quantize)
         run_dir = Path(run_dir)
         if RunDir(run_dir).is_ensemble:  # a `train_ensemble` run
             if weights is not None:
                 raise UserError(f"{run_dir} is an ensemble run: each member uses its own final weights")
             n = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (), "translation").ensemble
             dirs = [RunDir(run_dir).member(i).path for i in range(n)]
-            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble])
-        recipe, model = _load_run_model(run_dir, weights)
+            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble], quantize=quantize)
+        recipe, model = _load_run_model(run_dir, weights, quantize)
         src_tok, tgt_tok = Tokenizer.load(run_dir / SRC_TOK), Tokenizer.load(run_dir / TGT_TOK)
         if ensemble:
             members = [model]
@@ -77,7 +85,7 @@ class Translator:
                         raise UserError(f"{other / name} differs from {run_dir / name} (or is missing): "
                                         "ensemble members must be trained with the same tokenizers "
                                         "(the same data and tokenizer settings)")
-                members.append(_load_run_model(other, None)[1])
+                members.append(_load_run_model(other, None, quantize)[1])
             model = Seq2SeqEnsemble(members)
         return cls(model, src_tok, tgt_tok, recipe)
 
@@ -114,7 +122,15 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], PAD_ID)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+            precision = cfg.precision
+            if precision == "auto":
+                d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
+                    else self.model.cfg.transformer.d_model
+                precision, self.precision_reason = choose_precision(len(chunk) * cfg.beam, d)
+            else:
+                self.precision_reason = f"precision={precision!r} was asked for"
+            self.last_precision = precision
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
                 hyps = decode(self.model, src, cfg)
             for i, h in zip(chunk, hyps):
                 out[i] = h
@@ -142,8 +158,8 @@ class Translator:
                    sentences_per_s=len(pairs) / max(elapsed, 1e-9))
         if out_dir is not None:
             out_dir = Path(out_dir)
-            (out_dir / f"{name}_metrics.json").write_text(json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
-            (out_dir / f"{name}_hyps.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            atomic_write_text(inside(out_dir, f"{name}_metrics.json", "report"), json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
+            atomic_write_text(inside(out_dir, f"{name}_hyps.txt", "report"), "\n".join(hyps) + "\n")
         return rep
 
     @torch.no_grad()

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ...data.tokenizers import Tokenizer
+from ...fileio import atomic_write_bytes, atomic_write_text, remove
 from ...models.seq2seq import Seq2Seq
 from ...train import Trainer
 from ...train.checkpoint import load_weights, save_weights
@@ -60,9 +61,9 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     task.snapshot_dir = out_dir / SNAPSHOTS
     if not resume:
         for old in snapshot_files(task.snapshot_dir):
-            old.unlink()
+            remove(old)
         for name in (AVERAGED, FINAL):
-            (out_dir / name).unlink(missing_ok=True)
+            remove(out_dir / name, root=out_dir)
     trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
     task.current_step = lambda: trainer.state.step
     summary = trainer.fit(resume=resume)
@@ -85,7 +86,7 @@ def train_ensemble(recipe: TranslateRecipe, out_dir: Path, resume: bool = False,
         "test_bleu": res.get("test", {}).get("bleu"), "test_chrf": res.get("test", {}).get("chrf")}, log)
     first = out_dir / "member0"
     for name in (SRC_TOK, TGT_TOK):  # members train the same tokenizers; Translator.load checks
-        (out_dir / name).write_bytes((first / name).read_bytes())
+        atomic_write_bytes(out_dir / name, (first / name).read_bytes(), root=out_dir)
     TranslateRecipe.load_json(first / "config.json").replace(ensemble=recipe.ensemble).save_json(out_dir / "config.json")
     tr = Translator.load(out_dir)
     result: dict[str, Any] = {"train": {"members": done}, "final": {"weights": f"{recipe.ensemble} members"}}
@@ -129,5 +130,5 @@ def finalize(task: TranslationTask, valid: EncodedSplit | None, out_dir: Path, l
     best = max(scores, key=lambda k: scores[k]["bleu"]) if scores else "model.safetensors"
     load_weights(model, candidates[best])
     final = {"weights": best, "valid": scores, "averaged": [p.name for p in snaps] if len(snaps) >= 2 else []}
-    (out_dir / FINAL).write_text(json.dumps(final, indent=1) + "\n")
+    atomic_write_text(out_dir / FINAL, json.dumps(final, indent=1) + "\n", root=out_dir)
     return final

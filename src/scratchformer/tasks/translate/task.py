@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from ...data.tokenizers import PAD_ID, Tokenizer, cjk_fraction
 from ...errors import UserError
+from ...fileio import remove
 from ...models.seq2seq import Seq2Seq
 from ...train.checkpoint import load_weights, save_weights
 from ..runs import RunDir
@@ -93,7 +94,7 @@ class TranslationTask:
         meta = {"step": str(step), **{k: f"{v:.6g}" for k, v in metrics.items()}}
         save_weights(self.model, self.snapshot_dir / f"step-{step:08d}.safetensors", meta)
         for old in snapshot_files(self.snapshot_dir)[:-n]:
-            old.unlink(missing_ok=True)
+            remove(old)
 
     def save(self, run_dir: Path) -> None:
         run = RunDir(run_dir)

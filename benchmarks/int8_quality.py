@@ -1,0 +1,110 @@
+"""int8 against float32 on real test sets: BLEU (sacrebleu) of trained translators, accuracy of a
+trained classifier, and the time each took, the two loaded from the same run folder.
+
+    python -m benchmarks.int8_quality --hsk RUN --enfr RUN --thucnews RUN [--out DIR] [--sentences N]
+
+Each run is loaded twice (`quantize=None` and `quantize='int8'`), both evaluate the same test
+split (translation: the first N test sentences, the run's decode settings; classification: the
+whole test split); the two evaluations alternate (fp32, int8, fp32, int8) and the times are medians.
+The runs are whatever the caller trained: say in the notes how (a short recipe is not the full one).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from . import common
+
+
+def _timed(fn, reps: int = 2):
+    out, times = None, []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, statistics.median(times)
+
+
+def translation(run: str, sentences: int, beam: int | None) -> dict:
+    from scratchformer.tasks.translate import Translator, load_translation
+
+    fp32, int8 = Translator.load(run), Translator.load(run, quantize="int8")
+    pairs = load_translation(fp32.recipe.data).test[:sentences]
+    res = {"run": run, "sentences": len(pairs), "decode": fp32.decode_config(beam=beam).to_dict()}
+    for name, tr in (("fp32", fp32), ("int8", int8)):
+        rep, secs = _timed(lambda tr=tr: tr.evaluate(pairs, beam=beam))
+        res[name] = {"bleu": rep["bleu"], "chrf": rep["chrf"], "signature": rep["bleu_signature"], "seconds": secs}
+    res["bleu_delta"] = res["int8"]["bleu"] - res["fp32"]["bleu"]
+    res["speedup"] = res["fp32"]["seconds"] / res["int8"]["seconds"]
+    return res
+
+
+def classification(run: str) -> dict:
+    from scratchformer.tasks.classify import Classifier
+    from scratchformer.tasks.classify.data import load_classification
+
+    fp32 = Classifier.load(run, blend=False)
+    int8 = Classifier.load(run, blend=False, quantize="int8")
+    pairs = load_classification(fp32.recipe.data).test
+    res = {"run": run, "texts": len(pairs)}
+    for name, clf in (("fp32", fp32), ("int8", int8)):
+        rep, secs = _timed(lambda clf=clf: clf.evaluate(pairs))
+        res[name] = {"accuracy": rep["accuracy"], "macro_f1": rep.get("macro_f1"), "seconds": secs}
+    res["accuracy_points_delta"] = 100 * (res["int8"]["accuracy"] - res["fp32"]["accuracy"])
+    res["speedup"] = res["fp32"]["seconds"] / res["int8"]["seconds"]
+    return res
+
+
+def to_markdown(res: dict) -> str:
+    parts = [common.header_md("int8 vs float32 on real test sets", res["machine"],
+                              "The same run folder loaded twice (float32, `quantize='int8'`), the same test split; "
+                              "median of 2 timed evaluations each. " + res.get("runs_note", "")
+                              + " **The machine was shared with other agents' jobs.**")]
+    rows = []
+    for name in ("hsk", "enfr"):
+        r = res.get(name)
+        if r:
+            rows.append([name, r["sentences"], f"{r['fp32']['bleu']:.2f}", f"{r['int8']['bleu']:.2f}",
+                         f"{r['bleu_delta']:+.2f}", f"{r['fp32']['chrf']:.1f} / {r['int8']['chrf']:.1f}",
+                         f"{r['speedup']:.2f}×"])
+    if rows:
+        parts.append("## Translation (sacrebleu corpus BLEU)\n\n" + common.md_table(
+            ["test set", "sentences", "BLEU fp32", "BLEU int8", "Δ BLEU", "chrF fp32 / int8", "int8 speed-up"], rows))
+        sig = next(res[n]["fp32"]["signature"] for n in ("hsk", "enfr") if res.get(n))
+        parts.append(f"BLEU signature: `{sig}`")
+    r = res.get("thucnews")
+    if r:
+        parts.append("## Classification (THUCNews test)\n\n" + common.md_table(
+            ["texts", "accuracy fp32", "accuracy int8", "Δ points", "int8 speed-up"],
+            [[r["texts"], f"{100 * r['fp32']['accuracy']:.2f}%", f"{100 * r['int8']['accuracy']:.2f}%",
+              f"{r['accuracy_points_delta']:+.2f}", f"{r['speedup']:.2f}×"]]))
+    return "\n\n".join(parts)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hsk")
+    ap.add_argument("--enfr")
+    ap.add_argument("--thucnews")
+    ap.add_argument("--sentences", type=int, default=400)
+    ap.add_argument("--beam", type=int, default=None, help="default: the run's decode.beam")
+    ap.add_argument("--note", default="", help="how the runs were trained (goes into the Markdown)")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    res = {"machine": common.machine_info(), "runs_note": a.note, "shared_machine": True}
+    if a.thucnews:
+        res["thucnews"] = classification(a.thucnews)
+        print(res["thucnews"])
+    for name in ("hsk", "enfr"):
+        if getattr(a, name):
+            res[name] = translation(getattr(a, name), a.sentences, a.beam)
+            print(name, res[name])
+    common.write_result("int8_quality", res, to_markdown(res), a.out)
+
+
+if __name__ == "__main__":
+    main()
