@@ -19,11 +19,12 @@ from pathlib import Path
 
 import torch
 
-from . import attention, bf16, common, data_pipeline, encoder, generation, long_sequence, mfu, translation
+from . import attention, bf16, common, data_pipeline, encoder, generation, long_sequence, mfu, serve, translation
 
-ORDER = ("encoder", "mfu", "attention", "long_sequence", "bf16", "generation", "translation", "data_pipeline")
+ORDER = ("encoder", "mfu", "attention", "long_sequence", "bf16", "generation", "translation", "data_pipeline", "serve")
 MODULES = {"encoder": encoder, "attention": attention, "long_sequence": long_sequence, "bf16": bf16,
-           "generation": generation, "translation": translation, "data_pipeline": data_pipeline, "mfu": mfu}
+           "generation": generation, "translation": translation, "data_pipeline": data_pipeline, "mfu": mfu,
+           "serve": serve}
 
 
 def run_all(quick: bool = False, out_dir=None, only=None, log=print) -> dict:

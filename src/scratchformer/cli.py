@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "scratchformer.commands.lm",
     "scratchformer.commands.diagnostics",
     "scratchformer.commands.experiments",
+    "scratchformer.commands.serve",
 ]
 
 

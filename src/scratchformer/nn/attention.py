@@ -111,7 +111,8 @@ def scaled_dot_product_attention(
     k, v = _share_kv_heads(k, v, q.shape[1])
     use_fused = fused_path_blocker(need_weights, impl, q, Tk) is None
     # torch's is_causal is top-left aligned: only equal lengths without another mask may use it.
-    native_causal = is_causal and use_fused and mask is None and Tq == Tk
+    # (traced for export, Tq == Tk is symbolic: the explicit mask, right for every length, is what the graph holds)
+    native_causal = is_causal and use_fused and mask is None and not _tracing() and Tq == Tk
     if is_causal and not native_causal:
         mask = _merge_causal(mask, Tq, Tk, q.device)
     mask, row_ok = _open_empty_rows(mask)
@@ -163,6 +164,10 @@ def _merge_causal(mask: torch.Tensor | None, q_len: int, k_len: int, device) -> 
     return mask.masked_fill(~causal, float("-inf"))
 
 
+def _tracing() -> bool:
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
 def _open_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """A query whose keys are all masked would get softmax over all -inf = NaN. Unmask such
     rows for the softmax; the caller zeroes their output with `row_ok` (None: no such row)."""
@@ -170,7 +175,7 @@ def _open_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, to
         return None, None
     allowed = mask if mask.dtype == torch.bool else mask > float("-inf")
     row_ok = allowed.any(dim=-1, keepdim=True)  # (..., Tq, 1)
-    if bool(row_ok.all()):
+    if not _tracing() and bool(row_ok.all()):  # a traced graph (ONNX export) takes the branch valid for every mask
         return mask, None
     if mask.dtype == torch.bool:
         return mask | ~row_ok, row_ok

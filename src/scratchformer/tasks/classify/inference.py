@@ -109,6 +109,27 @@ class Classifier:
         return [{"label": self.labels[int(p.argmax())], "score": float(p.max()),
                  "probs": {lab: float(x) for lab, x in zip(self.labels, p)}} for p in probs]
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text becomes before truncation or segmentation (what a server limits)."""
+        if hasattr(self.tokenizer, "cls_id"):  # a BERT tokenizer
+            return [len(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+        return [len(self.tokenizer.encode(t)) for t in texts]
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """`(N, C)` sentence embeddings: the pooled encoder output the head reads (segments of a
+        long text averaged as the head sees them), L2-normalised."""
+        out = []
+        for i in range(0, len(texts), batch_size):
+            b = self._batch(texts[i : i + batch_size])
+            seg = self.model.features(b.ids, b.bigrams)  # (S, C)
+            if b.doc_index is not None:
+                from ...models.pooling import pool_segments
+
+                seg = pool_segments(seg, b.doc_index, len(b.labels), self.recipe.model.segment_pooling)  # (N, C)
+            out.append(torch.nn.functional.normalize(seg.float(), dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.recipe.model.d_model), dtype=np.float32)
+
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
         _check_labels(pairs, self.labels)
@@ -169,6 +190,13 @@ class EnsembleClassifier:
 
     def attention(self, text: str):
         return self.members[0].attention(text)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return self.members[0].count_tokens(texts)
+
+    def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Member 1's embeddings (members do not share a vector space)."""
+        return self.members[0].embed(texts, batch_size)
 
     def with_max_len(self, max_len: int) -> "EnsembleClassifier":
         return EnsembleClassifier([m.with_max_len(max_len) for m in self.members],
@@ -256,6 +284,12 @@ class BlendedClassifier:
 
     def attention(self, text: str):
         return self.ours.attention(text)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return self.ours.count_tokens(texts)
+
+    def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return self.ours.embed(texts, batch_size)
 
     def with_max_len(self, max_len: int) -> "BlendedClassifier":
         return BlendedClassifier(self.ours.with_max_len(max_len), self.baseline, self.weight)

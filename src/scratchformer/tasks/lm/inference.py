@@ -76,6 +76,10 @@ class LanguageModel:
             unknown = ["?"]
         return ids, unknown
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens of a prompt (what a server limits)."""
+        return len(self.tokenizer.encode(text))
+
     @torch.no_grad()
     def generate_ids(self, ids: list[int], max_new_tokens: int, temperature: float = 1.0,
                      top_k: int | None = None, top_p: float | None = None, seed: int | None = None,

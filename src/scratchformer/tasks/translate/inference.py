@@ -102,6 +102,10 @@ class Translator:
         check_sources([len(x) for x in ids], cfg)
         return [x + [EOS_ID] for x in ids]
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Source tokens of each text (without <eos>): what a server limits and batches by."""
+        return [len(x) for x in self.src_tok.encode_batch([t.strip() for t in texts])]
+
     @torch.no_grad()
     def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:
         """The best `Hypothesis` for each text, in order. Overrides: any `DecodeConfig` field

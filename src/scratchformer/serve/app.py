@@ -1,0 +1,618 @@
+"""The ASGI app of `scratchformer serve`: routes over the backends (backends.py), the batching
+queue (batching.py), admission control, input limits, errors, metrics, auth and the page.
+
+Why FastAPI (over bare Starlette, which it is built on): the request bodies are declared once
+as pydantic models, which gives the type checks of every field (with the field named in the
+error) and the OpenAPI schema at /docs from the same declaration; everything else here (the
+body-size limit, metrics, errors) is plain ASGI/Starlette.
+
+Error contract (every 4xx/5xx): `{"error": {"message": "...", "type": "...", "code": N}}`, the
+shape OpenAI's clients read, so an `openai` client shows our message. Never a traceback.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import json
+import logging
+import struct
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Callable, Literal, Sequence
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import UserError
+from .backends import CLASSIFY, COMPLETIONS, EMBEDDINGS, TASK_WORDS, TRANSLATE, Served
+from .batching import Batcher, Overloaded
+from .metrics import Metrics
+
+log = logging.getLogger("scratchformer.serve")
+API_KEY_ENV = "SCRATCHFORMER_API_KEY"
+
+
+@dataclass
+class ServeConfig:
+    """The server's settings (the `serve` command's flags)."""
+
+    api_key: str | None = None
+    batching: bool = True
+    max_batch_tokens: int = 8192  # padded tokens (inputs x longest) per batch
+    max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
+    max_queue: int = 256  # requests waiting per model and route; beyond: 429
+    max_body_bytes: int = 1_000_000  # beyond: 413
+    max_items: int = 64  # inputs per request; beyond: 422
+    max_input_tokens: int = 512  # tokens per input; beyond: 422 (or truncated on request)
+    max_new_tokens: int = 512  # completions: max_tokens cap
+    max_streams: int = 4  # generations running at once (each in its own thread)
+    drain_timeout: float = 30.0  # SIGTERM: seconds in-flight requests get to finish
+
+    def check(self) -> None:
+        for name in ("max_batch_tokens", "max_queue", "max_body_bytes", "max_items", "max_input_tokens",
+                     "max_new_tokens", "max_streams"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_wait_ms < 0 or self.drain_timeout < 0:
+            raise UserError("--max-wait-ms and --drain-timeout must be >= 0")
+
+
+# ----------------------------------------------------------------------------- request bodies
+
+Texts = str | list[str]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClassifyRequest(_Body):
+    model: str | None = Field(None, description="a served model's name (optional when one model classifies)")
+    input: Texts = Field(..., description="a text or a list of texts")
+    truncate: bool = Field(False, description="cut inputs longer than the token limit instead of refusing them")
+
+
+class TranslateRequest(_Body):
+    model: str | None = None
+    input: Texts
+    beam: int | None = Field(None, ge=1, le=16, description="beam size (1 = greedy); default: the run's")
+    max_length: int | None = Field(None, ge=1, le=1024, description="at most this many output tokens")
+    truncate: bool = False
+
+
+class EmbeddingsRequest(BaseModel):
+    """OpenAI's embeddings request; unknown fields are ignored as OpenAI's own server does."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    input: Texts
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+    truncate: bool = False
+
+
+class CompletionsRequest(BaseModel):
+    """OpenAI's (legacy) completions request, with the CLI's sampling options (`top_k`)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    prompt: str | list[str]
+    max_tokens: int = Field(16, ge=0)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stream: bool = False
+    n: int = 1
+    stop: str | list[str] | None = None
+    echo: bool = False
+    user: str | None = None
+    truncate: bool = False
+
+
+class AttentionRequest(_Body):
+    model: str | None = None
+    input: str
+
+
+# ----------------------------------------------------------------------------- errors
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.headers = status, message, kind, headers or {}
+
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error",
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
+    """(status, one line naming each wrong field) from pydantic's errors."""
+    errors = exc.errors()
+    for e in errors:
+        if e.get("type") == "json_invalid":
+            why = (e.get("ctx") or {}).get("error", "")
+            return 400, f"the request body is not valid JSON ({why})" if why else "the request body is not valid JSON"
+        if tuple(e.get("loc", ())) == ("body",):
+            return 400, "the request body must be a JSON object (send it with Content-Type: application/json)"
+    by_field: dict[str, list[str]] = {}
+    for e in errors:
+        loc = [str(x) for x in e.get("loc", ()) if x != "body"]
+        # a union (str | list[str]) reports one error per branch, under the branch's name
+        branch = next((x for x in loc if x in ("str", "list[str]")), None)
+        loc = [x for x in loc if x not in ("str", "list[str]")]
+        where = ".".join(loc) or "body"
+        if e.get("type") == "missing":
+            msg = "field required"
+        elif e.get("type") == "extra_forbidden":
+            msg = "unknown field (see /docs for the fields)"
+        elif branch == "list[str]" and len(loc) > 1 and e.get("type") == "string_type":
+            msg = "must be a string"
+        elif branch is not None and e.get("type") in ("string_type", "list_type"):
+            msg = "must be a string or a list of strings"
+        else:
+            msg = str(e.get("msg"))
+        by_field.setdefault(where, [])
+        if msg not in by_field[where]:
+            by_field[where].append(msg)
+    # an item's own error ("input.1: must be a string") says more than its union's ("input: ...")
+    by_field = {k: v for k, v in by_field.items() if not any(o.startswith(k + ".") for o in by_field)}
+    return 422, "; ".join(f"{k}: {' or '.join(v)}" for k, v in list(by_field.items())[:5])
+
+
+# ----------------------------------------------------------------------------- the state
+
+class ServerState:
+    """Models, batchers, readiness and draining of one app."""
+
+    def __init__(self, loader: Callable[[], Sequence[Served]], cfg: ServeConfig):
+        self.loader, self.cfg, self.metrics = loader, cfg, Metrics()
+        self.models: dict[str, Served] = {}
+        self.batchers: dict[tuple[str, str], Batcher] = {}
+        self.ready = threading.Event()
+        self.draining = False
+        self.load_error: BaseException | None = None
+        self.gen_executor = ThreadPoolExecutor(max_workers=cfg.max_streams, thread_name_prefix="generate")
+        self.gen_slots = asyncio.Semaphore(cfg.max_streams)
+        self.gen_waiting = 0
+        self.on_load_error: Callable[[BaseException], None] | None = None
+
+    def load(self) -> None:
+        try:
+            models = list(self.loader())
+            self.models = {m.name: m for m in models}
+            self.ready.set()
+            log.info("ready: %s", ", ".join(f"{m.name} ({m.task})" for m in models))
+        except BaseException as e:  # noqa: BLE001 - reported by the runner (one line) and the server stops
+            self.load_error = e
+            if self.on_load_error is not None:
+                self.on_load_error(e)
+
+    def admit(self) -> None:
+        if self.draining:
+            raise ApiError(503, "the server is shutting down", "unavailable", {"Connection": "close"})
+        if not self.ready.is_set():
+            raise ApiError(503, "the models are still loading; retry shortly (see /ready)", "unavailable",
+                           {"Retry-After": "1"})
+
+    def pick(self, name: str | None, route: str) -> Served:
+        self.admit()
+        if name is None:
+            able = [m for m in self.models.values() if route in m.routes]
+            if len(able) == 1:
+                return able[0]
+            if not able:
+                raise ApiError(400, f"no served model answers {route}; served: {self._listing()}")
+            raise ApiError(400, f"several served models answer {route}: name one in \"model\" "
+                                f"({', '.join(m.name for m in able)})")
+        m = self.models.get(name)
+        if m is None:
+            raise ApiError(404, f"model {name!r} is not served here; served: {self._listing()}", "model_not_found")
+        if route not in m.routes:
+            raise ApiError(400, f"model {name!r} is {TASK_WORDS.get(m.task, m.task)} ({m.task} run): it answers "
+                                f"{', '.join(m.routes)}, not {route}")
+        return m
+
+    def _listing(self) -> str:
+        return ", ".join(f"{m.name} ({m.task})" for m in self.models.values()) or "none"
+
+    def limit(self, m: Served, texts: Texts, truncate: bool) -> tuple[list[str], list[int]]:
+        """The inputs as a list and their token counts, after the item and token limits."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        cfg = self.cfg
+        if not texts:
+            raise ApiError(422, "input is empty: give a text or a list of texts")
+        if len(texts) > cfg.max_items:
+            raise ApiError(422, f"input has {len(texts)} items; the limit is {cfg.max_items} per request "
+                                "(the server's --max-items): split the request")
+        for i, t in enumerate(texts):
+            if not t.strip():
+                raise ApiError(422, f"input {i} is empty (or only spaces): there is nothing to read")
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError as e:  # JSON can carry a lone surrogate ("\\udcff"); text cannot
+                raise ApiError(422, f"input {i} is not valid Unicode text (a lone surrogate at character "
+                                    f"{e.start})") from None
+        tokens = m.count_tokens(texts)
+        for i, n in enumerate(tokens):
+            if n > cfg.max_input_tokens:
+                if not truncate:
+                    raise ApiError(422, f"input {i} has {n} tokens; the limit is {cfg.max_input_tokens} tokens "
+                                        "per input (the server's --max-input-tokens): shorten it, or send "
+                                        "\"truncate\": true to cut it")
+                texts[i] = m.truncate(texts[i], cfg.max_input_tokens)
+                tokens[i] = m.count_tokens([texts[i]])[0]
+        return texts, tokens
+
+    def batcher(self, m: Served, route: str) -> Batcher:
+        key = (m.name, route)
+        if key not in self.batchers:
+            fn = {CLASSIFY: m.classify, EMBEDDINGS: m.embed, TRANSLATE: m.translate}[route]
+            cfg = self.cfg
+            self.batchers[key] = Batcher(f"{m.name}{route.replace('/', '-')}", fn, cfg.max_batch_tokens,
+                                         cfg.max_wait_ms / 1000, cfg.max_queue, cfg.batching,
+                                         self.metrics.on_batch(m.name, route))
+        return self.batchers[key]
+
+    async def run(self, m: Served, route: str, texts: list[str], tokens: list[int], key=None) -> list[Any]:
+        b = self.batcher(m, route)
+        gauge = self.metrics.queue_depth.labels(m.name, route)
+        try:
+            gauge.set(b.depth + 1)
+            return await b.submit(texts, tokens, key)
+        except Overloaded as e:
+            self.metrics.rejected.labels(m.name).inc()
+            raise ApiError(429, str(e), "rate_limit_exceeded", {"Retry-After": str(e.retry_after)}) from None
+        finally:
+            gauge.set(b.depth)
+
+    async def close(self) -> None:
+        for b in self.batchers.values():
+            await b.stop()
+        self.gen_executor.shutdown(wait=False, cancel_futures=True)
+
+
+# ----------------------------------------------------------------------------- ASGI middleware
+
+class BodyLimit:
+    """413 for a body over `limit` bytes: from Content-Length before reading, or while a body
+    without one streams in (reading stops at the limit; at most `limit` bytes are held)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    def _too_big(self):
+        return error_response(413, f"the request body is over the limit of {self.limit} bytes "
+                                   "(the server's --max-body-bytes): send fewer or shorter inputs")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await self._too_big()(scope, receive, send)
+        body, more = [], True
+        size = 0
+        while more:  # read it all here (bounded), then hand it on in one message
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body.append(msg.get("body", b""))
+            size += len(body[-1])
+            more = msg.get("more_body", False)
+            if size > self.limit:
+                return await self._too_big()(scope, receive, send)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": b"".join(body), "more_body": False}
+            return await receive()  # after the body: wait for the disconnect, as the server would say it
+
+        await self.app(scope, replay, send)
+
+
+class RecordMetrics:
+    """Requests by route and status, latency by route (streams: until the last byte)."""
+
+    def __init__(self, app, metrics: Metrics, routes: set[str]):
+        self.app, self.metrics, self.routes = app, metrics, routes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        route = scope["path"] if scope["path"] in self.routes else "other"  # bounded label values
+        status, t0 = 500, time.perf_counter()
+
+        async def watch(msg):
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- the app
+
+def _b64(vec: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
+
+
+class _Stopped(Exception):
+    """Raised inside a generation thread when its client went away."""
+
+
+def create_app(loader: Callable[[], Sequence[Served]], cfg: ServeConfig | None = None,
+               on_load_error: Callable[[BaseException], None] | None = None) -> FastAPI:
+    """The app; `loader()` builds the backends in a background thread at startup (so /health
+    answers at once and /ready says 503 until it returns). `on_load_error(exc)`: called when
+    it raises (the runner stops the server)."""
+    cfg = cfg or ServeConfig()
+    cfg.check()
+    state: ServerState
+
+    async def lifespan(app):
+        nonlocal state
+        state = ServerState(loader, cfg)
+        state.on_load_error = on_load_error
+        app.state.serve = state
+        threading.Thread(target=state.load, name="load-models", daemon=True).start()
+        yield
+        state.draining = True
+        await state.close()
+
+    app = FastAPI(title="scratchformer serve", version="1", lifespan=lifespan,
+                  description="Classify, translate, embed and complete with models trained by scratchformer.")
+    key = cfg.api_key
+
+    def auth(request: Request) -> None:
+        if key is None:
+            return
+        got = request.headers.get("authorization", "")
+        scheme, _, token = got.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            raise ApiError(401, "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
+                           "authentication_error", {"WWW-Authenticate": "Bearer"})
+
+    guarded = [Depends(auth)]
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request, exc: ApiError):
+        return error_response(exc.status, exc.message, exc.kind, exc.headers)
+
+    @app.exception_handler(UserError)
+    async def _user_error(request, exc: UserError):
+        return error_response(422, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc: RequestValidationError):
+        status, message = _validation_message(exc)
+        return error_response(status, message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request, exc: StarletteHTTPException):
+        message = {404: f"no route {request.url.path}; see /docs", 405: f"{request.method} is not allowed on "
+                   f"{request.url.path}; see /docs"}.get(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _internal(request, exc: Exception):
+        log.exception("internal error on %s", request.url.path)  # the traceback stays in the server's log
+        return error_response(500, "internal error (the server's log has the details)", "server_error")
+
+    # ------------------------------------------------------------------ probes and metrics
+
+    @app.get("/health", tags=["probes"], summary="alive (200 as long as the process serves)")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/ready", tags=["probes"], summary="200 once every model is loaded; 503 while loading or draining")
+    async def ready(request: Request):
+        st: ServerState = request.app.state.serve
+        if st.draining:
+            return JSONResponse({"status": "draining"}, 503)
+        if not st.ready.is_set():
+            return JSONResponse({"status": "failed" if st.load_error else "loading"}, 503)
+        return {"status": "ready", "models": list(st.models)}
+
+    @app.get("/metrics", tags=["probes"], summary="Prometheus metrics")
+    async def metrics(request: Request):
+        body, ctype = request.app.state.serve.metrics.render()
+        return Response(body, media_type=ctype)
+
+    @app.get("/v1/models", tags=["models"], summary="the served models and their tasks (OpenAI shape)")
+    async def models(request: Request):
+        st: ServerState = request.app.state.serve
+        return {"object": "list", "data": [m.describe() for m in st.models.values()]}
+
+    # ------------------------------------------------------------------ inference
+
+    @app.post(CLASSIFY, tags=["inference"], dependencies=guarded,
+              summary="labels and probabilities (the run's blend with TF-IDF when it has one)")
+    async def classify(body: ClassifyRequest, request: Request):
+        st: ServerState = request.app.state.serve
+        m = st.pick(body.model, CLASSIFY)
+        texts, tokens = st.limit(m, body.input, body.truncate)
+        rows = await st.run(m, CLASSIFY, texts, tokens)
+        return {"object": "list", "model": m.name,
+                "data": [{"index": i, **row} for i, row in enumerate(rows)]}
+
+    @app.post(TRANSLATE, tags=["inference"], dependencies=guarded, summary="translations")
+    async def translate(body: TranslateRequest, request: Request):
+        st: ServerState = request.app.state.serve
+        m = st.pick(body.model, TRANSLATE)
+        texts, tokens = st.limit(m, body.input, body.truncate)
+        key = m.decode_key(body.beam, body.max_length)
+        out = await st.run(m, TRANSLATE, texts, tokens, key)
+        return {"object": "list", "model": m.name, "beam": key[0],
+                "data": [{"index": i, "translation": t} for i, t in enumerate(out)]}
+
+    @app.post(EMBEDDINGS, tags=["inference"], dependencies=guarded, summary="embeddings (OpenAI shape)")
+    async def embeddings(body: EmbeddingsRequest, request: Request):
+        st: ServerState = request.app.state.serve
+        m = st.pick(body.model, EMBEDDINGS)
+        if body.dimensions is not None:
+            raise ApiError(422, f"dimensions: this model's vectors have a fixed size; leave 'dimensions' out")
+        texts, tokens = st.limit(m, body.input, body.truncate)
+        vectors = await st.run(m, EMBEDDINGS, texts, tokens)
+        enc = _b64 if body.encoding_format == "base64" else (lambda v: v)
+        return {"object": "list", "model": m.name,
+                "data": [{"object": "embedding", "index": i, "embedding": enc(v)} for i, v in enumerate(vectors)],
+                "usage": {"prompt_tokens": sum(tokens), "total_tokens": sum(tokens)}}
+
+    @app.post(COMPLETIONS, tags=["inference"], dependencies=guarded,
+              summary="text completions (OpenAI shape; stream: true = server-sent events)")
+    async def completions(body: CompletionsRequest, request: Request):
+        st: ServerState = request.app.state.serve
+        m = st.pick(body.model, COMPLETIONS)
+        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        if len(prompts) != 1 or body.n != 1:
+            raise ApiError(422, "prompt: one prompt and n=1 per request (send several requests: they run concurrently)")
+        if body.stop is not None or body.echo:
+            raise ApiError(422, "stop and echo are not supported; leave them out")
+        if body.max_tokens > cfg.max_new_tokens:
+            raise ApiError(422, f"max_tokens is {body.max_tokens}; the limit is {cfg.max_new_tokens} "
+                                "(the server's --max-new-tokens)")
+        texts, tokens = st.limit(m, prompts, body.truncate)
+        prompt = texts[0]
+        m.check(prompt, body.temperature, body.top_k, body.top_p, body.max_tokens)  # UserError -> 422
+        if st.gen_slots.locked() and st.gen_waiting >= cfg.max_queue:
+            st.metrics.rejected.labels(m.name).inc()
+            raise ApiError(429, f"the server is at capacity ({st.gen_waiting} generations waiting); retry after 1 s",
+                           "rate_limit_exceeded", {"Retry-After": "1"})
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue = asyncio.Queue()
+        stopped = threading.Event()
+        done = object()
+        cid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+
+        def on_piece(piece: str) -> None:
+            if stopped.is_set():
+                raise _Stopped
+            loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
+        def work() -> str:
+            try:
+                return m.generate(prompt, body.max_tokens, body.temperature, body.top_k, body.top_p, body.seed, on_piece)
+            finally:
+                loop.call_soon_threadsafe(pieces.put_nowait, done)
+
+        def chunk(text: str, finish: str | None) -> dict:
+            return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
+                    "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}]}
+
+        def usage(text: str) -> dict:
+            n_out = m.count_tokens([text])[0] if text else 0
+            st.metrics.tokens.labels(m.name, "output").inc(n_out)
+            return {"prompt_tokens": tokens[0], "completion_tokens": n_out, "total_tokens": tokens[0] + n_out}
+
+        st.gen_waiting += 1
+        try:
+            await st.gen_slots.acquire()
+        finally:
+            st.gen_waiting -= 1
+        st.metrics.streams.labels(m.name).inc()
+        try:
+            future = loop.run_in_executor(st.gen_executor, work)
+        except BaseException:
+            st.gen_slots.release()
+            st.metrics.streams.labels(m.name).dec()
+            raise
+
+        def release(_=None):
+            st.gen_slots.release()
+            st.metrics.streams.labels(m.name).dec()
+
+        future.add_done_callback(lambda f: loop.call_soon_threadsafe(release) if not loop.is_closed() else None)
+
+        if not body.stream:
+            text = await future
+            return {**chunk(text, "length"), "usage": usage(text)}
+
+        async def events():
+            text = []
+            try:
+                while True:
+                    piece = await pieces.get()
+                    if piece is done:
+                        break
+                    text.append(piece)
+                    yield f"data: {json.dumps(chunk(piece, None), ensure_ascii=False)}\n\n"
+                await future  # a generation error ends the stream without [DONE]
+                final = {**chunk("", "length"), "usage": usage("".join(text))}
+                yield f"data: {json.dumps(final, ensure_ascii=False)}\n\n"
+                yield "data: [DONE]\n\n"
+            finally:
+                stopped.set()  # the client left (or we are done): stop the thread at its next token
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post("/v1/attention", tags=["inference"], dependencies=guarded, response_class=HTMLResponse,
+              summary="the attention page (diagnostics' offline page) of one input, as HTML")
+    async def attention(body: AttentionRequest, request: Request):
+        st: ServerState = request.app.state.serve
+        st.admit()
+        able = [m for m in st.models.values() if m.task in ("classify", "translate") and
+                type(m).attention_page is not Served.attention_page]
+        m = st.models.get(body.model) if body.model else (able[0] if len(able) == 1 else None)
+        if m is None or m not in able:
+            raise ApiError(400, f"attention pages come from classify or translate runs served with torch; "
+                                f"name one in \"model\" ({', '.join(x.name for x in able) or 'none served'})")
+        texts, _ = st.limit(m, body.input, True)
+        html = await asyncio.get_running_loop().run_in_executor(None, m.attention_page, texts[0])
+        return HTMLResponse(html)
+
+    @app.get("/font", include_in_schema=False)
+    async def font(text: str = ""):
+        """The CJK font cut to the characters of `text` (the page shows typed Chinese with it on
+        machines without a CJK font; the offline attention page inlines the same)."""
+        from ..fonts import subset_font
+
+        chars = "".join(sorted(set(text)))
+        if len(chars) > 4000:
+            raise ApiError(422, f"text: at most 4000 distinct characters per font request, got {len(chars)}")
+        data = await asyncio.get_running_loop().run_in_executor(None, subset_font, chars)
+        if data is None:
+            raise ApiError(404, "no CJK font on the server", "not_found")
+        return Response(data, media_type="font/otf", headers={"Cache-Control": "max-age=3600"})
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index():
+        return HTMLResponse(resources.files(__package__).joinpath("page", "index.html").read_text(encoding="utf-8"))
+
+    routes = {"/", "/font", "/health", "/ready", "/metrics", "/v1/models", "/v1/attention", CLASSIFY, TRANSLATE,
+              EMBEDDINGS, COMPLETIONS, "/docs", "/openapi.json"}
+    app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
+    app.add_middleware(RecordMetrics, metrics=_LazyMetrics(app), routes=routes)  # outermost: counts 413s too
+    return app
+
+
+class _LazyMetrics:
+    """The state's Metrics, looked up per request (the state is made at startup, after the
+    middleware stack is built)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __getattr__(self, name):
+        return getattr(self.app.state.serve.metrics, name)

@@ -1,0 +1,277 @@
+"""What the server serves: one `Served` per run (or exported folder), over the tasks' public
+inference API (`Classifier`, `Translator`, `LanguageModel`, `interop.hf_bert`, an ONNX export).
+
+A backend says which routes it answers (`routes`), counts tokens (for the input limit and the
+batcher's budget) and computes a whole batch of inputs at once. It knows HTTP not at all; the
+app (app.py) knows no model internals.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Hashable, Sequence
+
+from ..errors import UserError
+
+CLASSIFY, TRANSLATE, EMBEDDINGS, COMPLETIONS = "/v1/classify", "/v1/translate", "/v1/embeddings", "/v1/completions"
+TASK_WORDS = {"classify": "a classifier", "translate": "a translator", "lm": "a language model",
+              "embed": "an embedding model"}
+
+
+class Served:
+    """Base of every backend. `name` is what requests put in "model"."""
+
+    task: str = ""
+    routes: tuple[str, ...] = ()
+
+    def __init__(self, name: str, source: str):
+        self.name, self.source = name, source
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        raise NotImplementedError
+
+    def truncate(self, text: str, limit: int) -> str:
+        """The longest prefix of `text` with at most `limit` tokens (binary search over
+        characters through `count_tokens`, so it holds for every tokenizer)."""
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.count_tokens([text[:mid]])[0] <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text[:lo]
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.name, "object": "model", "owned_by": "scratchformer", "task": self.task,
+                "routes": list(self.routes), "source": self.source}
+
+    # batch entry points (only those of `routes` are called)
+    def classify(self, texts: list[str], key: Hashable) -> list[dict]:
+        raise NotImplementedError
+
+    def embed(self, texts: list[str], key: Hashable) -> list[list[float]]:
+        raise NotImplementedError
+
+    def translate(self, texts: list[str], key: Hashable) -> list[str]:
+        raise NotImplementedError
+
+    def attention_page(self, text: str) -> str:
+        raise UserError(f"model {self.name!r} has no attention page")
+
+
+def _probs_rows(labels: list[str], probs) -> list[dict]:
+    return [{"label": labels[int(p.argmax())], "score": float(p.max()),
+             "probs": {lab: float(x) for lab, x in zip(labels, p)}} for p in probs]
+
+
+class ClassifierBackend(Served):
+    """A classify run: /v1/classify (with the run's blend when it has one) and /v1/embeddings
+    (the pooled encoder output, L2-normalised)."""
+
+    task, routes = "classify", (CLASSIFY, EMBEDDINGS)
+
+    def __init__(self, name: str, run_dir: Path):
+        from ..tasks.classify import Classifier
+
+        super().__init__(name, str(run_dir))
+        self.run_dir = run_dir
+        self.clf = Classifier.load(run_dir)
+        self.labels = list(self.clf.labels)
+        self._attention = None
+
+    def count_tokens(self, texts):
+        return self.clf.count_tokens(texts)
+
+    def classify(self, texts, key):
+        return _probs_rows(self.labels, self.clf.predict_proba(texts, batch_size=max(len(texts), 1)))
+
+    def embed(self, texts, key):
+        return self.clf.embed(texts, batch_size=max(len(texts), 1)).tolist()
+
+    def describe(self):
+        return {**super().describe(), "labels": self.labels}
+
+    def attention_page(self, text: str) -> str:
+        from ..diagnostics import inspection
+        from ..diagnostics.attention_html import page
+
+        if self._attention is None:
+            self._attention = inspection.load(self.run_dir)
+        return page(self._attention.attention(text))
+
+
+class TranslatorBackend(Served):
+    task, routes = "translate", (TRANSLATE,)
+
+    def __init__(self, name: str, run_dir: Path):
+        from ..tasks.translate import Translator
+
+        super().__init__(name, str(run_dir))
+        self.run_dir = run_dir
+        self.tr = Translator.load(run_dir)
+        self._attention = None
+
+    def count_tokens(self, texts):
+        return self.tr.count_tokens(texts)
+
+    def decode_key(self, beam: int | None, max_length: int | None) -> tuple:
+        """The batch key: requests share a batch only with the same decoding settings. Checked
+        here (a bad value is the request's fault, found before it joins a batch)."""
+        cfg = self.tr.decode_config(beam=beam, max_output_len=max_length)
+        return (cfg.beam, cfg.max_output_len)
+
+    def translate(self, texts, key):
+        beam, max_len = key
+        return self.tr.translate(texts, beam=beam, max_output_len=max_len)
+
+    def attention_page(self, text: str) -> str:
+        from ..diagnostics import inspection
+        from ..diagnostics.attention_html import page
+
+        if self._attention is None:
+            self._attention = inspection.load(self.run_dir)
+        return page(self._attention.attention(text))
+
+
+class LanguageModelBackend(Served):
+    """A language-model run: /v1/completions. Generation is not batched across requests; each
+    stream runs in its own worker thread, so concurrent streams interleave instead of queueing."""
+
+    task, routes = "lm", (COMPLETIONS,)
+
+    def __init__(self, name: str, run_dir: Path):
+        from ..tasks.lm import LanguageModel
+
+        super().__init__(name, str(run_dir))
+        self.lm = LanguageModel.load(run_dir)
+
+    def count_tokens(self, texts):
+        return [self.lm.count_tokens(t) for t in texts]
+
+    def check(self, prompt: str, temperature: float, top_k, top_p, max_tokens: int) -> None:
+        from ..tasks.lm.sampling import check_sampling
+
+        check_sampling(temperature, top_k, top_p)
+        self.lm.encode_prompt(prompt)
+        if max_tokens < 0:
+            raise UserError(f"max_tokens must be >= 0, got {max_tokens}")
+
+    def generate(self, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed,
+                 on_piece: Callable[[str], None]) -> str:
+        return self.lm.generate(prompt, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                                top_p=top_p, seed=seed, stream=on_piece, warn=lambda m: None)
+
+
+class PretrainedEmbedder(Served):
+    """A pretrained BERT sentence encoder (`minilm`, or a folder with config.json +
+    model.safetensors), as `scratchformer embed --model` loads it: /v1/embeddings."""
+
+    task, routes = "embed", (EMBEDDINGS,)
+
+    def __init__(self, name: str, source: str):
+        from ..interop.hf_bert import load_hf_bert
+
+        super().__init__(name, source)
+        self.model, self.tok = load_hf_bert(source)
+
+    def count_tokens(self, texts):
+        return [len(self.tok.encode(t, add_special_tokens=False)) for t in texts]
+
+    def embed(self, texts, key):
+        return self.model.embed(texts, self.tok, batch_size=max(len(texts), 1)).tolist()
+
+
+class OnnxClassifierBackend(Served):
+    """A folder written by `scratchformer export RUN --format onnx`, run by ONNX Runtime:
+    /v1/classify and /v1/embeddings, without torch in the loop."""
+
+    task, routes = "classify", (CLASSIFY, EMBEDDINGS)
+
+    def __init__(self, name: str, folder: Path):
+        from ..tasks.classify.onnx_runtime import OnnxClassifier
+
+        super().__init__(name, str(folder))
+        self.model = OnnxClassifier(folder)
+        self.labels = self.model.labels
+
+    def count_tokens(self, texts):
+        return self.model.count_tokens(texts)
+
+    def classify(self, texts, key):
+        return _probs_rows(self.labels, self.model.predict_proba(texts))
+
+    def embed(self, texts, key):
+        return self.model.embed(texts).tolist()
+
+    def describe(self):
+        return {**super().describe(), "labels": self.labels, "backend": "onnxruntime"}
+
+
+@dataclass
+class ModelSpec:
+    """One `serve` argument: `[NAME=]RUN_DIR` (or a pretrained embedder's name)."""
+
+    name: str
+    source: str
+
+
+def parse_specs(args: Sequence[str]) -> list[ModelSpec]:
+    specs, seen = [], set()
+    for a in args:
+        name, sep, source = a.partition("=")
+        if not sep or "/" in name or not name:
+            name, source = Path(a.rstrip("/")).name or a, a
+        if name in seen:
+            raise UserError(f"two models are named {name!r}: name them, e.g. {name}2={source}")
+        seen.add(name)
+        specs.append(ModelSpec(name, source))
+    if not specs:
+        raise UserError("give at least one run directory to serve")
+    return specs
+
+
+def load_backend(spec: ModelSpec, backend: str = "torch") -> Served:
+    """The backend for one spec, by the run's task (config.json), an export folder
+    (export.json), or a pretrained encoder's name."""
+    path = Path(spec.source)
+    if (path / "export.json").is_file():
+        meta = json.loads((path / "export.json").read_text(encoding="utf-8"))
+        if meta.get("format") != "onnx":
+            raise UserError(f"{path} holds a {meta.get('format')!r} export; serve runs ONNX exports "
+                            "(--backend onnxruntime) or run directories")
+        return OnnxClassifierBackend(spec.name, path)
+    if backend == "onnxruntime":
+        raise UserError(f"{path} is not an ONNX export (no export.json): run "
+                        f"`scratchformer export {path} --format onnx --out DIR` and serve DIR")
+    if not path.exists() and "/" not in spec.source:
+        return PretrainedEmbedder(spec.name, spec.source)  # e.g. `minilm`
+    if (path / "config.json").is_file() and (path / "model.safetensors").is_file() and not _is_run(path):
+        return PretrainedEmbedder(spec.name, spec.source)  # a Hugging Face BERT folder
+    from ..tasks.runs import RunDir
+
+    check_finished(path)
+    task = RunDir(path).task_name()
+    kinds = {"classify": ClassifierBackend, "translate": TranslatorBackend, "lm": LanguageModelBackend}
+    if task not in kinds:
+        raise UserError(f"{path} holds a {task!r} run; serve knows {', '.join(kinds)} runs")
+    return kinds[task](spec.name, path)
+
+
+def check_finished(path: Path) -> None:
+    """HOOK for `tasks.runs.require_finished(run_dir)` (a run still training or interrupted is
+    refused with one line): called when tasks/runs.py offers it; until then each task's `load`
+    checks the files it needs."""
+    from ..tasks import runs
+
+    check = getattr(runs, "require_finished", None)
+    if check is not None:
+        check(path)
+
+
+def _is_run(path: Path) -> bool:
+    try:
+        return "task" in json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return False
