@@ -260,14 +260,10 @@ def load_backend(spec: ModelSpec, backend: str = "torch") -> Served:
 
 
 def check_finished(path: Path) -> None:
-    """HOOK for `tasks.runs.require_finished(run_dir)` (a run still training or interrupted is
-    refused with one line): called when tasks/runs.py offers it; until then each task's `load`
-    checks the files it needs."""
-    from ..tasks import runs
+    """A run still training, or interrupted, is refused with one line saying `--resume` finishes it."""
+    from ..tasks.runs import require_finished
 
-    check = getattr(runs, "require_finished", None)
-    if check is not None:
-        check(path)
+    require_finished(path)
 
 
 def _is_run(path: Path) -> bool:
