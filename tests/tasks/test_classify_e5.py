@@ -81,6 +81,10 @@ def test_e5_decision_says_why_and_what_budget_lets_it_compete():
     assert auto.e5_decision(["新闻"] * 10, 2, 8.0, lines.append, fast) is fast
     assert lines[-1].startswith("adaptive default: e5 fits (3.0 min estimated of 8)")
     assert auto.e5_decision(["x"], 1, None, lines.append) is None and "no time budget" in lines[-1]
+    assert auto.e5_decision(["新闻"] * 10, 2, 8.0, lines.append, fast, n_valid=24) is None
+    assert lines[-1] == ("adaptive default: e5 not considered: 24 valid texts cannot tell two models apart "
+                         "(it needs at least 200; today's choice stands)")
+    assert auto.e5_decision(["新闻"] * 10, 2, 8.0, lines.append, fast, n_valid=200) is fast
 
 
 def test_e5_estimate_is_six_flops_per_parameter_token_plus_evaluation():

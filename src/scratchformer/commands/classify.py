@@ -84,7 +84,8 @@ def train(args) -> int:
         from ..tasks.classify.data import load_classification
 
         data = load_classification(recipe.data)
-        est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log)
+        est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log,
+                          n_valid=len(data.valid))
         candidate = e5_recipe(recipe, est.minutes / 0.9) if est else None
     if candidate is not None:
         from ..tasks.classify.pipeline import train_with_candidate

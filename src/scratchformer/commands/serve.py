@@ -26,6 +26,8 @@ def register(cli) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--backend", choices=["torch", "onnxruntime"], default="torch",
                    help="onnxruntime: serve folders written by `scratchformer export --format onnx`")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="int8: load the runs with int8 projections (dynamic quantization, CPU; see docs/speed.md)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on inference routes (or set {API_KEY_ENV})")
     p.add_argument("--no-batching", action="store_true", help="run every request alone (no dynamic batching)")
@@ -74,7 +76,7 @@ def run_serve(args) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
         print(f"warning: listening on {args.host} without --api-key: anyone who reaches it can use the models",
               flush=True)
-    return serve(specs, cfg, args.host, args.port, args.backend)
+    return serve(specs, cfg, args.host, args.port, args.backend, quantize=args.quantize)
 
 
 def run_export(args) -> int:

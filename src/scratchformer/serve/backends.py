@@ -72,12 +72,12 @@ class ClassifierBackend(Served):
 
     task, routes = "classify", (CLASSIFY, EMBEDDINGS)
 
-    def __init__(self, name: str, run_dir: Path):
+    def __init__(self, name: str, run_dir: Path, quantize: str = "none"):
         from ..tasks.classify import Classifier
 
         super().__init__(name, str(run_dir))
         self.run_dir = run_dir
-        self.clf = Classifier.load(run_dir)
+        self.clf = Classifier.load(run_dir, quantize=quantize)
         self.labels = list(self.clf.labels)
         self._attention = None
 
@@ -105,12 +105,12 @@ class ClassifierBackend(Served):
 class TranslatorBackend(Served):
     task, routes = "translate", (TRANSLATE,)
 
-    def __init__(self, name: str, run_dir: Path):
+    def __init__(self, name: str, run_dir: Path, quantize: str = "none"):
         from ..tasks.translate import Translator
 
         super().__init__(name, str(run_dir))
         self.run_dir = run_dir
-        self.tr = Translator.load(run_dir)
+        self.tr = Translator.load(run_dir, quantize=quantize)
         self._attention = None
 
     def count_tokens(self, texts):
@@ -141,11 +141,11 @@ class LanguageModelBackend(Served):
 
     task, routes = "lm", (COMPLETIONS,)
 
-    def __init__(self, name: str, run_dir: Path):
+    def __init__(self, name: str, run_dir: Path, quantize: str = "none"):
         from ..tasks.lm import LanguageModel
 
         super().__init__(name, str(run_dir))
-        self.lm = LanguageModel.load(run_dir)
+        self.lm = LanguageModel.load(run_dir, quantize=quantize)
 
     def count_tokens(self, texts):
         return [self.lm.count_tokens(t) for t in texts]
@@ -170,11 +170,11 @@ class PretrainedEmbedder(Served):
 
     task, routes = "embed", (EMBEDDINGS,)
 
-    def __init__(self, name: str, source: str):
+    def __init__(self, name: str, source: str, quantize: str = "none"):
         from ..interop.hf_bert import load_hf_bert
 
         super().__init__(name, source)
-        self.model, self.tok = load_hf_bert(source)
+        self.model, self.tok = load_hf_bert(source, quantize=quantize)
 
     def count_tokens(self, texts):
         return [len(self.tok.encode(t, add_special_tokens=False)) for t in texts]
@@ -232,9 +232,10 @@ def parse_specs(args: Sequence[str]) -> list[ModelSpec]:
     return specs
 
 
-def load_backend(spec: ModelSpec, backend: str = "torch") -> Served:
+def load_backend(spec: ModelSpec, backend: str = "torch", quantize: str = "none") -> Served:
     """The backend for one spec, by the run's task (config.json), an export folder
-    (export.json), or a pretrained encoder's name."""
+    (export.json), or a pretrained encoder's name. `quantize="int8"`: the torch backends load
+    with int8 projections (the load APIs' `quantize=`; an ONNX export is served as exported)."""
     path = Path(spec.source)
     if (path / "export.json").is_file():
         meta = json.loads((path / "export.json").read_text(encoding="utf-8"))
@@ -246,9 +247,9 @@ def load_backend(spec: ModelSpec, backend: str = "torch") -> Served:
         raise UserError(f"{path} is not an ONNX export (no export.json): run "
                         f"`scratchformer export {path} --format onnx --out DIR` and serve DIR")
     if not path.exists() and "/" not in spec.source:
-        return PretrainedEmbedder(spec.name, spec.source)  # e.g. `minilm`
+        return PretrainedEmbedder(spec.name, spec.source, quantize)  # e.g. `minilm`
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file() and not _is_run(path):
-        return PretrainedEmbedder(spec.name, spec.source)  # a Hugging Face BERT folder
+        return PretrainedEmbedder(spec.name, spec.source, quantize)  # a Hugging Face BERT folder
     from ..tasks.runs import RunDir
 
     check_finished(path)
@@ -256,7 +257,7 @@ def load_backend(spec: ModelSpec, backend: str = "torch") -> Served:
     kinds = {"classify": ClassifierBackend, "translate": TranslatorBackend, "lm": LanguageModelBackend}
     if task not in kinds:
         raise UserError(f"{path} holds a {task!r} run; serve knows {', '.join(kinds)} runs")
-    return kinds[task](spec.name, path)
+    return kinds[task](spec.name, path, quantize)
 
 
 def check_finished(path: Path) -> None:
