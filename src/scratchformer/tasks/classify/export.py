@@ -34,6 +34,7 @@ from ...errors import UserError
 from ...fileio import atomic_write_text
 from ...models.pooling import masked_pool
 from ...nn.fast_linear import use_onednn
+from ..onnx_folder import new_export_folder
 
 OPSET = 18
 TOLERANCE = 1e-4  # max |logit difference| the export check accepts
@@ -80,16 +81,9 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
                 check_texts: list[str] | None = None) -> dict:
     """Write the folder; with `check`, run it with ONNX Runtime on real texts (the run's test
     split when it has one, else `check_texts`) and compare with our model (<= 1e-4 in the logits)."""
-    try:
-        import onnx  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise UserError("ONNX export needs onnx and onnxscript: pip install 'scratchformer[export]'") from None
     from .inference import Classifier
 
-    run_dir, out = Path(run_dir), Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} is not empty: give a new folder to --out")
+    run_dir, out = Path(run_dir), new_export_folder(out_dir)
     clf = Classifier.load(run_dir, blend=False)
     _check_exportable(clf, run_dir)
     model = clf.model.eval()

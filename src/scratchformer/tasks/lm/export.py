@@ -31,6 +31,7 @@ from ...errors import UserError
 from ...fileio import atomic_write_text
 from ...nn.cache import KVCache
 from ...nn.fast_linear import use_onednn
+from ..onnx_folder import new_export_folder
 
 OPSET = 18
 TOLERANCE = 1e-4
@@ -65,16 +66,9 @@ class _Step(nn.Module):
 
 
 def export_lm_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True) -> dict:
-    try:
-        import onnx  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise UserError("ONNX export needs onnx and onnxscript: pip install 'scratchformer[export]'") from None
     from .inference import LanguageModel
 
-    run_dir, out = Path(run_dir), Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} is not empty: give a new folder to --out")
+    run_dir, out = Path(run_dir), new_export_folder(out_dir)
     lm = LanguageModel.load(run_dir)
     model = lm.model.eval()
     caches = model.new_caches()

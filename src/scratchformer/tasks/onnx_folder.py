@@ -1,0 +1,20 @@
+"""What every ONNX export (classify, lm) checks first: the exporter's packages are there, and
+`--out` is a new or empty folder (an export never mixes its files with others)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def new_export_folder(out_dir: str | Path) -> Path:
+    """`out_dir` as a Path, once onnx + onnxscript import and the folder is new or empty."""
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise UserError("ONNX export needs onnx and onnxscript: pip install 'scratchformer[export]'") from None
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} is not empty: give a new folder to --out")
+    return out
