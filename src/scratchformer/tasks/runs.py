@@ -23,7 +23,7 @@ from ..errors import UserError
 from ..fileio import atomic_write_text, check_no_links, inside
 from ..train.checkpoint_store import has_checkpoint
 from ..train.runfolder import claim_run_folder
-from ..train.trainer import read_train_status
+from ..train.run_files import read_train_status
 
 CONFIG, GIVEN, LABELS, WEIGHTS, MEMBERS = "config.json", "recipe.json", "labels.json", "model.safetensors", "members.json"
 

@@ -51,7 +51,7 @@ import torch
 from tqdm import tqdm
 
 from scratchformer.errors import UserError
-from scratchformer.fileio import append_text, atomic_write_text
+from scratchformer.fileio import append_text
 from scratchformer.train.checkpoint import (
     atomic_write_bytes,
     load_state,
@@ -67,28 +67,8 @@ from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
 from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder,
                                            refuse_links)
+from scratchformer.train.run_files import CONFIG, CURVES, METRICS, WEIGHTS, truncate_metrics, write_train_status
 from scratchformer.train.schedules import make_lr_lambda
-
-WEIGHTS = "model.safetensors"
-LAST = "last.safetensors"  # the checkpoint of runs written before checkpoint_store (read on resume)
-STATE = "trainer_state.pt"
-STATUS = "train_status.json"
-
-
-def read_train_status(run_dir: str | Path) -> dict | None:
-    """What the Trainer recorded of how far `run_dir` trained; None when it recorded nothing
-    (a run of a version without the file). A damaged file reads as unfinished."""
-    path = Path(run_dir) / STATUS
-    if not path.exists():
-        return None
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {"finished": False}
-    return d if isinstance(d, dict) else {"finished": False}
-METRICS = "metrics.jsonl"
-CURVES = "curves.png"
-CONFIG = "train_config.json"
 
 _END = object()
 
@@ -492,12 +472,8 @@ class Trainer:
         append_text(self.run_dir / METRICS, json.dumps(row) + "\n")
 
     def _write_status(self, finished: bool) -> None:
-        if not self.dist.is_main:
-            return
-        status = {"finished": finished, "step": self.state.step}
-        if finished:
-            status["stop_reason"] = self.state.stop_reason
-        atomic_write_text(self.run_dir / STATUS, json.dumps(status) + "\n")
+        if self.dist.is_main:
+            write_train_status(self.run_dir, self.state.step, finished, self.state.stop_reason)
 
     def _plot(self) -> None:
         if not self.dist.is_main:
@@ -588,18 +564,8 @@ class Trainer:
         return state["rng"]
 
     def _truncate_metrics(self, step: int) -> None:
-        """Drop log lines written after the checkpoint, which the resumed run will redo."""
-        path = self.run_dir / METRICS
-        if not path.exists() or not self.dist.is_main:
-            return
-        keep = []
-        for line in path.read_text().splitlines():
-            try:
-                if json.loads(line)["step"] <= step:
-                    keep.append(line + "\n")
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-        atomic_write_bytes(path, "".join(keep).encode())
+        if self.dist.is_main:
+            truncate_metrics(self.run_dir, step)
 
 
 # ---------------------------------------------------------------------------- helpers
