@@ -15,3 +15,27 @@ def write_reviews_tsv(path, n, seed=0, words_per_text=(6, 6), filler=("the", "mo
         length = low if low == high else rng.randint(low, high)
         lines.append(" ".join(rng.choice(words + list(filler)) for _ in range(length)) + f"\t{label}")
     path.write_text("\n".join(lines) + "\n")
+
+
+def train_toy_translator(d):
+    """A tiny word-level translator (copy in upper case) trained in `d/run` from 200 toy pairs; returns the run."""
+    from scratchformer.cli import main
+
+    rng = random.Random(0)
+    words = "ab cd ef gh ij kl".split()
+
+    def pairs(n):
+        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 5))) for _ in range(n)]
+        return "".join(f"{s}\t{s.upper()}\n" for s in src)
+
+    for name, n in (("train", 200), ("valid", 20), ("test", 20)):
+        (d / f"{name}.tsv").write_text(pairs(n))
+    out = d / "run"
+    assert main(["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
+                 "--test", str(d / "test.tsv"), "--out", str(out),
+                 "--set", "model.transformer.d_model=32", "--set", "model.transformer.n_heads=2",
+                 "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1",
+                 "--set", "data.src_tokenizer=word", "--set", "data.tgt_tokenizer=word", "--set", "data.max_tokens=300",
+                 "--set", "train.epochs=2", "--set", "train.progress=false", "--set", "average_last=1",
+                 "--set", "decode.beam=1"]) == 0
+    return out

@@ -2,6 +2,7 @@
 import random
 
 import pytest
+from toy_data import train_toy_translator
 
 from scratchformer.cli import main
 
@@ -56,24 +57,7 @@ def lm_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mt_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("mt")
-    rng = random.Random(0)
-    words = "ab cd ef gh ij kl".split()
-
-    def pairs(n):
-        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 5))) for _ in range(n)]
-        return "".join(f"{s}\t{s.upper()}\n" for s in src)
-
-    for name, n in (("train", 200), ("valid", 20), ("test", 20)):
-        (d / f"{name}.tsv").write_text(pairs(n))
-    out = d / "run"
-    assert main(["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
-                 "--test", str(d / "test.tsv"), "--out", str(out),
-                 "--set", "model.transformer.d_model=32", "--set", "model.transformer.n_heads=2",
-                 "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1",
-                 "--set", "data.src_tokenizer=word", "--set", "data.tgt_tokenizer=word", "--set", "data.max_tokens=300",
-                 "--set", "train.epochs=2", "--set", "train.progress=false", "--set", "average_last=1",
-                 "--set", "decode.beam=1"]) == 0
-    return out
+    return train_toy_translator(d)
 
 
 @pytest.fixture(scope="session")
