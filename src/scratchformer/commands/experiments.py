@@ -97,7 +97,10 @@ def experiment_cmd(args) -> int:
         if args.bugs and args.name != "copy-task":
             raise UserError("--bugs is for the copy-task experiment only")
         seeds = args.seeds or (3 if args.name == "copy-task" else 5)
-        print(run(args.out, seeds=seeds, quick=args.quick, log=_log, **options))
+        from ..train.runfolder import lock_run_folder
+
+        with lock_run_folder(args.out, "experiment"):  # one experiment per --out, like a sweep's
+            print(run(args.out, seeds=seeds, quick=args.quick, log=_log, **options))
         return 0
     if args.bugs:
         raise UserError("--bugs is for the copy-task experiment only")

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, make_dirs
 from ..nn import AdditiveAttention, scaled_dot_product_attention
 from .report import cpu_name, verdict_table
 from .verdict import evaluate_check
@@ -115,7 +115,7 @@ def extreme_share(n: int = 100_000) -> float:
 
 
 def run(out: Path, seeds: int = 5, quick: bool = False, log: Callable[[str], None] = print) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     steps = 60 if quick else 1500
     rows = []
     for task in TASKS:
@@ -127,7 +127,7 @@ def run(out: Path, seeds: int = 5, quick: bool = False, log: Callable[[str], Non
     runs["cell"] = runs["task"] + "/" + runs["scoring"]
     runs["diverged"] = False
     outcomes = [evaluate_check(c, runs, ["task", "scoring"]) for c in CHECKS]
-    runs.to_csv(out / "runs.csv", index=False)
+    atomic_write_text(out / "runs.csv", runs.to_csv(index=False))  # pandas' to_csv(path) follows a link
     summary = runs.groupby(["task", "scoring"], sort=False).agg(
         acc_mean=("test_accuracy", "mean"), acc_std=("test_accuracy", "std"),
         ms_mean=("ms_per_step", "median")).reset_index()

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from ..data.specials import BOS_ID, EOS_ID, NUM_SPECIALS, PAD_ID
 from ..errors import UserError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, make_dirs, save_figure
 from ..models.seq2seq import Seq2Seq, Seq2SeqConfig
 from ..nn import DecoderBlock, MultiHeadAttention, TransformerConfig
 from .report import cpu_name, verdict_table
@@ -256,7 +256,7 @@ def save_run(result: dict, folder: Path) -> None:
     from ..diagnostics.doctor import Report, markdown
     from ..train.checkpoint import save_weights
 
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dirs(folder)
     atomic_write_text(folder / "metrics.jsonl", "".join(json.dumps({"split": "train", **c}) + "\n" for c in result["curve"]))
     keep = {k: v for k, v in result.items() if k not in ("curve", "views", "model", "findings")}
     atomic_write_text(folder / "measures.json", json.dumps(keep, indent=1) + "\n")
@@ -311,8 +311,7 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
     `curves.png`, `accuracy.png`, `attention.png` and one folder per run into `out`."""
     import pandas as pd
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dirs(Path(out))
     steps = steps or (40 if quick else 300)
     names = [None] + parse_bugs(bugs)
     results = []
@@ -333,7 +332,7 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
     runs = pd.DataFrame([{k: v for k, v in r.items() if not isinstance(v, (list, dict)) and k != "model"}
                          for r in results])
     runs["cell"], runs["diverged"] = runs["bug"], False
-    runs.to_csv(out / "runs.csv", index=False)
+    atomic_write_text(out / "runs.csv", runs.to_csv(index=False))  # pandas' to_csv(path) follows a link
     outcomes = [evaluate_check(c, runs, ["bug"]) for c in CHECKS]
     figures = plot_all(results, out)
     command = (f"scratchformer experiment copy-task --seeds {seeds}{' --quick' if quick else ''}"
@@ -358,7 +357,7 @@ def plot_all(results: list[dict], out: Path) -> list[str]:
     ax.set(yscale="log", xlabel="step", ylabel="training loss (log scale)", title="copy task: training loss")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=110)
+    save_figure(fig, out / "curves.png", dpi=110)
     plt.close(fig)
 
     keys = [("teacher_forced_accuracy", "teacher-forced"), ("greedy_accuracy", "greedy"),
@@ -372,7 +371,7 @@ def plot_all(results: list[dict], out: Path) -> list[str]:
     ax.set(ylim=(0, 1.05), ylabel="token accuracy (mean over seeds)", title="copy task: what each bug does to accuracy")
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    fig.savefig(out / "accuracy.png", dpi=110)
+    save_figure(fig, out / "accuracy.png", dpi=110)
     plt.close(fig)
 
     views = ["encoder self-attention", "decoder self-attention", "cross-attention"]
@@ -388,7 +387,7 @@ def plot_all(results: list[dict], out: Path) -> list[str]:
             ax.set_ylabel("query", fontsize=6)
             ax.tick_params(labelsize=5)
     fig.tight_layout()
-    fig.savefig(out / "attention.png", dpi=110)
+    save_figure(fig, out / "attention.png", dpi=110)
     plt.close(fig)
     return ["curves.png", "accuracy.png", "attention.png"]
 

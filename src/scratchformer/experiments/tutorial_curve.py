@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..fileio import save_figure
+
 TUTORIAL = {3: 0.75, 8: 0.85}  # epoch -> accuracy the tutorial reports
 
 
@@ -36,7 +38,7 @@ def plot(run_dir: Path, out: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out, dpi=110)
     plt.close(fig)
     return out
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ...errors import UserError
-from ...fileio import atomic_write_text, inside
+from ...fileio import atomic_write_text, inside, remove
 from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
@@ -314,7 +314,6 @@ def train_with_candidate(recipe: ClassifyRecipe, candidate: ClassifyRecipe, out_
     `out_dir/<name>`; the one with the better valid metric (each alone, before any blend) is the run
     in `out_dir`, the other is kept in `out_dir/<name>` or `out_dir/default`."""
     import os
-    import shutil
 
     started = time.monotonic() if started is None else started
     out_dir = Path(out_dir)
@@ -336,7 +335,7 @@ def train_with_candidate(recipe: ClassifyRecipe, candidate: ClassifyRecipe, out_
     for p in list((out_dir / name).iterdir()):
         if p.name != ".lock":
             os.replace(p, out_dir / p.name)
-    shutil.rmtree(out_dir / name)
+    remove(out_dir / name, root=out_dir)  # never through a link
     log(f"adaptive default: {name} chosen: valid {b:.4f} against {a:.4f} for today's choice (kept in {keep})")
     result = {**cand, "candidate": {name: b, "default": a, "chosen": True}}
     if baseline and recipe.blend:
