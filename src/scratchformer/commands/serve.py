@@ -98,7 +98,7 @@ def run_export(args) -> int:
     from ..tasks.classify.export import export_onnx
 
     report = export_onnx(args.run_dir, args.out, check=not args.no_check)
-    print(f"wrote {args.out}/ (model.onnx, tokenizer.json, labels.json, export.json, preprocess.py)")
+    print(f"wrote {args.out}/ (model.onnx, tokenizer.json, preprocess.py, labels.json, export.json, README.md)")
     if report.get("max_abs_diff") is not None:
         print(f"parity with our model on {report['n_texts']} texts: max |Δ logits| = {report['max_abs_diff']:.2e}")
     return 0

@@ -1,18 +1,22 @@
 """`scratchformer export RUN --format onnx --out DIR`: a classify run as an ONNX graph that
-ONNX Runtime runs alone (no torch, no scratchformer).
+ONNX Runtime runs with `tokenizers` and numpy (no torch, no scratchformer).
 
 The folder holds
     model.onnx      inputs  input_ids (B, T) int64, [bigram_ids (B, T) int64,] attention_mask (B, T) bool
                             (True = real token)
                     outputs logits (B, K) float32, sentence_embedding (B, C) float32 (pooled, L2-normalised)
                     B and T are dynamic axes.
-    tokenizer.json  the run's tokenizer (our JSON), labels.json, export.json (how to make the inputs)
-    preprocess.py   text -> the inputs, in the standard library + numpy (a copy of onnx_preprocess.py)
+    tokenizer.json  the run's tokenizer as a standard `tokenizers` file (data/hf_tokenizer.py) giving
+                    our ids, with the run's template, truncation and padding set
+    preprocess.py   text -> the inputs (a copy of onnx_preprocess.py): prefix, bigrams, every
+                    truncation mode; labels.json, export.json (its settings), README.md
 
-What is exported: our Transformer alone. A run's blend with its TF-IDF baseline is not in the
-graph (scikit-learn's TF-IDF is another model; `serve` of the run folder keeps the blend), and
-long texts are truncated to `data.max_len` tokens (a run that cuts long texts into segments and
-pools them reads only the first segment in the export: said in export.json).
+Every Transformer run exports: our encoder with any tokenizer (char, word, BPE, WordPiece; hashed
+character or token-id bigrams) and BERT backbones (`--init minilm`, `--init e5` with its pruned
+XLM-R vocabulary, pad id 1 and "query: " prefix), mean / cls / max pooling. Refused, one line each:
+LSTM runs, ensembles (export a member), word runs cut by jieba. A run's blend with its TF-IDF
+baseline is not in the graph (docs/export.md says why); long texts are truncated to
+`data.max_len` tokens (a run that cuts them into segments reads the first segment here).
 
 Why the plain projection: our oneDNN fast path (`nn.fast_linear`) calls
 `torch.ops.mkldnn._linear_pointwise`, which neither `torch.jit.trace` nor torch.export lower
@@ -22,7 +26,6 @@ arithmetic up to float32 rounding.
 from __future__ import annotations
 
 import json
-import shutil
 from importlib import resources
 from pathlib import Path
 
@@ -30,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...data.hf_tokenizer import to_hf
 from ...errors import UserError
 from ...fileio import atomic_write_text
 from ...models.pooling import masked_pool
@@ -42,14 +46,17 @@ TOLERANCE = 1e-4  # max |logit difference| the export check accepts
 
 class _Exported(nn.Module):
     """(ids, mask) -> (logits, embedding): EncoderClassifier.features + head, with the padding
-    mask given instead of derived from the ids."""
+    mask given instead of derived from the ids. Our encoder or a BERT backbone (minilm, e5)."""
 
     def __init__(self, model):
         super().__init__()
         self.m = model
 
     def run(self, ids, bigrams, mask):
-        h = self.m.encoder(self.m.embed(ids, bigrams), mask)  # (B, T, C)
+        if self.m.cfg.bert is not None:
+            h = self.m.bert(ids, attention_mask=mask)  # (B, T, C)
+        else:
+            h = self.m.encoder(self.m.embed(ids, bigrams), mask)  # (B, T, C)
         pooled = masked_pool(h, mask, self.m.cfg.pooling)  # (B, C)
         return self.m.head(pooled), torch.nn.functional.normalize(pooled, dim=-1)
 
@@ -67,14 +74,50 @@ class _ExportedBigrams(_Exported):
 def _check_exportable(clf, run_dir: Path) -> None:
     if hasattr(clf, "members"):
         raise UserError(f"{run_dir} is an ensemble run: export one member, e.g. {run_dir}/member0")
-    m = clf.recipe.model
-    if m.kind != "transformer" or m.bert is not None:
-        raise UserError(f"{run_dir}: ONNX export covers our own Transformer encoder; this run's backbone is "
-                        f"{'BERT' if m.bert is not None else m.kind}")
-    kind = getattr(clf.tokenizer, "kind", None)
-    if kind != "char":
-        raise UserError(f"{run_dir}: the export's torch-free preprocess.py reads char tokenizers; this run's "
-                        f"is {kind!r} (train with data.tokenizer=char to export)")
+    if clf.recipe.model.kind != "transformer":
+        raise UserError(f"{run_dir}: ONNX export covers Transformer encoders (ours, --init minilm/e5); this run is "
+                        f"model.kind={clf.recipe.model.kind}: serve the run folder instead")
+
+
+def _max_length(clf) -> int:
+    """The longest input the graph accepts (a learned position table's rows, else 4096)."""
+    return clf.max_positions or 4096
+
+
+def _preprocess_settings(clf) -> dict:
+    """What preprocess.py needs besides tokenizer.json to give the run's model inputs."""
+    enc, dc, mc, tok = clf._encode, clf.recipe.data, clf.recipe.model, clf.tokenizer
+    bigrams = None
+    if enc.bigrams:
+        bigrams = "char" if getattr(tok, "bigram_buckets", 0) == mc.bigram_buckets and hasattr(tok, "encode_bigrams") \
+            else "id"
+    return {"text_prefix": getattr(tok, "text_prefix", ""), "prefix_ids": [i for i, _ in enc.prefix],
+            "suffix_ids": [i for i, _ in enc.suffix], "pad_id": enc.pad_id, "max_len": dc.max_len,
+            # a run that cuts long texts into segments reads the first one here: the head
+            "truncate_keep": dc.truncate_keep if dc.long_mode == "truncate" else "head",
+            "bigrams": bigrams, "bigram_buckets": mc.bigram_buckets,
+            "lowercase": bool(getattr(tok, "lowercase", False))}
+
+
+def standard_tokenizer(clf, settings: dict):
+    """The run's tokenizer as a `tokenizers.Tokenizer` whose plain `encode_batch` gives the model's
+    input ids: the template ([CLS] $A [SEP], <s> $A </s>, <cls> $A), truncation to max_len
+    (head or tail; head+tail is preprocess.py's alone) and right padding with the pad id."""
+    from tokenizers import processors
+
+    hf = to_hf(clf.tokenizer)
+    name = clf.tokenizer.id_to_token
+    pre, suf = settings["prefix_ids"], settings["suffix_ids"]
+    if pre or suf:
+        single = " ".join([name(i) for i in pre] + ["$A"] + [name(i) for i in suf])
+        hf.post_processor = processors.TemplateProcessing(single=single,
+                                                          special_tokens=[(name(i), i) for i in sorted(set(pre + suf))])
+    else:
+        hf.post_processor = None
+    keep = settings["truncate_keep"]
+    hf.enable_truncation(settings["max_len"], direction="left" if keep == "tail" else "right")
+    hf.enable_padding(pad_id=settings["pad_id"], pad_token=name(settings["pad_id"]))
+    return hf
 
 
 def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
@@ -86,21 +129,26 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
     run_dir, out = Path(run_dir), new_export_folder(out_dir)
     clf = Classifier.load(run_dir, blend=False)
     _check_exportable(clf, run_dir)
+    settings = _preprocess_settings(clf)
+    hf_tokenizer = standard_tokenizer(clf, settings)  # refuses what has no standard form, before any writing
     model = clf.model.eval()
-    bigrams = clf.recipe.model.bigram_buckets > 0
+    bigrams = settings["bigrams"] is not None
     b, t = 2, 7
-    ids = torch.randint(5, max(6, clf.tokenizer.vocab_size), (b, t))
+    vocab = clf.tokenizer.vocab_size
+    ids = torch.randint(5, max(6, vocab), (b, t))
     mask = torch.ones(b, t, dtype=torch.bool)
     mask[1, 4:] = False
     args = (ids, torch.randint(1, max(2, clf.recipe.model.bigram_buckets), (b, t)), mask) if bigrams else (ids, mask)
     names = ["input_ids", "bigram_ids", "attention_mask"] if bigrams else ["input_ids", "attention_mask"]
-    batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=1, max=4096)
+    batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=1, max=_max_length(clf))
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "model.onnx.tmp"
     previous = use_onednn(False)
     # packing drops padded rows with a data-dependent branch (torch.export cannot trace it); the
     # graph computes them and the mask keeps them out, as the plain path does
-    model.encoder.set_padding_packing(False)
+    encoder = model.bert.encoder if model.cfg.bert is not None else model.encoder
+    packing = encoder.pack_padding
+    encoder.set_padding_packing(False)
     try:
         with torch.no_grad():
             program = torch.onnx.export((_ExportedBigrams if bigrams else _Exported)(model), args, input_names=names,
@@ -110,27 +158,67 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
             program.save(str(tmp))
     finally:
         use_onednn(previous)
+        encoder.set_padding_packing(packing)  # the parity check compares with the run as it serves
     tmp.replace(out / "model.onnx")
-    shutil.copyfile(run_dir / "tokenizer.json", out / "tokenizer.json")
+    atomic_write_text(out / "tokenizer.json", hf_tokenizer.to_str(pretty=True))
     atomic_write_text(out / "labels.json", json.dumps(clf.labels, ensure_ascii=False, indent=1) + "\n")
     dc, mc = clf.recipe.data, clf.recipe.model
+    backbone = "ours" if mc.bert is None else f"{mc.bert.model_type} ({mc.init})"
     meta = {"format": "onnx", "task": "classify", "source_run": str(run_dir), "opset": OPSET,
-            "inputs": names, "outputs": ["logits", "sentence_embedding"], "max_len": dc.max_len,
-            "cls_token": mc.pooling == "cls", "bigram_buckets": mc.bigram_buckets,
-            "truncate_keep": getattr(dc, "truncate_keep", "head"), "long_mode_in_run": dc.long_mode,
-            "note": "our Transformer alone (no TF-IDF blend); texts longer than max_len tokens are truncated"}
-    atomic_write_text(out / "export.json", json.dumps(meta, indent=1) + "\n")
+            "inputs": names, "outputs": ["logits", "sentence_embedding"], "backbone": backbone,
+            "pooling": mc.pooling, "max_len": dc.max_len, "long_mode_in_run": dc.long_mode,
+            "blend_in_run": (run_dir / "baseline" / "blend.json").is_file(), "preprocess": settings,
+            "note": "the run's Transformer alone (no TF-IDF blend, no ensemble); texts longer than max_len "
+                    "tokens are truncated as preprocess.truncate_keep says"}
+    atomic_write_text(out / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
     source = resources.files(__package__).joinpath("onnx_preprocess.py").read_text(encoding="utf-8")
     atomic_write_text(out / "preprocess.py", source)
+    atomic_write_text(out / "README.md", _readme(meta, out))
     report = {"n_texts": 0, "max_abs_diff": None}
     if check:
         report = check_parity(clf, out, check_texts or _real_texts(clf))
         meta["parity"] = report
-        atomic_write_text(out / "export.json", json.dumps(meta, indent=1) + "\n")
+        atomic_write_text(out / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
         if report["max_abs_diff"] > TOLERANCE:
             raise UserError(f"the export differs from our model by {report['max_abs_diff']:.2e} in the logits "
                             f"(> {TOLERANCE:g}) on {report['n_texts']} texts; {out} is kept for inspection")
     return report
+
+
+def _readme(meta: dict, out: Path) -> str:
+    p = meta["preprocess"]
+    prefix = f'Every text is read as `{p["text_prefix"]!r} + text` (the prefix the run was trained with).\n' \
+        if p["text_prefix"] else ""
+    blend = ("The run predicts with a blend of this model and a TF-IDF baseline (baseline/blend.json); the blend is "
+             "NOT in this folder: its probabilities are those of the model alone. Serve the run folder to keep it.\n"
+             if meta["blend_in_run"] else "")
+    return f"""# ONNX export of {meta["source_run"]}
+
+Runs with `onnxruntime`, `tokenizers` and `numpy` (no torch, no scratchformer):
+
+```python
+import sys, onnxruntime as ort
+sys.path.insert(0, "{out}")
+from preprocess import Preprocessor
+pre = Preprocessor("{out}")
+sess = ort.InferenceSession("{out}/model.onnx")
+logits, embedding = sess.run(None, pre(["a text to classify"]))
+print(pre.labels[int(logits[0].argmax())])
+```
+
+- `model.onnx`: inputs {", ".join(meta["inputs"])} (int64, bool mask: True = real token), batch and length
+  dynamic; outputs `logits` (B, K) and `sentence_embedding` (B, C, {meta["pooling"]} pooling, L2-normalised).
+  Backbone: {meta["backbone"]}.
+- `tokenizer.json`: a standard `tokenizers` file; `Tokenizer.from_file(...).encode_batch(texts)` gives the
+  model's `input_ids` (specials, truncation to {meta["max_len"]} tokens, padding with id {p["pad_id"]}).
+  {"Hashed bigram ids are preprocess.py's. " if p["bigrams"] else ""}{"head+tail truncation is preprocess.py's. "
+  if p["truncate_keep"] == "head+tail" else ""}
+- `preprocess.py`: text -> the inputs, as the run's classifier makes them; `labels.json`; `export.json`.
+
+In the graph: the run's Transformer (embeddings, encoder, pooling, head). Not in it: an ensemble's other
+members (export each member) and a TF-IDF blend. Texts longer than {meta["max_len"]} tokens are truncated
+(keep: {p["truncate_keep"]}){"; the run itself read long texts as several segments" if meta["long_mode_in_run"] != "truncate" else ""}.
+{prefix}{blend}"""
 
 
 def _real_texts(clf, n: int = 64) -> list[str]:
@@ -147,11 +235,14 @@ def _real_texts(clf, n: int = 64) -> list[str]:
 def check_parity(clf, folder: Path, texts: list[str]) -> dict:
     """max |ONNX Runtime logits - ours| over `texts`, batched (padding included), and whether
     every argmax agrees."""
+    from .inference import Classifier
     from .onnx_runtime import OnnxClassifier
 
     ort = OnnxClassifier(folder)
     texts = [t for t in texts if t.strip()]
-    ours = clf.with_max_len(clf.recipe.data.max_len)  # the same truncation as the export
+    keep = _preprocess_settings(clf)["truncate_keep"]  # a segmenting run: its first segment, as exported
+    ours = Classifier(clf.model, clf.tokenizer, clf.labels, clf.recipe.replace(
+        data=clf.recipe.data.replace(long_mode="truncate", truncate_keep=keep)).freeze())
     with torch.no_grad():
         want = np.concatenate([ours.task.logits(ours._batch(texts[i:i + 16])).float().numpy()
                                for i in range(0, len(texts), 16)])

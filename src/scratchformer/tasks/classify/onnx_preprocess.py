@@ -1,76 +1,93 @@
-"""Text -> the inputs of an exported classifier (`model.onnx`), with the standard library and
-numpy only: this file is copied beside the model as `preprocess.py`, so that the export folder
-runs with `onnxruntime` and nothing of scratchformer or torch.
+"""Text -> the inputs of an exported classifier (`model.onnx`), with `tokenizers` and numpy only:
+this file is copied beside the model as `preprocess.py`, so that the export folder runs with
+`onnxruntime` + `tokenizers` and nothing of scratchformer or torch.
 
-    import json, numpy as np, onnxruntime as ort
+    import onnxruntime as ort
     from preprocess import Preprocessor
     pre = Preprocessor("exported/demo")
     sess = ort.InferenceSession("exported/demo/model.onnx")
-    feeds = pre(["央行宣布下调存款准备金率"])               # {"input_ids", ["bigram_ids",] "attention_mask"}
-    logits, embedding = sess.run(None, feeds)
+    logits, embedding = sess.run(None, pre(["央行宣布下调存款准备金率"]))
     print(pre.labels[int(logits[0].argmax())])
 
-It reproduces what the run's classifier does before its model: the char tokenizer's ids
-(specials: <pad>=0 <unk>=1 <cls>=4), an optional leading <cls>, truncation to `max_len`
-tokens, the hashed bigrams `1 + crc32(prev_char + char) % (buckets - 1)` and right padding.
+What it reproduces of the run's classifier (export.json "preprocess" holds the settings):
+  1. the text prefix (e5's "query: "), then `tokenizer.json` (a standard `tokenizers` file
+     giving our ids) without specials;
+  2. hashed bigrams when the run has them: of characters, `1 + crc32(prev_char + char) % (n - 1)`,
+     or of token ids, `1 + crc32(f"{prev_id} {id}") % (n - 1)` (data/bigrams.py);
+  3. truncation to `max_len` tokens with the specials, keeping the head, the tail or both;
+  4. the specials ([CLS] ... [SEP], <s> ... </s>, or a leading <cls>) and right padding with
+     the run's pad id; `attention_mask` is True on real tokens.
+tokenizer.json alone does 1, 3 (head) and 4 too: `Tokenizer.from_file(...).encode_batch(texts)`
+has the template, truncation and padding set (the prefix is the caller's, as e5 asks).
 """
 import json
 import zlib
 from pathlib import Path
 
 import numpy as np
-
-PAD_ID, UNK_ID, CLS_ID = 0, 1, 4
+from tokenizers import Tokenizer
 
 
 class Preprocessor:
     def __init__(self, folder):
         folder = Path(folder)
         self.meta = json.loads((folder / "export.json").read_text(encoding="utf-8"))
-        tok = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
-        if tok.get("type") != "char":
-            raise ValueError(f"preprocess.py reads char tokenizers; this export has a {tok.get('type')!r} one "
-                             "(use scratchformer's Tokenizer.load on tokenizer.json)")
-        self.stoi = {t: i for i, t in enumerate(tok["vocab"])}
-        self.lowercase = bool(tok.get("lowercase", False))
         self.labels = json.loads((folder / "labels.json").read_text(encoding="utf-8"))
+        self.p = self.meta["preprocess"]
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.no_truncation()  # 3 and 4 are done below, for every keep mode
+        self.tokenizer.no_padding()
 
-    def tokens(self, text):
-        """(ids, bigram ids) of one text, before truncation."""
-        chars = list(text.lower() if self.lowercase else text)
-        ids = [self.stoi.get(c, UNK_ID) for c in chars]
-        n = self.meta["bigram_buckets"]
-        prev = [""] + chars[:-1]
-        bis = [1 + zlib.crc32((p + c).encode("utf-8")) % (n - 1) for p, c in zip(prev, chars)] if n else [0] * len(ids)
-        return ids, bis
+    def tokens(self, texts):
+        """[(ids, bigram ids or None)] of each text, before truncation and specials."""
+        p = self.p
+        encs = self.tokenizer.encode_batch([p["text_prefix"] + t for t in texts], add_special_tokens=False)
+        out = []
+        for text, enc in zip(texts, encs):
+            ids, n = enc.ids, p["bigram_buckets"]
+            if p["bigrams"] == "char":
+                chars = list(text.lower() if p["lowercase"] else text)
+                if len(chars) != len(ids):
+                    raise ValueError(f"tokenizer.json gave {len(ids)} ids for {len(chars)} characters")
+                bis = [1 + zlib.crc32((a + b).encode("utf-8")) % (n - 1) for a, b in zip([""] + chars[:-1], chars)]
+            elif p["bigrams"] == "id":
+                bis = [1 + zlib.crc32(f"{a} {b}".encode()) % (n - 1) for a, b in zip([-1] + ids[:-1], ids)]
+            else:
+                bis = None
+            out.append((ids, bis))
+        return out
 
     def count_tokens(self, text):
-        return len(self.tokens(text)[0])
+        return len(self.tokens([text])[0][0])
+
+    def _truncate(self, seq, room):
+        if len(seq) <= room:
+            return seq
+        keep = self.p["truncate_keep"]
+        if keep == "head":
+            return seq[:room]
+        if keep == "tail":
+            return seq[len(seq) - room:]
+        tail = room // 2  # head+tail: the first ceil(room / 2), the last floor(room / 2)
+        return seq[:room - tail] + (seq[len(seq) - tail:] if tail else [])
 
     def __call__(self, texts):
-        m = self.meta
-        room = m["max_len"] - int(m["cls_token"])
-        rows = []
-        for text in texts:
-            pairs = list(zip(*self.tokens(text)))
-            keep = m.get("truncate_keep", "head")
-            if len(pairs) > room:
-                if keep == "head":
-                    pairs = pairs[:room]
-                elif keep == "tail":
-                    pairs = pairs[len(pairs) - room:]
-                else:  # head+tail
-                    head = (room + 1) // 2
-                    pairs = pairs[:head] + (pairs[len(pairs) - (room - head):] if room - head else [])
-            rows.append(([(CLS_ID, 0)] if m["cls_token"] else []) + pairs)
-        width = max(1, max(len(r) for r in rows))
-        ids = np.full((len(rows), width), PAD_ID, dtype=np.int64)
-        bis = np.zeros((len(rows), width), dtype=np.int64)
+        p = self.p
+        pre, suf = p["prefix_ids"], p["suffix_ids"]
+        room = p["max_len"] - len(pre) - len(suf)
+        rows, bis = [], []
+        for ids, bi in self.tokens(list(texts)):
+            rows.append(pre + self._truncate(ids, room) + suf)
+            if bi is not None:
+                bis.append([0] * len(pre) + self._truncate(bi, room) + [0] * len(suf))
+        width = max([1] + [len(r) for r in rows])
+        input_ids = np.full((len(rows), width), p["pad_id"], dtype=np.int64)
         for i, r in enumerate(rows):
-            if r:
-                ids[i, :len(r)] = [a for a, _ in r]
-                bis[i, :len(r)] = [b for _, b in r]
-        feeds = {"input_ids": ids, "attention_mask": ids != PAD_ID}
-        if "bigram_ids" in m["inputs"]:
-            feeds["bigram_ids"] = bis
+            input_ids[i, :len(r)] = r
+        # what the run's model masks: a "<pad>" typed in a text becomes the pad id there too
+        feeds = {"input_ids": input_ids, "attention_mask": input_ids != p["pad_id"]}
+        if "bigram_ids" in self.meta["inputs"]:
+            feeds["bigram_ids"] = np.zeros((len(rows), width), dtype=np.int64)
+            for i, b in enumerate(bis):
+                feeds["bigram_ids"][i, :len(b)] = b
         return feeds
