@@ -78,7 +78,9 @@ def load_init(name: str) -> InitSource:
     """`name`: a `scratchformer pretrain mlm` run directory, or a BERT checkpoint
     ('minilm', or a folder in the Hugging Face layout)."""
     run = Path(name)
-    task = RunDir(run).task_name() if (run / "config.json").is_file() else None
+    task = None
+    if (run / "config.json").is_file() and not (run / "tokenizer_config.json").is_file():  # a Hugging Face
+        task = RunDir(run).task_name()  # folder (tokenizer_config.json beside config.json) is not a run
     if task == "mlm" and (run / "tokenizer.json").is_file():
         from ..mlm import MLMRecipe
 
