@@ -227,7 +227,7 @@ def test_batched_results_equal_one_at_a_time_and_a_failure_stays_alone(backends)
 
 def test_small_load_run_has_no_errors_and_batches(backends):
     """The load test at small size: 32 concurrent clients, a bounded number of requests each."""
-    from benchmarks.serve import run_load
+    from benchmarks.serve import run_load_httpx as run_load
 
     app = app_of(backends, max_wait_ms=10)
     with running(app) as u:
@@ -237,6 +237,26 @@ def test_small_load_run_has_no_errors_and_batches(backends):
         batches = app.state.serve.batchers[("clf", "/v1/classify")].batches
     assert res["errors"] == 0 and res["requests"] == 96
     assert max(batches) > 1
+
+
+def test_wrk_load_counts_requests_errors_and_server_cpu(backends):
+    """The benchmark's wrk path (skips without wrk): a body in four is empty (422), so a quarter
+    of the answered requests are errors, give or take the requests in flight at the end."""
+    import shutil
+
+    from benchmarks.serve import run_load
+
+    if not shutil.which("wrk"):
+        pytest.skip("wrk is not installed (apt-get install wrk)")
+    app = app_of(backends, max_wait_ms=2)
+    body = lambda i: {"model": "clf", "input": TEXTS[i % len(TEXTS)] if i % 4 else " "}  # noqa: E731
+    with running(app) as u:
+        wait_ready(u)
+        res = run_load(u, "/v1/classify", body, clients=4, requests_per_client=0, max_seconds=2, pid=os.getpid())
+    n = res["requests"]
+    assert res["client"] == "wrk" and n > 8 and res["p50_ms"] <= res["p99_ms"]
+    assert abs(res["errors"] - n // 4) <= 4 + 1, res
+    assert res["server_cpu_ms_per_request"] > 0
 
 
 # ------------------------------------------------------------------ 5. admission control

@@ -151,7 +151,7 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
     encoder.set_padding_packing(False)
     try:
         with torch.no_grad():
-            program = torch.onnx.export((_ExportedBigrams if bigrams else _Exported)(model), args, input_names=names,
+            program = torch.onnx.export((_ExportedBigrams if bigrams else _Exported)(model).eval(), args, input_names=names,
                                         output_names=["logits", "sentence_embedding"], opset_version=OPSET, dynamo=True,
                                         dynamic_shapes=tuple({0: batch, 1: length} for _ in names),
                                         external_data=False, verbose=False)
@@ -192,6 +192,8 @@ def _readme(meta: dict, out: Path) -> str:
     blend = ("The run predicts with a blend of this model and a TF-IDF baseline (baseline/blend.json); the blend is "
              "NOT in this folder: its probabilities are those of the model alone. Serve the run folder to keep it.\n"
              if meta["blend_in_run"] else "")
+    only = "".join(f"\n  {x} is preprocess.py's alone." for x, on in (
+        ("Hashing the bigram ids", p["bigrams"]), ("head+tail truncation", p["truncate_keep"] == "head+tail")) if on)
     return f"""# ONNX export of {meta["source_run"]}
 
 Runs with `onnxruntime`, `tokenizers` and `numpy` (no torch, no scratchformer):
@@ -210,9 +212,7 @@ print(pre.labels[int(logits[0].argmax())])
   dynamic; outputs `logits` (B, K) and `sentence_embedding` (B, C, {meta["pooling"]} pooling, L2-normalised).
   Backbone: {meta["backbone"]}.
 - `tokenizer.json`: a standard `tokenizers` file; `Tokenizer.from_file(...).encode_batch(texts)` gives the
-  model's `input_ids` (specials, truncation to {meta["max_len"]} tokens, padding with id {p["pad_id"]}).
-  {"Hashed bigram ids are preprocess.py's. " if p["bigrams"] else ""}{"head+tail truncation is preprocess.py's. "
-  if p["truncate_keep"] == "head+tail" else ""}
+  model's `input_ids` (specials, truncation to {meta["max_len"]} tokens, padding with id {p["pad_id"]}).{only}
 - `preprocess.py`: text -> the inputs, as the run's classifier makes them; `labels.json`; `export.json`.
 
 In the graph: the run's Transformer (embeddings, encoder, pooling, head). Not in it: an ensemble's other
