@@ -277,7 +277,9 @@ def create_app(loader: Callable[[], Sequence[Served]], cfg: ServeConfig | None =
                   description="Classify, translate, embed and complete with models trained by scratchformer.")
     key = cfg.api_key
 
-    def auth(request: Request) -> None:
+    # async, though it awaits nothing: FastAPI runs a plain `def` dependency in its thread pool,
+    # a thread hand-off per request that, next to the model's thread, cost more CPU than the route
+    async def auth(request: Request) -> None:
         if key is None:
             return
         got = request.headers.get("authorization", "")
