@@ -1,21 +1,26 @@
 """Load on `scratchformer serve`: requests/s, p50/p99 latency and errors at 1, 8 and 32
-concurrent clients, dynamic batching on and off, for a classifier of the demo's size and a
-translator of hsk-base's size.
+concurrent clients, dynamic batching on and off, for a classifier of the demo's size, a bigger
+classifier and a translator of hsk-base's size.
 
 Two servers run side by side as subprocesses (`scratchformer serve`, one with batching, one
-with `--no-batching`), on 127.0.0.1 only, serving the same two runs; the clients (asyncio +
-httpx, one connection each, one request at a time each) run in this process. Every load is
-bounded in requests and in seconds. Repetitions interleave the two servers (rotating which
-goes first) and the on/off ratio is taken per repetition, then the median.
+with `--no-batching`), on 127.0.0.1 only, serving the same three runs. The clients: `wrk` (one
+connection per client, each sending its next request when the answer is in, for a fixed time)
+when it is installed, else asyncio + httpx clients in this process (bounded in requests and
+seconds); httpx costs about as much CPU per request as the server, so on a 2-core machine it
+takes the server's second core and caps every mode alike. Repetitions interleave the two
+servers (rotating which goes first) and the on/off ratio is taken per repetition, then the
+median. Beside requests/s: the server process's CPU milliseconds per request (/proc), which a
+shared machine disturbs less than the wall clock.
 
 The runs: trained for a few steps on toy data (the speed of a model does not depend on what it
 learned): the classifier with the model section of recipes/thucnews-demo.json (d_model 128,
-4 heads, d_ff 256, 2 layers, char tokens + 50,000 hashed bigram buckets), the translator with
-hsk-base's transformer (d_model 256, 4 heads, d_ff 1024, 3 + 3 layers); translations capped at
+4 heads, d_ff 256, 2 layers, char tokens + 50,000 hashed bigram buckets), the bigger one with
+d_model 256, 4 heads, d_ff 1024, 4 layers (same tokens), the translator with hsk-base's
+transformer (d_model 256, 4 heads, d_ff 1024, 3 + 3 layers); translations capped at
 `max_length` 24 tokens, greedy (beam 1). The `/health` rows are the HTTP floor: the same clients
 against a route that does nothing, i.e. what the HTTP stack (server and clients) alone allows.
 
-    python -m benchmarks.serve [--quick] [--out DIR]
+    python -m benchmarks.serve [--quick] [--out DIR] [--models clf,big,mt]
 """
 from __future__ import annotations
 
