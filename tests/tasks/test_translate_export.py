@@ -93,6 +93,13 @@ def test_ctranslate2_export_translates_like_ours(kind, arch, request, tmp_path, 
     for toks, hyp, limit in zip(tokens, ours, limits_of(tr, sources)):  # our per-sentence length limit
         res = ct2.translate_batch([toks], beam_size=1, max_decoding_length=limit)[0].hypotheses[0]
         assert tgt.decode([tgt.token_to_id(t) for t in res]) == tr.tgt_tok.decode(hyp.tokens)
+    # `serve --backend ctranslate2`: the backend answers like our Translator (greedy)
+    from scratchformer.serve.backends import ModelSpec, load_backend
+
+    backend = load_backend(ModelSpec("mt", str(out)), "ctranslate2")
+    assert backend.describe()["backend"] == "ctranslate2"
+    key = backend.decode_key(1, None)
+    assert backend.translate(sources, key) == [tr.tgt_tok.decode(h.tokens) for h in ours]
 
 
 def test_transformers_folder_loads_and_matches_logits(post_ln, tmp_path, sources):
@@ -136,11 +143,13 @@ def test_word_tokenizer_json_gives_our_ids(sources):
         assert hf.decode(ids) == tok.decode(ids)
 
 
-def test_runs_that_cannot_be_exported_say_why(post_ln, tmp_path):
+def test_runs_that_cannot_be_exported_say_why(post_ln, tmp_path, capsys):
     def error(*args):
-        with pytest.raises(UserError) as e:
-            main(["export", *map(str, args)])
-        return str(e.value)
+        capsys.readouterr()
+        assert main(["export", *map(str, args)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+        return err[len("error: "):]
 
     (tmp_path / "lm").mkdir()
     (tmp_path / "lm" / "config.json").write_text(json.dumps({"task": "lm"}))

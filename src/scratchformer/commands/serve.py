@@ -25,8 +25,9 @@ def register(cli) -> None:
                         "NAME= sets the model name requests use (default: the folder's name)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--backend", choices=["torch", "onnxruntime"], default="torch",
-                   help="onnxruntime: serve folders written by `scratchformer export --format onnx`")
+    p.add_argument("--backend", choices=["torch", "onnxruntime", "ctranslate2"], default="torch",
+                   help="onnxruntime: serve folders written by `scratchformer export --format onnx`; "
+                        "ctranslate2: folders written by `scratchformer export --format ctranslate2`")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
                    help="int8: load the runs with int8 projections (dynamic quantization, CPU; see docs/speed.md)")
     p.add_argument("--api-key", default=None,
