@@ -25,7 +25,7 @@ Five differences between their layout and ours, each closed exactly:
    Marian from a zero vector (`start_from_zero_embedding`) and Pegasus from its pad token: the
    ctranslate2 export converts with CTranslate2's own `TransformersConverter`, subclassed to
    start from "<bos>" (`_converter_class`). transformers does not save the sinusoidal tables
-   (`from_pretrained` recomputes them, in float64 rounded to float32: within 1e-6 of ours, so
+   (`from_pretrained` recomputes them, in float64 rounded to float32: within 2e-6 of ours at 64 positions, so
    they cannot carry anything else).
 3. Marian's vocabulary ends with "<pad>" (CTranslate2's converter drops that last row and
    token): the export appends one, and our <pad> (id 0) is named "<blank>" there. Pegasus
@@ -492,23 +492,35 @@ def limits_of(tr, texts: Sequence[str]) -> list[int]:
     return [int(length_limits(torch.tensor([x]), cfg)[0]) for x in ids]
 
 
+def _groups(limits: list[int], beam: int) -> list[tuple[int, list[int]]]:
+    """(limit, rows) per call. Greedy is prefix-consistent, so one call to the longest limit,
+    cut per sentence afterwards, is exact; beam search is not: one call per distinct limit."""
+    if beam == 1:
+        return [(max(limits), list(range(len(limits))))]
+    return [(n, [i for i, m in enumerate(limits) if m == n]) for n in sorted(set(limits))]
+
+
+def _cut(seq: list[int], limit: int) -> list[int]:
+    """Output ids up to <eos> (excluded), at most `limit` tokens in all (<eos> counts), as ours."""
+    seq = seq[:limit]
+    return seq[: seq.index(EOS_ID)] if EOS_ID in seq else seq
+
+
 def hf_generate(hf, src_ids: list[list[int]], limits: list[int], beam: int, length_penalty: float,
                 pad: int) -> list[list[int]]:
-    """`transformers` generate, grouped by our per-sentence length limit; output ids without
-    the start token and <eos>."""
+    """`transformers` generate under our per-sentence length limits; output ids without the
+    start token and <eos>."""
     out: list[list[int] | None] = [None] * len(src_ids)
-    for limit in sorted(set(limits)):
-        rows = [i for i, n in enumerate(limits) if n == limit]
+    for limit, rows in _groups(limits, beam):
         width = max(len(src_ids[i]) for i in rows)
         ids = torch.tensor([src_ids[i] + [pad] * (width - len(src_ids[i])) for i in rows])
         mask = torch.tensor([[1] * len(src_ids[i]) + [0] * (width - len(src_ids[i])) for i in rows])
-        with torch.no_grad():
-            gen = hf.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
-                              length_penalty=length_penalty, early_stopping=True, max_new_tokens=limit,
-                              num_return_sequences=1)
+        kw = dict(length_penalty=length_penalty, early_stopping=True) if beam > 1 else {}
+        with torch.no_grad():  # num_beams always: the folder's generation_config holds the recipe's beam
+            gen = hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=limit,
+                              num_beams=beam, num_return_sequences=1, **kw)
         for r, seq in zip(rows, gen.tolist()):
-            seq = seq[1:]
-            out[r] = seq[: seq.index(EOS_ID)] if EOS_ID in seq else [t for t in seq if t != pad]
+            out[r] = _cut([t for t in seq[1:] if t != pad], limits[r])
     return out  # type: ignore[return-value]
 
 
@@ -569,14 +581,14 @@ def ct2_source_tokens(tr, folder: Path, texts: Sequence[str]) -> list[list[str]]
 
 def ct2_translate(translator, tokens: list[list[str]], limits: list[int], beam: int, length_penalty: float,
                   target_names: list[str]) -> list[list[int]]:
+    """CTranslate2's translate_batch under our per-sentence length limits -> target ids."""
     index = {n: i for i, n in enumerate(target_names)}
     out: list[list[int] | None] = [None] * len(tokens)
-    for limit in sorted(set(limits)):
-        rows = [i for i, n in enumerate(limits) if n == limit]
+    for limit, rows in _groups(limits, beam):
         res = translator.translate_batch([tokens[i] for i in rows], beam_size=beam, length_penalty=length_penalty,
                                          max_decoding_length=limit, num_hypotheses=1)
         for r, hyp in zip(rows, res):
-            out[r] = [index[t] for t in hyp.hypotheses[0]]
+            out[r] = _cut([index[t] for t in hyp.hypotheses[0]], limits[r])
     return out  # type: ignore[return-value]
 
 
