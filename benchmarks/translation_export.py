@@ -19,6 +19,7 @@ itself refuses such a run); the note says which weights were timed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -61,12 +62,11 @@ def run(run_dir: str, weights: str | None = None, reps: int = 5, out_dir=None, l
         meta = ex.write_transformers(tr, hf_dir)
         ex.convert(hf_dir, ct2_dir, meta)
         ct2 = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=1, intra_threads=1)
-        src_names = ex._vocab_list(__import__("json").loads((hf_dir / meta["source_tokenizer"]).read_text()))
-        tgt_names = ex._vocab_list(__import__("json").loads((hf_dir / "tokenizer.json").read_text()))
+        src_names = ex._vocab_list(json.loads((hf_dir / meta["source_tokenizer"]).read_text()))
+        tgt_names = ex._vocab_list(json.loads((hf_dir / "tokenizer.json").read_text()))
         cfg = tr.decode_config()
         tokens = [[src_names[i] for i in ids] for ids in tr.encode(srcs, cfg)]
         limits = ex.limits_of(tr, srcs)
-        index = {n: i for i, n in enumerate(tgt_names)}
 
         # ---- BLEU, the recipe's beam
         t0 = time.perf_counter()

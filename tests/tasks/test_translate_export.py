@@ -4,7 +4,6 @@ our translations token for token on real (HSK) sentences; the tokenizer files gi
 import json
 
 import pytest
-import torch
 
 from scratchformer.cli import main
 from scratchformer.errors import UserError
@@ -191,3 +190,16 @@ def test_layouts_without_a_transformers_twin_are_refused():
     assert "separate source/target embeddings" in why(norm_first=True)
     assert "final norm" in why(norm_first=False, final_norm=True)
     assert "activation" in why(norm_first=False, activation="swiglu")
+
+
+def test_a_failed_parity_check_writes_nothing(post_ln, tmp_path, monkeypatch, capsys):
+    from scratchformer.tasks.translate import export
+
+    bad = {"n_sentences": 1, "max_abs_diff": 0.5, "greedy_equal": False, "beam_equal_where_finished": True}
+    monkeypatch.setattr(export, "check_transformers", lambda *a, **k: {**bad, "equal": False})
+    out = tmp_path / "bad"
+    assert main(["export", str(post_ln), "--format", "transformers", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "the transformers export differs from our model (max |Δ logits| 5.00e-01, greedy_equal False, "
+        "beam_equal_where_finished True); not written")
+    assert not out.exists()

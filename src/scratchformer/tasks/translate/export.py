@@ -56,7 +56,7 @@ import torch
 from ...data.specials import BOS, BOS_ID, CLS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK
 from ...data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordPieceTokenizer, WordTokenizer
 from ...errors import UserError
-from ...fileio import atomic_write_text, make_dirs, remove
+from ...fileio import atomic_write_text, make_dirs, remove, remove_empty_dir
 from ..runs import RunDir
 
 TOLERANCE = 1e-4
@@ -127,9 +127,6 @@ class Vocab:
             self.n_enc = self.n_src
         self.n_dec = len(self.tgt_tokens)
         self.banned = sorted({PAD_ID, BOS_ID, CLS_ID, self.pad})  # ids ours never emits
-
-    def source_ids(self, ids: Sequence[int]) -> list[int]:
-        return list(ids)  # the same ids (the tables keep our rows in order)
 
 
 # ----------------------------------------------------------------------------- weights
@@ -378,6 +375,7 @@ def export_transformers(run_dir: str | Path, out_dir: str | Path, check: bool = 
         _move_files(staging, out)
     finally:
         remove(staging)
+        remove_empty_dir(out)  # a failed export leaves no folder behind
     return report
 
 
@@ -412,6 +410,7 @@ def export_ctranslate2(run_dir: str | Path, out_dir: str | Path, check: bool = T
         _move_files(ct2_dir, out)
     finally:
         remove(staging)
+        remove_empty_dir(out)
     return report
 
 
@@ -473,7 +472,7 @@ def _vocab_list(tokenizer_data: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- checks
 def check_texts(tr, n: int = 24) -> list[str]:
-    """Source sentences of the run's own test split (real text), shortest first excluded."""
+    """The first `n` source sentences of the run's own test split (real text)."""
     from .data import load_translation
 
     try:
@@ -530,9 +529,8 @@ def check_transformers(tr, folder: Path, texts: Sequence[str] | None = None) -> 
     import transformers
 
     texts = list(texts) if texts is not None else check_texts(tr)
-    meta_layout = layout_of(tr.recipe)
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(folder)).eval()
-    vocab = Vocab(meta_layout, tr.src_tok, tr.tgt_tok, tr.recipe.model.share_embeddings)
+    vocab = Vocab(layout_of(tr.recipe), tr.src_tok, tr.tgt_tok, tr.recipe.model.share_embeddings)
     cfg = tr.decode_config()
     src = tr.encode(texts, cfg)
     refs = [h.tokens for h in tr.hypotheses(texts, beam=1)]
@@ -571,14 +569,6 @@ def _beam_report(tr, texts, beam: list[list[int]], cfg) -> dict:
             "beam_finished_sentences": len(fin), "beam_equal_where_finished": all(fin)}
 
 
-def ct2_source_tokens(tr, folder: Path, texts: Sequence[str]) -> list[list[str]]:
-    """Our source ids as the CTranslate2 vocabulary's token names (ending with <eos>)."""
-    meta = json.loads((folder / "export.json").read_text(encoding="utf-8")) if (folder / "export.json").exists() else None
-    names = _vocab_list(json.loads((folder / (meta["source_tokenizer"] if meta else "tokenizer.json")).read_text()))
-    cfg = tr.decode_config()
-    return [[names[i] for i in ids] for ids in tr.encode(texts, cfg)]
-
-
 def ct2_translate(translator, tokens: list[list[str]], limits: list[int], beam: int, length_penalty: float,
                   target_names: list[str]) -> list[list[int]]:
     """CTranslate2's translate_batch under our per-sentence length limits -> target ids."""
@@ -597,13 +587,11 @@ def check_ctranslate2(tr, folder: Path, texts: Sequence[str] | None = None) -> d
 
     texts = list(texts) if texts is not None else check_texts(tr)
     translator = ctranslate2.Translator(str(folder), device="cpu", inter_threads=1, intra_threads=1)
-    src_names = ct2_source_tokens(tr, folder, texts) if (folder / "export.json").exists() else None
-    if src_names is None:  # during the export, export.json is written after the check
-        shared = tr.recipe.model.share_embeddings
-        names = _vocab_list(json.loads((folder / ("tokenizer.json" if shared else f"{SOURCE_DIR}/tokenizer.json")).read_text()))
-        src_names = [[names[i] for i in ids] for ids in tr.encode(texts, tr.decode_config())]
-    tgt_names = _vocab_list(json.loads((folder / "tokenizer.json").read_text(encoding="utf-8")))
     cfg = tr.decode_config()
+    src_file = "tokenizer.json" if tr.recipe.model.share_embeddings else f"{SOURCE_DIR}/tokenizer.json"
+    names = _vocab_list(json.loads((folder / src_file).read_text(encoding="utf-8")))
+    src_names = [[names[i] for i in ids] for ids in tr.encode(texts, cfg)]  # our ids as the vocabulary's names
+    tgt_names = _vocab_list(json.loads((folder / "tokenizer.json").read_text(encoding="utf-8")))
     limits = limits_of(tr, texts)
     greedy = ct2_translate(translator, src_names, limits, 1, cfg.length_penalty, tgt_names)
     beam = ct2_translate(translator, src_names, limits, cfg.beam, cfg.length_penalty, tgt_names)
