@@ -11,6 +11,7 @@ random embeddings, no padding. Interleaved in one process, medians; ratio = ORT 
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -79,9 +80,10 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
             def many(f):
                 return lambda: [f() for _ in range(inner)]
 
+            load = os.getloadavg()[0]
             times = common.interleaved({"ours": many(ours), "onnxruntime": many(onnx)}, reps, warmup=2)
             tokens = B * T * inner
-            r = {"batch": B, "tokens": T, "max_abs_diff": diff,
+            r = {"batch": B, "tokens": T, "max_abs_diff": diff, "loadavg_1min": [load, os.getloadavg()[0]],
                  "tokens_per_s": {k: common.rate_summary(tokens, v) for k, v in times.items()},
                  "ours_vs_ort": common.paired_ratio(times["onnxruntime"], times["ours"])}
             log(f"[encoder_engines] {B}x{T}: ours/ORT {r['ours_vs_ort']['median']:.2f} (diff {diff:.1e})")
@@ -101,8 +103,9 @@ def to_markdown(res: dict) -> str:
     parts.append("## Targets\n\n" + common.targets_md(res["targets"]))
     rows = [[f"{r['batch']} × {r['tokens']}", common.fmt_stat(r["tokens_per_s"]["ours"]),
              common.fmt_stat(r["tokens_per_s"]["onnxruntime"]), common.fmt_stat(r["ours_vs_ort"], 3, "×"),
-             f"{r['max_abs_diff']:.1e}"] for r in res["rows"]]
-    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours", "ONNX Runtime", "ours / ORT", "max abs diff"], rows))
+             f"{r['max_abs_diff']:.1e}", "–".join(f"{x:.1f}" for x in r.get("loadavg_1min", []))] for r in res["rows"]]
+    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours", "ONNX Runtime", "ours / ORT", "max abs diff",
+                                                      "load (1 min)"], rows))
     return "\n\n".join(parts)
 
 

@@ -23,6 +23,7 @@ divided by the output tokens, for the readable and the lean path.
 from __future__ import annotations
 
 import collections
+import os
 import tempfile
 from pathlib import Path
 
@@ -168,8 +169,10 @@ def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: i
         return f
 
     fns = {n: ours(n) for n in cfgs} | {n: anchor(n) for n in ("ct2_fp32", "ct2_int8")}
+    load = os.getloadavg()[0]
     times = common.interleaved(fns, reps, warmup=1, budget_s=budget, min_reps=3)
     return {"batch": batch, "beam": beam, "threads": threads, "output_tokens": counts,
+            "loadavg_1min": [load, os.getloadavg()[0]],  # before and after the cell: the machine is shared
             "tokens_per_s": {n: common.rate_summary(counts[n], t) for n, t in times.items()},
             "ours_vs": {a: common.paired_ratio(times[a], times[o]) for o, a in
                         (("ours", "ct2_fp32"), ("ours_readable", "ct2_fp32"), ("ours_int8", "ct2_int8"),
@@ -245,12 +248,13 @@ def to_markdown(res: dict) -> str:
                      common.fmt_stat(tps["ours_readable"]), common.fmt_stat(tps["ours_int8"]),
                      common.fmt_stat(tps["ct2_fp32"]), common.fmt_stat(tps["ct2_int8"]),
                      common.fmt_stat(r["ct2_fp32"], 3, "×"), common.fmt_stat(r["ct2_int8"], 3, "×"),
-                     common.fmt_stat(c["lean_speedup"], 3, "×")])
+                     common.fmt_stat(c["lean_speedup"], 3, "×"),
+                     "–".join(f"{x:.1f}" for x in c.get("loadavg_1min", []))])
     parts.append("## Target tokens/s and ratios\n\n\"ours/ct2 fp32\" = ours (lean, fp32) over CTranslate2 fp32; "
                  "\"int8/int8\" = ours int8 over CTranslate2 int8; \"lean/readable\" = the lean step and search "
                  "over the readable path (before).\n\n" + common.md_table(
                      ["size", "threads", "batch", "beam", "ours", "ours readable (before)", "ours int8", "ct2 fp32",
-                      "ct2 int8", "ours/ct2 fp32", "int8/int8", "lean/readable"], rows))
+                      "ct2 int8", "ours/ct2 fp32", "int8/int8", "lean/readable", "load (1 min)"], rows))
     rows = []
     for cell, d in res["op_counts"].items():
         rows.append([cell, f"{d['readable']['ops_per_step']:.0f}", f"{d['lean']['ops_per_step']:.0f}",

@@ -101,10 +101,12 @@ class Seq2Seq(nn.Module):
         """Why `lean_step` cannot serve this model (None when it can)."""
         return lean_blocker(self.transformer.decoder)
 
-    def lean_step(self, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int) -> "Seq2SeqStep":
+    def lean_step(self, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int,
+                  beams: int = 1) -> "Seq2SeqStep":
         """The decode step with every per-decode decision made once (`nn/lean.py`), for up
-        to `capacity` target positions; tested equal to `decode` with a `DecoderCache`."""
-        return Seq2SeqStep(self, memory, src_mask, capacity)
+        to `capacity` target positions and `beams` hypotheses per sentence of `memory`
+        `(n, S, C)`; tested equal to `decode` with a `DecoderCache`."""
+        return Seq2SeqStep(self, memory, src_mask, capacity, beams)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""
@@ -117,11 +119,13 @@ class Seq2Seq(nn.Module):
 
 class Seq2SeqStep:
     """`step(tokens (N,)) -> logits (N, V)` of the next position: the target embedding at the
-    cache's position, `nn.lean.DecoderStep`, the output projection. `select(index)` keeps rows."""
+    cache's position, `nn.lean.DecoderStep`, the output projection. `select(index, sentences)`
+    keeps rows (see `DecoderStep.select`)."""
 
-    def __init__(self, model: Seq2Seq, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int):
+    def __init__(self, model: Seq2Seq, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int,
+                 beams: int = 1):
         self.cache = model.new_cache(capacity)
-        self.decoder = DecoderStep(model.transformer.decoder, self.cache, memory, src_mask)
+        self.decoder = DecoderStep(model.transformer.decoder, self.cache, memory, src_mask, beams)
         emb = model.tgt_embed
         self.table, self.scale = emb.tokens.weight, emb.scale
         pos = emb.position
@@ -131,10 +135,10 @@ class Seq2SeqStep:
             self.positions = pos.table(capacity, memory.device)  # (capacity, C)
         else:  # learned
             self.positions = pos.embedding.weight
-        self.out = projection(model.out_proj, memory, memory.shape[0])
+        self.out = projection(model.out_proj, memory, memory.shape[0] * beams)
 
-    def select(self, index: torch.Tensor) -> None:
-        self.decoder.select(index)
+    def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        self.decoder.select(index, sentences)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         t = self.cache.length
