@@ -18,7 +18,7 @@ Ratios are ours' tokens/s over the anchor's, per repetition, medians (min-max).
 Op calls: a `TorchDispatchMode` counts every aten op a decode dispatches (hsk size, one thread),
 divided by the output tokens, for the readable and the lean path.
 
-    python -m benchmarks.translation_engines [--quick] [--out DIR] [--sizes hsk] [--reps 3]
+    python -m benchmarks.translation_engines [--quick] [--out DIR] [--sizes hsk] [--reps 3] [--threads 1]
 """
 from __future__ import annotations
 
@@ -180,7 +180,8 @@ def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: i
             "lean_speedup": common.paired_ratio(times["ours_readable"], times["ours"])}
 
 
-def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_override=None) -> dict:
+def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_override=None,
+        threads_only=None) -> dict:
     import ctranslate2
 
     res = {"title": "Translation decoding vs CTranslate2 (every hypothesis 30 tokens)", "machine": common.machine_info(),
@@ -200,7 +201,7 @@ def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_over
             fp32 = ours_model(s)
             int8 = quantize_int8(ours_model(s))
             models = {"ours": fp32, "ours_readable": fp32, "ours_int8": int8}
-            for threads in (1, 2):
+            for threads in ((1, 2) if not threads_only else tuple(int(t) for t in threads_only.split(","))):
                 ct2 = {(f"ct2_{ct}", threads): ctranslate2.Translator(str(d), device="cpu", compute_type=ct,
                                                                        intra_threads=threads, inter_threads=1)
                        for ct in ("float32", "int8")}
@@ -269,7 +270,8 @@ def to_markdown(res: dict) -> str:
 
 def main(argv=None):
     common.cli(run, __doc__, argv, {"sizes_only": ("--sizes", "comma-separated sizes to run (default: hsk,en-fr)"),
-                                    "reps_override": ("--reps", "repetitions per cell (default 5, fewer under a time budget)")})
+                                    "reps_override": ("--reps", "repetitions per cell (default 5, fewer under a time budget)"),
+                                    "threads_only": ("--threads", "comma-separated thread counts (default: 1,2)")})
 
 
 if __name__ == "__main__":
