@@ -18,7 +18,7 @@ from .recipe import TranslateDataConfig
 
 @dataclass
 class TranslateBatch:
-    src: torch.Tensor  # (B, S) source ids + <eos>
+    src: torch.Tensor  # (B, S) source ids + <eos> (an XLM-R source: <s> ids </s>, padded with 1)
     tgt_in: torch.Tensor  # (B, T) <bos> y_1 .. y_n
     tgt_out: torch.Tensor  # (B, T) y_1 .. y_n <eos>
     idx: torch.Tensor  # (B,) position of each pair in its split
@@ -70,7 +70,8 @@ class EncodedSplit:
 
     def __init__(self, pairs, src_tok: Tokenizer, tgt_tok: Tokenizer, dc: TranslateDataConfig,
                  shuffle: bool, seed: int = 0, max_len: int | None = None):
-        src = src_tok.encode_batch([s for s, _ in pairs], add_eos=True)
+        src = src_tok.encode_source([s for s, _ in pairs])
+        self.src_pad_id = src_tok.pad_id
         tgt = tgt_tok.encode_batch([t for _, t in pairs], add_bos=True, add_eos=True)
         keep = list(range(len(pairs)))
         if max_len is not None:
@@ -89,7 +90,7 @@ class EncodedSplit:
     def batches(self, epoch: int = 0) -> list[TranslateBatch]:
         out = []
         for idx in self.sampler.epoch_batches(epoch):
-            src, _ = pad_sequences([self.src[i] for i in idx], PAD_ID)
+            src, _ = pad_sequences([self.src[i] for i in idx], self.src_pad_id)
             tgt, _ = pad_sequences([self.tgt[i] for i in idx], PAD_ID)
             out.append(TranslateBatch(src, tgt[:, :-1], tgt[:, 1:], torch.tensor(idx)))
         return out

@@ -98,9 +98,9 @@ class Translator:
         for i, t in enumerate(texts, 1):
             if not isinstance(t, str) or not t.strip():
                 raise UserError(f"sentence {i} is empty: there is nothing to translate")
-        ids = self.src_tok.encode_batch([t.strip() for t in texts])
-        check_sources([len(x) for x in ids], cfg)
-        return [x + [EOS_ID] for x in ids]
+        ids = self.src_tok.encode_source([t.strip() for t in texts])
+        check_sources([len(x) - self.src_tok.source_specials for x in ids], cfg)
+        return ids
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Source tokens of each text (without <eos>): what a server limits and batches by."""
@@ -120,7 +120,7 @@ class Translator:
             while end < len(order) and (end - start + 1) * len(ids[order[end]]) * cfg.beam <= cfg.batch_tokens:
                 end += 1
             chunk = order[start:end]
-            src, _ = pad_sequences([ids[i] for i in chunk], PAD_ID)
+            src, _ = pad_sequences([ids[i] for i in chunk], self.src_tok.pad_id)
             precision = cfg.precision
             if precision == "auto":
                 d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
