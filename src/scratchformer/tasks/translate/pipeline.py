@@ -132,6 +132,8 @@ def finalize(task: TranslationTask, valid: EncodedSplit | None, out_dir: Path, l
     candidates = {"model.safetensors": out_dir / "model.safetensors"}
     snaps = snapshot_files(out_dir / SNAPSHOTS)
     if len(snaps) >= 2:
+        steps = [p.stem.split("-", 1)[1].lstrip("0") or "0" for p in snaps]
+        log(f"averaging {len(snaps)} snapshots (steps {', '.join(steps)})")
         average_checkpoints(model, snaps)
         save_weights(model, out_dir / AVERAGED, {"averaged": json.dumps([p.name for p in snaps])})
         candidates[AVERAGED] = out_dir / AVERAGED
