@@ -49,7 +49,8 @@ class TranslationTask:
         return int((b.tgt_out != PAD_ID).sum())
 
     def batch_tokens(self, b: TranslateBatch) -> int:
-        return int((b.src != self.src_tok.pad_id).sum()) + int((b.tgt_out != PAD_ID).sum())
+        src_pad = getattr(self.src_tok, "pad_id", PAD_ID)
+        return int((b.src != src_pad).sum()) + int((b.tgt_out != PAD_ID).sum())
 
     def loss_sum(self, b: TranslateBatch):
         logits = self.model(b.src, b.tgt_in).float()  # (B, T, V)
