@@ -180,7 +180,7 @@ def test_bad_init_settings_are_user_errors(tmp_path, capsys):
     _write(tmp_path / "train.tsv", _pairs(20, 0))
     base = ["train", "translate", "--data", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "r"),
             "--init", str(folder)] + TINY
-    assert main(base + ["--set", "model.transformer.n_heads=5"]) == 2
+    assert main(base + ["--set", "model.transformer.n_heads=64"]) == 2  # divides 256 (the default), not 32
     assert "the decoder must be 32 wide like the pretrained encoder" in capsys.readouterr().err
     assert main(base + ["--set", "model.freeze_encoder_layers=3", "--overwrite"]) == 2
     assert "model.freeze_encoder_layers=3, but the pretrained encoder has 2 layers" in capsys.readouterr().err

@@ -102,13 +102,14 @@ class Seq2Seq(nn.Module):
             self.bert = BertEncoder(cfg.bert.replace(add_pooler=False))
             self.bert.encoder.set_padding_packing(True)  # padded rows are never read (masked)
             self.src_embed = None
+            self.tgt_embed = Embeddings(cfg.tgt_vocab_size, tc)
             self.transformer = Transformer(tc.replace(n_layers=0, n_decoder_layers=tc.decoder_layers))
             self.freeze_encoder_layers(cfg.freeze_encoder_layers)
-        else:
+        else:  # (this order of construction is the order of the random initialisation: kept)
             self.bert = None
             self.src_embed = Embeddings(cfg.src_vocab_size, tc, bigram_buckets=cfg.src_bigram_buckets)
+            self.tgt_embed = self.src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, tc)
             self.transformer = Transformer(tc)
-        self.tgt_embed = self.src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, tc)
         self.out_proj = Linear(tc.d_model, cfg.tgt_vocab_size, bias=False)
         if cfg.tie_output:
             self.out_proj.weight = self.tgt_embed.tokens.weight  # (V, C) both
