@@ -40,4 +40,4 @@ def test_lm_export_decodes_like_ours_with_the_cache(lm_run, tmp_path, capsys):
 
 def test_export_of_a_translation_run_says_why_not(mt_run, tmp_path, capsys):
     assert main(["export", str(mt_run), "--format", "onnx", "--out", str(tmp_path / "x")]) == 2
-    assert "exports classify and lm runs (translation runs: see docs/export.md)" in capsys.readouterr().err
+    assert "exports classify and lm runs (translation runs: --format transformers or ctranslate2)" in capsys.readouterr().err

@@ -105,7 +105,7 @@ def test_train_with_candidate_keeps_the_better_on_valid(tmp_path, monkeypatch, e
     monkeypatch.setattr(pipeline, "train_classifier", fake_train)
     base = auto.auto_recipe(["新闻标题"] * 50, time_budget=20.0)
     cand = auto.e5_recipe(base, 8.0)
-    assert cand.model.init == "e5" and cand.time_budget == 8.0 and cand.ensemble == 1 and cand.train.epochs == 1
+    assert cand.model.init == "e5" and cand.time_budget == 8.0 and cand.ensemble == 1 and cand.train.epochs == auto.E5_MAX_EPOCHS
     lines: list[str] = []
     res = pipeline.train_with_candidate(base, cand, tmp_path / "run", lines.append, baseline=False)
     kept = (tmp_path / "run" / "model.safetensors").read_text()

@@ -1,10 +1,11 @@
 """`scratchformer serve RUN [RUN ...]` (an HTTP API and a page over trained runs) and
-`scratchformer export RUN --format onnx --out DIR`.
+`scratchformer export RUN --format onnx|transformers|ctranslate2 --out DIR`.
 
     scratchformer serve runs/demo                      # http://127.0.0.1:8000/ , /docs
     scratchformer serve clf=runs/demo mt=runs/hsk --port 9000 --api-key s3cret
     scratchformer export runs/demo --format onnx --out exported/demo
     scratchformer serve exported/demo --backend onnxruntime
+    scratchformer export runs/hsk --format ctranslate2 --out exported/hsk-ct2
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def register(cli) -> None:
                         "NAME= sets the model name requests use (default: the folder's name)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--backend", choices=["torch", "onnxruntime"], default="torch",
-                   help="onnxruntime: serve folders written by `scratchformer export --format onnx`")
+    p.add_argument("--backend", choices=["torch", "onnxruntime", "ctranslate2"], default="torch",
+                   help="onnxruntime: serve folders written by `scratchformer export --format onnx`; "
+                        "ctranslate2: folders written by `scratchformer export --format ctranslate2`")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
                    help="int8: load the runs with int8 projections (dynamic quantization, CPU; see docs/speed.md)")
     p.add_argument("--api-key", default=None,
@@ -47,10 +49,12 @@ def register(cli) -> None:
                    help="on SIGTERM, seconds the requests in flight get to finish")
     p.set_defaults(func=run_serve)
 
-    e = cli.verb("export", help="export a classify or lm run to ONNX (ONNX Runtime runs it alone)")
+    e = cli.verb("export", help="export a classify or lm run to ONNX (ONNX Runtime runs it alone), or a "
+                                "translation run to a transformers folder or a CTranslate2 model")
     e.add_argument("run_dir", type=Path)
-    e.add_argument("--format", choices=["onnx"], required=True)
-    e.add_argument("--out", type=Path, required=True, help="a new (or empty) folder")
+    e.add_argument("--format", choices=["onnx", "transformers", "ctranslate2"], required=True,
+                   help="onnx: classify and lm runs; transformers, ctranslate2: translation runs")
+    e.add_argument("--out", type=Path, required=True, help="a new folder (onnx: or an empty one)")
     e.add_argument("--no-check", action="store_true", help="skip the parity check against our model")
     e.set_defaults(func=run_export)
 
@@ -83,6 +87,8 @@ def run_export(args) -> int:
     from ..tasks.runs import RunDir
 
     task = RunDir(args.run_dir).task_name()
+    if args.format != "onnx":
+        return _export_translation(args, task)
     if task == "lm":
         from ..tasks.lm.export import export_lm_onnx
 
@@ -94,11 +100,33 @@ def run_export(args) -> int:
         return 0
     if task != "classify":
         raise UserError(f"{args.run_dir} holds a {task!r} run; --format onnx exports classify and lm runs "
-                        "(translation runs: see docs/export.md)")
+                        "(translation runs: --format transformers or ctranslate2)")
     from ..tasks.classify.export import export_onnx
 
     report = export_onnx(args.run_dir, args.out, check=not args.no_check)
     print(f"wrote {args.out}/ (model.onnx, tokenizer.json, labels.json, export.json, preprocess.py)")
     if report.get("max_abs_diff") is not None:
         print(f"parity with our model on {report['n_texts']} texts: max |Δ logits| = {report['max_abs_diff']:.2e}")
+    return 0
+
+
+def _export_translation(args, task: str) -> int:
+    if task != "translate":
+        raise UserError(f"{args.run_dir} holds a {task!r} run; --format {args.format} exports translation runs "
+                        "(classify and lm runs: --format onnx)")
+    from ..tasks.translate import export
+
+    if args.format == "transformers":
+        report = export.export_transformers(args.run_dir, args.out, check=not args.no_check)
+        print(f"wrote {args.out}/ (config.json, model.safetensors, tokenizer files, export.json)")
+        parts = [("transformers", report)] if report else []
+    else:
+        report = export.export_ctranslate2(args.run_dir, args.out, check=not args.no_check)
+        print(f"wrote {args.out}/ (CTranslate2 model.bin, vocabularies, tokenizer files, export.json)")
+        parts = [("transformers", report["transformers"]), ("ctranslate2", report["ctranslate2"])] if report else []
+    for name, r in parts:
+        logits = f"max |Δ logits| = {r['max_abs_diff']:.2e}, " if "max_abs_diff" in r else ""
+        print(f"parity with our model ({name}, {r['n_sentences']} test sentences): {logits}greedy tokens equal: "
+              f"{r['greedy_equal']}, beam {r['beam']} equal: {r['beam_sentences_equal']}/{r['n_sentences']} "
+              f"(all {r['beam_finished_sentences']} that end with <eos>: {r['beam_equal_where_finished']})")
     return 0

@@ -209,6 +209,36 @@ class OnnxClassifierBackend(Served):
         return {**super().describe(), "labels": self.labels, "backend": "onnxruntime"}
 
 
+class Ct2TranslatorBackend(Served):
+    """A folder written by `scratchformer export RUN --format ctranslate2`, run by CTranslate2:
+    /v1/translate, without torch in the loop."""
+
+    task, routes = "translate", (TRANSLATE,)
+
+    def __init__(self, name: str, folder: Path):
+        from ..tasks.translate.ct2_runtime import Ct2Translator
+
+        super().__init__(name, str(folder))
+        self.model = Ct2Translator(folder)
+
+    def count_tokens(self, texts):
+        return self.model.count_tokens(texts)
+
+    def decode_key(self, beam: int | None, max_length: int | None) -> tuple:
+        if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
+            raise UserError(f"beam must be >= 1, got {beam}")
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+            raise UserError(f"max_length must be >= 1, got {max_length}")
+        return (beam or self.model.decode["beam"], max_length or self.model.decode["max_output_len"])
+
+    def translate(self, texts, key):
+        beam, max_len = key
+        return self.model.translate(texts, beam=beam, max_output_len=max_len)
+
+    def describe(self):
+        return {**super().describe(), "backend": "ctranslate2"}
+
+
 @dataclass
 class ModelSpec:
     """One `serve` argument: `[NAME=]RUN_DIR` (or a pretrained embedder's name)."""
@@ -239,10 +269,15 @@ def load_backend(spec: ModelSpec, backend: str = "torch", quantize: str = "none"
     path = Path(spec.source)
     if (path / "export.json").is_file():
         meta = json.loads((path / "export.json").read_text(encoding="utf-8"))
+        if meta.get("format") == "ctranslate2":
+            return Ct2TranslatorBackend(spec.name, path)
         if meta.get("format") != "onnx":
             raise UserError(f"{path} holds a {meta.get('format')!r} export; serve runs ONNX exports "
-                            "(--backend onnxruntime) or run directories")
+                            "(--backend onnxruntime), CTranslate2 exports (--backend ctranslate2) or run directories")
         return OnnxClassifierBackend(spec.name, path)
+    if backend == "ctranslate2":
+        raise UserError(f"{path} is not a CTranslate2 export (no export.json): run "
+                        f"`scratchformer export {path} --format ctranslate2 --out DIR` and serve DIR")
     if backend == "onnxruntime":
         raise UserError(f"{path} is not an ONNX export (no export.json): run "
                         f"`scratchformer export {path} --format onnx --out DIR` and serve DIR")
