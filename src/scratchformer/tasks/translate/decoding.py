@@ -121,9 +121,11 @@ def choose_precision(rows: int, d_model: int, device: str = "cpu") -> tuple[str,
     return choice, f"probe at {rows} rows x d_model {d_model}: bf16 {gain:.2f}x the speed of fp32 -> {choice}"
 
 
-def length_limits(src: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
-    """`(B,)` maximum number of output tokens (without <eos>) for each source row."""
-    n = (src != PAD_ID).sum(-1).double()
+def length_limits(src: torch.Tensor, cfg: DecodeConfig, pad_id: int = PAD_ID) -> torch.Tensor:
+    """`(B,)` maximum number of output tokens (without <eos>) for each source row. `pad_id`:
+    the source's padding id (`model.src_pad_id`: 1 for an XLM-R encoder, whose `<s> .. </s>`
+    count as two source tokens where ours have one <eos>)."""
+    n = (src != pad_id).sum(-1).double()
     limit = torch.ceil(n * cfg.max_len_ratio).long() + cfg.max_len_offset
     return limit.clamp(min=1, max=cfg.max_output_len)
 
@@ -186,7 +188,7 @@ def greedy_decode(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> 
     if cfg.lean and cfg.use_cache:
         return _greedy_lean(model, src, cfg)
     B = src.shape[0]
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     state = _Stepper(model, src, cfg.use_cache)
     prefix = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
     alive = torch.arange(B, device=src.device)  # sentence of each live row
@@ -224,7 +226,7 @@ def beam_search(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> li
         return _beam_lean(model, src, cfg)
     K = cfg.beam
     B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     state = _Stepper(model, src, cfg.use_cache, expand=K)
     prefix = torch.full((B * K, 1), BOS_ID, dtype=torch.long, device=dev)
     scores = torch.zeros(B, K, dtype=torch.float64, device=dev)
@@ -342,7 +344,7 @@ def _hypotheses(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tenso
 def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
     """`greedy_decode` with tensor bookkeeping and the lean step (same tokens, tested)."""
     B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
     state = _LeanStepper(model, src, L + 1)
     buf = torch.full((B, L + 1), BOS_ID, dtype=torch.long, device=dev)  # <bos>, then the outputs
@@ -383,7 +385,7 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
     best by (finished, normalised score) and stops on the count, so the two agree (tested)."""
     K, lp = cfg.beam, cfg.length_penalty
     B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
     state = _LeanStepper(model, src, L + 1, expand=K)
     buf = torch.full((B * K, L + 1), BOS_ID, dtype=torch.long, device=dev)
