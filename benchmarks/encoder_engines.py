@@ -7,11 +7,13 @@ Runtime's CPU provider with `intra_op_num_threads=1`. Inputs: 1 x 32 and 32 x 12
 random embeddings, no padding. Interleaved in one process, medians; ratio = ORT time / ours
 (above 1: ours faster). Outputs are checked equal (max abs difference printed).
 
-    python -m benchmarks.encoder_engines [--quick] [--out DIR]
+    python -m benchmarks.encoder_engines [--quick] [--out DIR] [--cpu-time 1]
 """
 from __future__ import annotations
 
+import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +47,7 @@ def export(enc: Encoder, x: torch.Tensor, path: Path) -> None:
         use_onednn(previous)
 
 
-def run(quick: bool = False, out_dir=None, log=print) -> dict:
+def run(quick: bool = False, out_dir=None, log=print, cpu_time=None) -> dict:
     import onnxruntime as ort
 
     torch.set_num_threads(1)
@@ -56,7 +58,8 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
     res = {"title": "Encoder forward vs ONNX Runtime (one thread)", "machine": common.machine_info(),
-           "onnxruntime": ort.__version__, "size": size, "shared_machine": True, "rows": []}
+           "onnxruntime": ort.__version__, "size": size, "shared_machine": True, "rows": [],
+           "clock": "process CPU time" if cpu_time else "wall clock"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "encoder.onnx"
         export(enc, torch.randn(2, 8, size["d_model"]), path)
@@ -79,9 +82,11 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
             def many(f):
                 return lambda: [f() for _ in range(inner)]
 
-            times = common.interleaved({"ours": many(ours), "onnxruntime": many(onnx)}, reps, warmup=2)
+            load = os.getloadavg()[0]
+            times = common.interleaved({"ours": many(ours), "onnxruntime": many(onnx)}, reps, warmup=2,
+                                       clock=time.process_time if cpu_time else time.perf_counter)
             tokens = B * T * inner
-            r = {"batch": B, "tokens": T, "max_abs_diff": diff,
+            r = {"batch": B, "tokens": T, "max_abs_diff": diff, "loadavg_1min": [load, os.getloadavg()[0]],
                  "tokens_per_s": {k: common.rate_summary(tokens, v) for k, v in times.items()},
                  "ours_vs_ort": common.paired_ratio(times["onnxruntime"], times["ours"])}
             log(f"[encoder_engines] {B}x{T}: ours/ORT {r['ours_vs_ort']['median']:.2f} (diff {diff:.1e})")
@@ -97,17 +102,19 @@ def to_markdown(res: dict) -> str:
     parts = [common.header_md(res["title"], res["machine"],
                               f"Encoder d_model {s['d_model']}, {s['n_heads']} heads, d_ff {s['d_ff']}, {s['n_layers']} "
                               f"layers; ONNX Runtime {res['onnxruntime']} on the same weights (exported), one thread each, "
-                              "interleaved, medians (min–max). **The machine was shared with other agents' jobs.**")]
+                              f"interleaved, medians (min–max), timed by the {res.get('clock', 'wall clock')}. "
+                              "**The machine was shared with other agents' jobs.**")]
     parts.append("## Targets\n\n" + common.targets_md(res["targets"]))
     rows = [[f"{r['batch']} × {r['tokens']}", common.fmt_stat(r["tokens_per_s"]["ours"]),
              common.fmt_stat(r["tokens_per_s"]["onnxruntime"]), common.fmt_stat(r["ours_vs_ort"], 3, "×"),
-             f"{r['max_abs_diff']:.1e}"] for r in res["rows"]]
-    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours", "ONNX Runtime", "ours / ORT", "max abs diff"], rows))
+             f"{r['max_abs_diff']:.1e}", "–".join(f"{x:.1f}" for x in r.get("loadavg_1min", []))] for r in res["rows"]]
+    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours", "ONNX Runtime", "ours / ORT", "max abs diff",
+                                                      "load (1 min)"], rows))
     return "\n\n".join(parts)
 
 
 def main(argv=None):
-    common.cli(run, __doc__, argv)
+    common.cli(run, __doc__, argv, {"cpu_time": ("--cpu-time", "time by process CPU time (any value), not the wall clock")})
 
 
 if __name__ == "__main__":

@@ -18,12 +18,14 @@ Ratios are ours' tokens/s over the anchor's, per repetition, medians (min-max).
 Op calls: a `TorchDispatchMode` counts every aten op a decode dispatches (hsk size, one thread),
 divided by the output tokens, for the readable and the lean path.
 
-    python -m benchmarks.translation_engines [--quick] [--out DIR] [--sizes hsk] [--reps 3]
+    python -m benchmarks.translation_engines [--quick] [--out DIR] [--sizes hsk] [--reps 3] [--threads 1]
 """
 from __future__ import annotations
 
 import collections
+import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -136,7 +138,8 @@ def op_counts(quick: bool) -> dict:
     return res
 
 
-def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: int, reps: int, budget) -> dict:
+def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: int, reps: int, budget,
+             clock=time.perf_counter) -> dict:
     torch.set_num_threads(threads)
     n_src = 4 if batch == 1 else batch
     src = sources(n_src, s["vocab"], s["src_len"], seed=batch)
@@ -168,8 +171,10 @@ def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: i
         return f
 
     fns = {n: ours(n) for n in cfgs} | {n: anchor(n) for n in ("ct2_fp32", "ct2_int8")}
-    times = common.interleaved(fns, reps, warmup=1, budget_s=budget, min_reps=3)
+    load = os.getloadavg()[0]
+    times = common.interleaved(fns, reps, warmup=1, budget_s=budget, min_reps=3, clock=clock)
     return {"batch": batch, "beam": beam, "threads": threads, "output_tokens": counts,
+            "loadavg_1min": [load, os.getloadavg()[0]],  # before and after the cell: the machine is shared
             "tokens_per_s": {n: common.rate_summary(counts[n], t) for n, t in times.items()},
             "ours_vs": {a: common.paired_ratio(times[a], times[o]) for o, a in
                         (("ours", "ct2_fp32"), ("ours_readable", "ct2_fp32"), ("ours_int8", "ct2_int8"),
@@ -177,11 +182,13 @@ def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: i
             "lean_speedup": common.paired_ratio(times["ours_readable"], times["ours"])}
 
 
-def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_override=None) -> dict:
+def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_override=None,
+        threads_only=None, cpu_time=None) -> dict:
     import ctranslate2
 
     res = {"title": "Translation decoding vs CTranslate2 (every hypothesis 30 tokens)", "machine": common.machine_info(),
-           "ctranslate2": ctranslate2.__version__, "shared_machine": True, "sizes": {}, "cells": []}
+           "ctranslate2": ctranslate2.__version__, "shared_machine": True, "sizes": {}, "cells": [],
+           "clock": "process CPU time" if cpu_time else "wall clock"}
     log("[engines] op counts")
     res["op_counts"] = op_counts(quick)
     sizes = {"hsk": dict(SIZES["hsk"], d_model=32, d_ff=64, vocab=64, n_heads=4)} if quick else SIZES
@@ -197,14 +204,15 @@ def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_over
             fp32 = ours_model(s)
             int8 = quantize_int8(ours_model(s))
             models = {"ours": fp32, "ours_readable": fp32, "ours_int8": int8}
-            for threads in (1, 2):
+            for threads in ((1, 2) if not threads_only else tuple(int(t) for t in threads_only.split(","))):
                 ct2 = {(f"ct2_{ct}", threads): ctranslate2.Translator(str(d), device="cpu", compute_type=ct,
                                                                        intra_threads=threads, inter_threads=1)
                        for ct in ("float32", "int8")}
                 ct2 = {(k[0].replace("float32", "fp32"), k[1]): v for k, v in ct2.items()}
                 for batch in (1, 32):
                     for beam in (1, 4):
-                        r = run_cell(models, ct2, s, batch, beam, threads, reps, budget)
+                        r = run_cell(models, ct2, s, batch, beam, threads, reps, budget,
+                                     time.process_time if cpu_time else time.perf_counter)
                         r["size"] = name
                         res["cells"].append(r)
                         log(f"[engines] {name} t{threads} b{batch} beam{beam}: ours/ct2 fp32 "
@@ -234,7 +242,7 @@ def to_markdown(res: dict) -> str:
                               f"CTranslate2 {res['ctranslate2']} on a random MarianMTModel of the same size converted "
                               "by its own converter; ours: `Seq2Seq` (Post-LN, ReLU, tied), <eos> banned. Every "
                               f"hypothesis of every engine is {OUT_TOKENS} tokens. Interleaved in one process, same "
-                              "threads, medians (min–max). **The machine was shared with other agents' jobs** "
+                              "threads, medians (min–max), timed by the " + res.get("clock", "wall clock") + ". **The machine was shared with other agents' jobs** "
                               "(load average well above the 2 cores): absolute rates are low and noisy, the "
                               "per-repetition ratios are what to read.")]
     parts.append("## Targets (1 thread)\n\n" + common.targets_md(res["targets"]))
@@ -245,12 +253,13 @@ def to_markdown(res: dict) -> str:
                      common.fmt_stat(tps["ours_readable"]), common.fmt_stat(tps["ours_int8"]),
                      common.fmt_stat(tps["ct2_fp32"]), common.fmt_stat(tps["ct2_int8"]),
                      common.fmt_stat(r["ct2_fp32"], 3, "×"), common.fmt_stat(r["ct2_int8"], 3, "×"),
-                     common.fmt_stat(c["lean_speedup"], 3, "×")])
+                     common.fmt_stat(c["lean_speedup"], 3, "×"),
+                     "–".join(f"{x:.1f}" for x in c.get("loadavg_1min", []))])
     parts.append("## Target tokens/s and ratios\n\n\"ours/ct2 fp32\" = ours (lean, fp32) over CTranslate2 fp32; "
                  "\"int8/int8\" = ours int8 over CTranslate2 int8; \"lean/readable\" = the lean step and search "
                  "over the readable path (before).\n\n" + common.md_table(
                      ["size", "threads", "batch", "beam", "ours", "ours readable (before)", "ours int8", "ct2 fp32",
-                      "ct2 int8", "ours/ct2 fp32", "int8/int8", "lean/readable"], rows))
+                      "ct2 int8", "ours/ct2 fp32", "int8/int8", "lean/readable", "load (1 min)"], rows))
     rows = []
     for cell, d in res["op_counts"].items():
         rows.append([cell, f"{d['readable']['ops_per_step']:.0f}", f"{d['lean']['ops_per_step']:.0f}",
@@ -265,7 +274,9 @@ def to_markdown(res: dict) -> str:
 
 def main(argv=None):
     common.cli(run, __doc__, argv, {"sizes_only": ("--sizes", "comma-separated sizes to run (default: hsk,en-fr)"),
-                                    "reps_override": ("--reps", "repetitions per cell (default 5, fewer under a time budget)")})
+                                    "reps_override": ("--reps", "repetitions per cell (default 5, fewer under a time budget)"),
+                                    "threads_only": ("--threads", "comma-separated thread counts (default: 1,2)"),
+                                    "cpu_time": ("--cpu-time", "time by process CPU time (any value), not the wall clock")})
 
 
 if __name__ == "__main__":

@@ -68,6 +68,56 @@ def test_seq2seq_lean_step_follows_select_like_the_cache():
     assert float((step(nxt) - want).abs().max()) < TOL
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+@torch.no_grad()
+def test_beam_step_keeps_one_memory_per_sentence(norm_first):
+    """beams=K over the n sentences' memory == the readable decode over K copies of it, also
+    after beams are reordered inside their sentence and after a sentence leaves."""
+    K = 3
+    model, src = _seq2seq(norm_first), _ragged_src()
+    memory, mask = model.encode(src)  # (3, S, C)
+    step = model.lean_step(memory, mask, capacity=5, beams=K)
+    assert step.cache.cross_attn[0].get()[0].shape[0] == 3  # one memory K/V per sentence
+    mem_k, mask_k = memory.repeat_interleave(K, 0), mask.repeat_interleave(K, 0)  # (9, S, C)
+    cache = model.new_cache()
+    g = torch.Generator().manual_seed(3)
+    worst = 0.0
+    for t in range(4):
+        tok = torch.randint(5, 45, (mem_k.shape[0],), generator=g)
+        want = model.decode(tok[:, None], mem_k, mask_k, cache=cache)[:, -1]
+        worst = max(worst, float((step(tok) - want).abs().max()))
+        n = mem_k.shape[0] // K
+        rows = (torch.arange(n)[:, None] * K + torch.randint(0, K, (n, K), generator=g)).view(-1)  # in-sentence
+        sentences = None
+        if t == 2:  # sentence 1 leaves
+            keep = torch.tensor([0, 2])
+            rows = rows.view(n, K)[keep].view(-1)
+            sentences = keep
+        cache.reorder(rows)
+        mem_k, mask_k = mem_k[rows], mask_k[rows]
+        step.select(rows, sentences)
+    assert worst < TOL
+    assert step.cache.cross_attn[0].get()[0].shape[0] == 2
+
+
+def test_kv_cache_reorder_copies_the_filled_positions_into_its_spare_buffer():
+    cache = KVCache(capacity=6)
+    k = torch.randn(4, 2, 3, 5)
+    cache.update(k, -k)
+    first = cache._k.data_ptr()
+    index = torch.tensor([3, 3, 0, 1])
+    cache.reorder(index)
+    second = cache._k.data_ptr()
+    assert second != first
+    keys, values = cache.update(k[:, :, :1] + 1, k[:, :, :1])  # written in place after the reorder
+    assert torch.equal(keys[:, :, :3], k[index]) and torch.equal(values[:, :, :3], -k[index])
+    assert torch.equal(keys[:, :, 3:], k[:, :, :1] + 1)
+    cache.reorder(torch.tensor([1, 2]))  # fewer rows: back into the first buffer, no allocation
+    assert cache._k.data_ptr() == first and cache._k.shape == (2, 2, 6, 5)
+    keys, _ = cache.get()
+    assert torch.equal(keys[:, :, :3], k[index][[1, 2]])
+
+
 @pytest.mark.parametrize("position,n_kv_heads", [("rope", None), ("learned", None), ("rope", 2)])
 @torch.no_grad()
 def test_lm_lean_step_logits_equal_the_cached_forward(position, n_kv_heads):

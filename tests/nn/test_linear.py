@@ -75,3 +75,21 @@ def test_encoder_same_with_and_without_onednn():
     slow_grad, = torch.autograd.grad(slow[mask].sum(), x)
     assert (fast - slow)[mask].abs().max() < 1e-5
     assert (fast_grad - slow_grad).abs().max() < 1e-4
+
+
+def test_inference_kernel_rule_follows_the_cpu():
+    """Inference products run on MKL below `inference_min_rows()`: 128 rows with AVX-512,
+    every size without it (both libraries run AVX2 code there and MKL measured as fast or faster)."""
+    rule = linear_mod.inference_min_rows()
+    if linear_mod._AVX512:
+        assert rule == linear_mod.ONEDNN_MIN_ROWS
+        assert linear_mod.inference_mkl_reason(3) == "inference on fewer than 128 rows: MKL's sgemm is faster there"
+    else:
+        assert rule == float("inf")
+        assert linear_mod.inference_mkl_reason(3) == (
+            "inference on a CPU without AVX-512: MKL's sgemm is as fast or faster there at every size")
+    if linear_mod._KERNEL is not None:
+        x, w = torch.randn(200, 8), torch.randn(3, 8)
+        with torch.inference_mode():
+            linear(x, w)
+        assert linear_mod.last_linear_path_reason == (None if linear_mod._AVX512 else linear_mod.inference_mkl_reason(200))

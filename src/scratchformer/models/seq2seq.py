@@ -8,6 +8,12 @@ Options (all in `Seq2SeqConfig`):
 - `tie_output`: the output projection reuses the target embedding matrix (Press & Wolf 2017,
   as in the paper). With both on, the three matrices are one ("three-way tying").
 
+- `bert`: a pretrained encoder (`BertEncoder`, e.g. multilingual-e5-small from
+  `train translate --init e5`) in place of the source embeddings and our encoder stack; the
+  decoder cross-attends to its outputs (same width: `transformer.d_model` = its hidden size).
+  Its source ids are its own tokenizer's (XLM-R: `<pad>` = 1), so the padding mask compares
+  with `src_pad_id`, not 0. `freeze_encoder_layers` keeps its embeddings and lowest layers fixed.
+
 Decoding goes through `encode` once and then `decode` step by step; with a `DecoderCache`
 each step feeds only the newest token, its self-attention keys/values are appended to the
 cache, and the cross-attention keys/values of the memory are computed on the first step only.
@@ -26,6 +32,7 @@ from ..config import JsonConfig
 from ..nn import DecoderCache, Linear, Transformer, TransformerConfig
 from ..nn.fast_linear import projection
 from ..nn.lean import DecoderStep, lean_blocker
+from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings, token_dropout
 
 
@@ -44,8 +51,35 @@ class Seq2SeqConfig(JsonConfig):
     # hashed source bigram embeddings (0 = off): each source position also gets the embedding
     # of hash(previous id, id), so a character-level encoder sees two-character words directly
     src_bigram_buckets: int = 0
+    # a pretrained encoder (`train translate --init e5`); set from the checkpoint, not by hand
+    init: str | None = None
+    bert: BertConfig | None = None
+    encoder_lr_scale: float = 1.0  # lr of the pretrained encoder = train.lr * this (with init)
+    freeze_encoder_layers: int = 0  # its embeddings and lowest N layers stay fixed (0: train all)
+    prune_vocab: bool | None = None  # None: prune Unigram vocabularies of >100k pieces (e5's 250k)
+    vocab_margin: int = 20000  # pieces kept beyond those the training sources use
+    src_prefix: str = ""  # put before every source text (e5's "query: "; none by default)
+
+    @property
+    def src_pad_id(self) -> int:
+        return self.bert.pad_token_id if self.bert is not None else 0
 
     def __post_init__(self) -> None:
+        if not self.encoder_lr_scale > 0:
+            raise UserError(f"model.encoder_lr_scale must be > 0, got {self.encoder_lr_scale}")
+        if self.freeze_encoder_layers < 0:
+            raise UserError(f"model.freeze_encoder_layers must be >= 0, got {self.freeze_encoder_layers}")
+        if self.bert is not None:
+            n = self.bert.num_hidden_layers
+            if self.freeze_encoder_layers > n:
+                raise UserError(f"model.freeze_encoder_layers={self.freeze_encoder_layers}, but the pretrained "
+                                f"encoder has {n} layers; give 0..{n}")
+            if self.transformer.d_model != self.bert.hidden_size:
+                raise UserError(f"model.transformer.d_model={self.transformer.d_model}, but the decoder must match "
+                                f"the pretrained encoder's width {self.bert.hidden_size}; drop that --set")
+            if self.share_embeddings or self.src_bigram_buckets or self.src_token_dropout:
+                raise UserError("with a pretrained encoder (model.init) the source side is its own: "
+                                "model.share_embeddings, src_bigram_buckets and src_token_dropout must stay off")
         for name in ("src_token_dropout", "tgt_token_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
@@ -63,21 +97,51 @@ class Seq2Seq(nn.Module):
         super().__init__()
         self.cfg = cfg
         tc = cfg.transformer
-        self.src_embed = Embeddings(cfg.src_vocab_size, tc, bigram_buckets=cfg.src_bigram_buckets)
-        self.tgt_embed = self.src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, tc)
-        self.transformer = Transformer(tc)
+        self.src_pad_id = cfg.src_pad_id
+        if cfg.bert is not None:  # a pretrained encoder; our stack keeps only its decoder
+            self.bert = BertEncoder(cfg.bert.replace(add_pooler=False))
+            self.bert.encoder.set_padding_packing(True)  # padded rows are never read (masked)
+            self.src_embed = None
+            self.tgt_embed = Embeddings(cfg.tgt_vocab_size, tc)
+            self.transformer = Transformer(tc.replace(n_layers=0, n_decoder_layers=tc.decoder_layers))
+            self.freeze_encoder_layers(cfg.freeze_encoder_layers)
+        else:  # (this order of construction is the order of the random initialisation: kept)
+            self.bert = None
+            self.src_embed = Embeddings(cfg.src_vocab_size, tc, bigram_buckets=cfg.src_bigram_buckets)
+            self.tgt_embed = self.src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, tc)
+            self.transformer = Transformer(tc)
         self.out_proj = Linear(tc.d_model, cfg.tgt_vocab_size, bias=False)
         if cfg.tie_output:
             self.out_proj.weight = self.tgt_embed.tokens.weight  # (V, C) both
         else:
             nn.init.normal_(self.out_proj.weight, std=tc.d_model ** -0.5)
 
+    def freeze_encoder_layers(self, n: int) -> None:
+        """Fix the pretrained encoder's embeddings and its lowest `n` layers (no gradient, no
+        optimizer state: on a small CPU most of a 12-layer encoder's backward is saved)."""
+        if self.bert is None:
+            return
+        frozen = [self.bert.embeddings, *self.bert.encoder.layers[:n]] if n else []
+        for module in frozen:
+            for p in module.parameters():
+                p.requires_grad_(False)
+
+    def set_encoder_lr_scale(self, scale: float) -> None:
+        """Train the pretrained encoder at `scale` times the decoder's learning rate (the
+        Trainer reads each parameter's `lr_scale`)."""
+        for p in (self.bert.parameters() if self.bert is not None else ()):
+            p.lr_scale = scale
+
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         self.transformer.set_gradient_checkpointing(enabled)
+        if self.bert is not None:
+            self.bert.set_gradient_checkpointing(enabled)
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src `(B, S)` ids -> memory `(B, S, C)` and its padding mask `(B, S)` (True = real)."""
-        src_mask = src != 0  # <pad> = 0
+        src_mask = src != self.src_pad_id  # ours: <pad> = 0; XLM-R: <pad> = 1 (<s> is 0)
+        if self.bert is not None:
+            return self.bert(src, attention_mask=src_mask), src_mask
         bigrams = id_bigrams_batch(src, self.cfg.src_bigram_buckets) if self.cfg.src_bigram_buckets else None
         return self.transformer.encoder(self.src_embed(src, bigrams), src_mask), src_mask
 
@@ -101,10 +165,12 @@ class Seq2Seq(nn.Module):
         """Why `lean_step` cannot serve this model (None when it can)."""
         return lean_blocker(self.transformer.decoder)
 
-    def lean_step(self, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int) -> "Seq2SeqStep":
+    def lean_step(self, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int,
+                  beams: int = 1) -> "Seq2SeqStep":
         """The decode step with every per-decode decision made once (`nn/lean.py`), for up
-        to `capacity` target positions; tested equal to `decode` with a `DecoderCache`."""
-        return Seq2SeqStep(self, memory, src_mask, capacity)
+        to `capacity` target positions and `beams` hypotheses per sentence of `memory`
+        `(n, S, C)`; tested equal to `decode` with a `DecoderCache`."""
+        return Seq2SeqStep(self, memory, src_mask, capacity, beams)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""
@@ -117,11 +183,13 @@ class Seq2Seq(nn.Module):
 
 class Seq2SeqStep:
     """`step(tokens (N,)) -> logits (N, V)` of the next position: the target embedding at the
-    cache's position, `nn.lean.DecoderStep`, the output projection. `select(index)` keeps rows."""
+    cache's position, `nn.lean.DecoderStep`, the output projection. `select(index, sentences)`
+    keeps rows (see `DecoderStep.select`)."""
 
-    def __init__(self, model: Seq2Seq, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int):
+    def __init__(self, model: Seq2Seq, memory: torch.Tensor, src_mask: torch.Tensor, capacity: int,
+                 beams: int = 1):
         self.cache = model.new_cache(capacity)
-        self.decoder = DecoderStep(model.transformer.decoder, self.cache, memory, src_mask)
+        self.decoder = DecoderStep(model.transformer.decoder, self.cache, memory, src_mask, beams)
         emb = model.tgt_embed
         self.table, self.scale = emb.tokens.weight, emb.scale
         pos = emb.position
@@ -131,10 +199,10 @@ class Seq2SeqStep:
             self.positions = pos.table(capacity, memory.device)  # (capacity, C)
         else:  # learned
             self.positions = pos.embedding.weight
-        self.out = projection(model.out_proj, memory, memory.shape[0])
+        self.out = projection(model.out_proj, memory, memory.shape[0] * beams)
 
-    def select(self, index: torch.Tensor) -> None:
-        self.decoder.select(index)
+    def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        self.decoder.select(index, sentences)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         t = self.cache.length
@@ -159,3 +227,4 @@ class Seq2SeqEnsemble(nn.Module):
             raise UserError(f"ensemble members have different vocabulary sizes {sorted(sizes)}; "
                             "they must be trained with the same tokenizers")
         self.members = nn.ModuleList(members)
+        self.src_pad_id = members[0].src_pad_id

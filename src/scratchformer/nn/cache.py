@@ -19,8 +19,11 @@ class KVCache:
         if capacity is not None and capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self._k: torch.Tensor | None = None
+        self._k: torch.Tensor | None = None  # (B, Hkv, cap, D): the rows in use of `_base_k`
         self._v: torch.Tensor | None = None
+        self._base_k: torch.Tensor | None = None  # the whole buffer (more rows after a reorder that dropped some)
+        self._base_v: torch.Tensor | None = None
+        self._spare: tuple[torch.Tensor, torch.Tensor] | None = None  # where the next reorder writes
         self.length = 0
 
     @property
@@ -43,6 +46,7 @@ class KVCache:
                 k_buf[:, :, : self.length] = self._k[:, :, : self.length]
                 v_buf[:, :, : self.length] = self._v[:, :, : self.length]
             self._k, self._v = k_buf, v_buf
+            self._base_k, self._base_v, self._spare = k_buf, v_buf, None
         self._k[:, :, self.length : need] = k_new
         self._v[:, :, self.length : need] = v_new
         self.length = need
@@ -56,15 +60,32 @@ class KVCache:
 
     def set(self, k: torch.Tensor, v: torch.Tensor) -> None:
         self._k, self._v, self.length = k, v, k.shape[2]
+        self._base_k, self._base_v, self._spare = k, v, None
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (beam search: follow the surviving hypotheses)."""
-        if self._k is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+        """Keep batch rows `index` (beam search: follow the surviving hypotheses).
+
+        Only the `length` filled positions are copied, into a second buffer of the same
+        capacity kept for that (the two swap at every reorder): a beam search reorders at
+        every step, and copying the whole preallocated capacity, or allocating it anew,
+        would cost more than the step's attention. Keys/values returned before a reorder
+        are not valid after the next one."""
+        if self._k is None:
+            return
+        n, L = index.numel(), self.length
+        spare = self._spare
+        if spare is None or spare[0].shape[0] < n or spare[0].shape[1:] != self._k.shape[1:] \
+                or spare[0].dtype != self._k.dtype or spare[0].device != self._k.device:
+            spare = tuple(t.new_empty((n, *t.shape[1:])) for t in (self._k, self._v))  # (n, Hkv, cap, D)
+        k, v = spare[0][:n], spare[1][:n]  # views: the rows in use
+        torch.index_select(self._k[:, :, :L], 0, index, out=k[:, :, :L])
+        torch.index_select(self._v[:, :, :L], 0, index, out=v[:, :, :L])
+        self._spare = (self._base_k, self._base_v)
+        self._base_k, self._base_v = spare
+        self._k, self._v = k, v
 
 
 class RollingKVCache:

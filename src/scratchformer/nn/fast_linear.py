@@ -1,7 +1,7 @@
 """`Linear` and `linear`: `nn.Linear` / `F.linear` with a oneDNN fast path for float32 on CPU.
 
 Why: torch's CPU float32 matmul goes to MKL's sgemm, which on AMD CPUs runs its AVX2 code.
-oneDNN (also inside every x86 torch build) uses AVX-512 there: on the 2-core EPYC of our
+oneDNN (also inside every x86 torch build) uses AVX-512 there (on a CPU with it): on the 2-core EPYC of our
 benchmarks a `(3000, 256) x (256, 1024)` product runs at ~200 GFLOP/s instead of ~90, in the
 forward and in both backward products. Same float32 arithmetic, other summation order:
 results differ from `F.linear` by float32 rounding (~1e-6 relative).
@@ -9,7 +9,9 @@ results differ from `F.linear` by float32 rounding (~1e-6 relative).
 `linear(x, w, b)` is the function every projection in `scratchformer.nn` calls; it uses
 oneDNN when `onednn_blocker` finds no reason not to (the reason is kept in
 `last_linear_path_reason`, as PyTorch's transformer.py reports why its fast path was not
-taken), else `F.linear`. `use_onednn(False)` turns the path off everywhere.
+taken), else `F.linear`. `use_onednn(False)` turns the path off everywhere. Inference
+products (no autograd) use MKL below `inference_min_rows()` rows: 128 with AVX-512, every
+size on an AVX2-only CPU, where oneDNN has no wider vectors to win with.
 """
 from __future__ import annotations
 
@@ -117,17 +119,36 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
         return _OneDNNLinear.apply(x, weight, bias)
-    if x.numel() < ONEDNN_MIN_ROWS * x.shape[-1]:  # a small inference product: MKL is faster
-        last_linear_path_reason = f"inference on fewer than {ONEDNN_MIN_ROWS} rows: MKL's sgemm is faster there"
+    rows = x.numel() // x.shape[-1]
+    if rows < inference_min_rows():  # an inference product where MKL is faster
+        last_linear_path_reason = inference_mkl_reason(rows)
         return F.linear(x, weight, bias)
     return _matmul_t(x, weight, bias)
 
 
 # Below this many rows per call MKL's sgemm (F.linear) beats oneDNN's `_linear_pointwise`:
 # measured 1.66x at 1 row, 1.38x at 32 rows, equal at 128 and 512 ((M, 256) x (256, 1024),
-# one thread, shared EPYC Zen 5); a whole batch-1 greedy decode ran 1.6x faster. oneDNN's lead
-# is on the large products of training and of encoders (thousands of rows).
+# one thread, shared EPYC Zen 5 with AVX-512); a whole batch-1 greedy decode ran 1.6x faster.
+# oneDNN's lead there is on the large products of training and of encoders (thousands of rows).
 ONEDNN_MIN_ROWS = 128
+
+# On a CPU without AVX-512 both libraries run AVX2 code and MKL is as fast or faster at every
+# inference size measured: 1.03-1.31x from 128 to 4096 rows, 1.3-1.7x at 1-32 rows ((M, 256) x
+# (256, 768 | 1024) and (M, 1024) x (1024, 256), one thread, 2-core AMD EPYC with AVX2 only,
+# 2026-12-01; benchmarks/results/translation_engines.md). Training keeps oneDNN there (its
+# backward products were not re-measured).
+_AVX512 = torch.backends.cpu.get_cpu_capability().startswith(("AVX512", "AMX"))
+
+
+def inference_min_rows() -> float:
+    """Inference products with fewer rows than this run on MKL (`F.linear`), the rest on oneDNN."""
+    return ONEDNN_MIN_ROWS if _AVX512 else float("inf")
+
+
+def inference_mkl_reason(rows: int) -> str:
+    if not _AVX512:
+        return "inference on a CPU without AVX-512: MKL's sgemm is as fast or faster there at every size"
+    return f"inference on fewer than {ONEDNN_MIN_ROWS} rows: MKL's sgemm is faster there"
 
 
 def projection(module: nn.Module, sample: torch.Tensor | None = None, rows: int | None = None):
@@ -155,8 +176,8 @@ def _planned(weight: torch.Tensor, bias: torch.Tensor | None, sample: torch.Tens
     sample = weight if sample is None else sample
     if torch.is_grad_enabled() and (weight.requires_grad or sample.requires_grad):
         return lambda x: linear(x, weight, bias)  # autograd: the per-call path
-    if rows is not None and rows < ONEDNN_MIN_ROWS:
-        return lambda x: F.linear(x, weight, bias)  # small products: MKL wins (see ONEDNN_MIN_ROWS)
+    if (rows if rows is not None else ONEDNN_MIN_ROWS) < inference_min_rows():
+        return lambda x: F.linear(x, weight, bias)  # MKL wins here (see ONEDNN_MIN_ROWS, _AVX512)
     if onednn_blocker(sample, weight) is None:
         kernel = _KERNEL
         return lambda x: kernel(x, weight, bias, "none", [], "")

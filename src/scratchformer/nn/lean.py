@@ -14,6 +14,10 @@ new token per sequence none of that can change between steps:
   - the cross-attention keys/values of the memory: projected once per source into the
     `DecoderCache`; the self-attention keys/values are written in place into a preallocated
     `KVCache` (`capacity` = the longest output);
+  - beam search: the `beams` hypotheses of a sentence share its memory, so its cross-attention
+    keys/values are stored once per sentence (not per hypothesis) and the K hypotheses attend
+    as K queries of one `(H, K, S)` attention; reordering beams inside a sentence leaves the
+    cross caches alone (only sentences that leave are dropped from them);
   - the projection kernel (oneDNN, `F.linear`, or an int8 projection): chosen once per decode
     (`fast_linear.projection`);
   - eval mode: no dropout calls.
@@ -122,13 +126,23 @@ class _Layer:
         out = F.scaled_dot_product_attention(q, k, v, scale=self.scale, enable_gqa=self.gqa)  # (N, H, 1, d_k)
         return self.out(out.view(N, 1, self.H * self.D))  # (N, 1, C): heads side by side
 
-    def cross_attention(self, h: torch.Tensor, cache: KVCache, mask: torch.Tensor | None) -> torch.Tensor:
+    def cross_attention(self, h: torch.Tensor, cache: KVCache, mask: torch.Tensor | None,
+                        beams: int = 1) -> torch.Tensor:
+        """h `(n K, 1, C)`, the K = `beams` hypotheses of each of n sentences side by side,
+        over the sentences' memory K/V `(n, Hkv, S, d_k)` -> `(n K, 1, C)`."""
         N = h.shape[0]
-        q = self.cross_q(h).view(N, self.H, 1, self.D)  # (N, H, 1, d_k)
-        k, v = cache.get()  # (N, Hkv, S, d_k): projected once per source
+        n = N // beams
+        q = self.cross_q(h)  # (n K, 1, H d_k)
+        if beams == 1:
+            q = q.view(N, self.H, 1, self.D)  # (N, H, 1, d_k): one position, a view
+        else:  # the K hypotheses of a sentence as K queries of its one memory
+            q = q.view(n, beams, self.H, self.D).transpose(1, 2)  # (n, H, K, d_k)
+        k, v = cache.get()  # (n, Hkv, S, d_k): projected once per source
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.cross_scale,
-                                             enable_gqa=self.gqa)
-        return self.cross_out(out.view(N, 1, self.H * self.D))
+                                             enable_gqa=self.gqa)  # (n, H, K, d_k)
+        if beams > 1:
+            out = out.transpose(1, 2)  # (n, K, H, d_k)
+        return self.cross_out(out.reshape(N, 1, self.H * self.D))  # heads side by side
 
     def ffn(self, h: torch.Tensor) -> torch.Tensor:
         return self.ffn_out(self.act(self.ffn_in(h)))
@@ -145,33 +159,44 @@ class DecoderStep:
     """The lean step of a `Decoder` (encoder-decoder): `step(x (N, 1, C)) -> (N, 1, C)`.
 
     Built once per decode from the decoder, its `DecoderCache` (self-attention caches with
-    `capacity`) and the memory with its padding mask; `select(index)` keeps rows `index`
-    (finished sentences leave, beams are reordered)."""
+    `capacity`) and the memory `(n, S, C)` of n sentences with its padding mask; with
+    `beams` = K the step runs n K rows, rows `i K .. i K + K - 1` hypotheses of sentence i.
+    `select(index, sentences)` keeps rows `index` (beams reordered, finished sentences gone;
+    a row's new place stays among its sentence's K) and, in the cross caches, the
+    `sentences` (None: the same sentences as before)."""
 
-    def __init__(self, decoder, cache, memory: torch.Tensor, memory_padding_mask: torch.Tensor | None):
-        self.layers = [_Layer(b, memory, memory.shape[0]) for b in decoder.layers]
+    def __init__(self, decoder, cache, memory: torch.Tensor, memory_padding_mask: torch.Tensor | None,
+                 beams: int = 1):
+        self.beams = beams
+        self.layers = [_Layer(b, memory, memory.shape[0] * beams) for b in decoder.layers]
         self.final_norm = None if decoder.norm is None else _norm_fn(decoder.norm)
         self.rope = decoder.rope
         self.cache = cache
         for layer, c in zip(self.layers, cache.cross_attn):
             layer.set_memory(memory, c)
         pad = memory_padding_mask
-        self.mask = None if pad is None or bool(pad.all()) else pad[:, None, None, :]  # (N, 1, 1, S), once
+        self.mask = None if pad is None or bool(pad.all()) else pad[:, None, None, :]  # (n, 1, 1, S), once
 
-    def select(self, index: torch.Tensor) -> None:
-        self.cache.reorder(index)
-        if self.mask is not None:
-            self.mask = self.mask.index_select(0, index)
+    def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        for c in self.cache.self_attn:
+            c.reorder(index)
+        if self.beams == 1:
+            sentences = index  # one row per sentence
+        if sentences is not None:
+            for c in self.cache.cross_attn:
+                c.reorder(sentences)
+            if self.mask is not None:
+                self.mask = self.mask.index_select(0, sentences)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         for layer, sc, cc in zip(self.layers, self.cache.self_attn, self.cache.cross_attn):
             if layer.norm_first:
                 x = x + layer.self_attention(layer.norm1(x), sc, self.rope)
-                x = x + layer.cross_attention(layer.norm2(x), cc, self.mask)
+                x = x + layer.cross_attention(layer.norm2(x), cc, self.mask, self.beams)
                 x = x + layer.ffn(layer.norm3(x))
             else:
                 x = layer.norm1(x + layer.self_attention(x, sc, self.rope))
-                x = layer.norm2(x + layer.cross_attention(x, cc, self.mask))
+                x = layer.norm2(x + layer.cross_attention(x, cc, self.mask, self.beams))
                 x = layer.norm3(x + layer.ffn(x))
         return x if self.final_norm is None else self.final_norm(x)
 

@@ -285,6 +285,8 @@ class Trainer:
                 self._train_step(micro[self.dist.rank :: world])
                 st.step += 1
                 st.batch_in_epoch += len(micro)
+                if self.dist.is_main and hasattr(self.task, "after_step"):  # optional (docs/contracts.md)
+                    self.task.after_step(st.step, self.total_steps)
                 bar.update(1)
                 if st.step % cfg.log_every == 0:
                     self._log_train(bar)

@@ -38,13 +38,19 @@ class InitSource:
         """Give `m` the checkpoint's architecture; dropout stays the recipe's own
         (`model.encoder.dropout`, `model.encoder.attn_dropout`)."""
         m.init, m.vocab_size = self.name, self.vocab_size
+        if m.init_layers is not None:
+            have = self.encoder.num_hidden_layers if self.kind == "bert" else self.encoder.n_layers
+            if m.init_layers > have:
+                raise UserError(f"model.init_layers={m.init_layers}, but --init {self.name} has {have} layers")
         if self.kind == "bert":
             m.bert = self.encoder.replace(add_pooler=False, hidden_dropout_prob=m.encoder.dropout,
-                                          attention_probs_dropout_prob=m.encoder.attn_dropout)
+                                          attention_probs_dropout_prob=m.encoder.attn_dropout,
+                                          num_hidden_layers=m.init_layers or self.encoder.num_hidden_layers)
             m.encoder = m.bert.to_transformer_config()  # for the record: the stack BERT runs
             m.bigram_buckets = 0
         else:
-            m.encoder = self.encoder.replace(dropout=m.encoder.dropout, attn_dropout=m.encoder.attn_dropout)
+            m.encoder = self.encoder.replace(dropout=m.encoder.dropout, attn_dropout=m.encoder.attn_dropout,
+                                             n_layers=m.init_layers or self.encoder.n_layers)
             m.bigram_buckets, m.bert = self.bigram_buckets, None
 
     def for_texts(self, texts: list[str], m: ClassifierConfig, log=print) -> "InitSource":
@@ -67,11 +73,22 @@ class InitSource:
                           self.encoder.replace(vocab_size=len(p.kept)))
 
     def load_into(self, model: EncoderClassifier) -> None:
-        missing, unexpected = model.load_state_dict(self.state, strict=False)
+        n = model.cfg.init_layers
+        state = self.state if n is None else {k: v for k, v in self.state.items() if _layer(k) < n}
+        missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.startswith("head.")]
         if missing or unexpected:
             raise UserError(f"--init {self.name}: weights do not fit the classifier "
                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def _layer(key: str) -> int:
+    """The layer index of a state-dict key (`...encoder.layers.3.ffn...` -> 3); -1 outside the layers."""
+    parts = key.split(".")
+    for a, b in zip(parts, parts[1:]):
+        if a == "layers" and b.isdigit():
+            return int(b)
+    return -1
 
 
 def load_init(name: str) -> InitSource:

@@ -8,7 +8,7 @@ averaging, and the inference API.
 A run directory holds, besides the Trainer's files (model.safetensors = best validation BLEU,
 the checkpoint (checkpoint.json, checkpoints/), metrics.jsonl, curves.png):
   config.json, src_tokenizer.json, tgt_tokenizer.json   what `Translator.load` needs
-  snapshots/step-*.safetensors   the weights at the last `average_last` evaluations
+  snapshots/step-*.safetensors   the weights at the last `average_last` steps `average_every` apart
   averaged.safetensors           their element-wise mean (checkpoint averaging)
   final.json                     which weights file won on validation BLEU, and the scores
   test_metrics.json, test_hyps.txt   BLEU/chrF (sacrebleu, with signatures) of the final model

@@ -18,7 +18,7 @@ from .recipe import TranslateDataConfig
 
 @dataclass
 class TranslateBatch:
-    src: torch.Tensor  # (B, S) source ids + <eos>
+    src: torch.Tensor  # (B, S) source ids + <eos> (an XLM-R source: <s> ids </s>, padded with 1)
     tgt_in: torch.Tensor  # (B, T) <bos> y_1 .. y_n
     tgt_out: torch.Tensor  # (B, T) y_1 .. y_n <eos>
     idx: torch.Tensor  # (B,) position of each pair in its split
@@ -65,12 +65,21 @@ def build_tokenizers(dc: TranslateDataConfig, pairs: list[tuple[str, str]]) -> t
             _tokenizer(dc.tgt_tokenizer, tgts, dc.tgt_vocab_size, dc.min_freq))
 
 
+def source_ids(tok, texts: list[str]) -> list[list[int]]:
+    """What the encoder reads: `tok.encode_source` (tokens + <eos>; `<s> .. </s>` for a pretrained
+    XLM-R source), or for any object with only `encode_batch`, the tokens + <eos>."""
+    if hasattr(tok, "encode_source"):
+        return tok.encode_source(texts)
+    return tok.encode_batch(texts, add_eos=True)
+
+
 class EncodedSplit:
     """One split, encoded once; batches by token budget over length buckets."""
 
     def __init__(self, pairs, src_tok: Tokenizer, tgt_tok: Tokenizer, dc: TranslateDataConfig,
                  shuffle: bool, seed: int = 0, max_len: int | None = None):
-        src = src_tok.encode_batch([s for s, _ in pairs], add_eos=True)
+        src = source_ids(src_tok, [s for s, _ in pairs])
+        self.src_pad_id = getattr(src_tok, "pad_id", PAD_ID)
         tgt = tgt_tok.encode_batch([t for _, t in pairs], add_bos=True, add_eos=True)
         keep = list(range(len(pairs)))
         if max_len is not None:
@@ -89,7 +98,7 @@ class EncodedSplit:
     def batches(self, epoch: int = 0) -> list[TranslateBatch]:
         out = []
         for idx in self.sampler.epoch_batches(epoch):
-            src, _ = pad_sequences([self.src[i] for i in idx], PAD_ID)
+            src, _ = pad_sequences([self.src[i] for i in idx], self.src_pad_id)
             tgt, _ = pad_sequences([self.tgt[i] for i in idx], PAD_ID)
             out.append(TranslateBatch(src, tgt[:, :-1], tgt[:, 1:], torch.tensor(idx)))
         return out

@@ -121,9 +121,11 @@ def choose_precision(rows: int, d_model: int, device: str = "cpu") -> tuple[str,
     return choice, f"probe at {rows} rows x d_model {d_model}: bf16 {gain:.2f}x the speed of fp32 -> {choice}"
 
 
-def length_limits(src: torch.Tensor, cfg: DecodeConfig) -> torch.Tensor:
-    """`(B,)` maximum number of output tokens (without <eos>) for each source row."""
-    n = (src != PAD_ID).sum(-1).double()
+def length_limits(src: torch.Tensor, cfg: DecodeConfig, pad_id: int = PAD_ID) -> torch.Tensor:
+    """`(B,)` maximum number of output tokens (without <eos>) for each source row. `pad_id`:
+    the source's padding id (`model.src_pad_id`: 1 for an XLM-R encoder, whose `<s> .. </s>`
+    count as two source tokens where ours have one <eos>)."""
+    n = (src != pad_id).sum(-1).double()
     limit = torch.ceil(n * cfg.max_len_ratio).long() + cfg.max_len_offset
     return limit.clamp(min=1, max=cfg.max_output_len)
 
@@ -186,7 +188,7 @@ def greedy_decode(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> 
     if cfg.lean and cfg.use_cache:
         return _greedy_lean(model, src, cfg)
     B = src.shape[0]
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     state = _Stepper(model, src, cfg.use_cache)
     prefix = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
     alive = torch.arange(B, device=src.device)  # sentence of each live row
@@ -224,7 +226,7 @@ def beam_search(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> li
         return _beam_lean(model, src, cfg)
     K = cfg.beam
     B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     state = _Stepper(model, src, cfg.use_cache, expand=K)
     prefix = torch.full((B * K, 1), BOS_ID, dtype=torch.long, device=dev)
     scores = torch.zeros(B, K, dtype=torch.float64, device=dev)
@@ -286,7 +288,8 @@ def beam_search(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> li
 class _LeanStepper:
     """The lean decoding state: per model (each ensemble member) its `lean_step` when it has
     one and `lean_blocker()` finds nothing against it, else its readable `decode` with a
-    `DecoderCache`; `step(tokens (N,))` gives next-token log-probs `(N, V)`."""
+    `DecoderCache`; `step(tokens (N,))` gives next-token log-probs `(N, V)`. With `expand` = K (beam search) the rows are the K
+    hypotheses of each sentence side by side; a lean step keeps one memory per sentence."""
 
     def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1):
         self.models = list(getattr(model, "members", [model]))
@@ -294,12 +297,14 @@ class _LeanStepper:
         self.banned = torch.tensor(_BANNED, device=src.device)
         for m in self.models:
             memory, mask = m.encode(src)  # (B, S, C), (B, S)
-            if expand > 1:  # beam search: K copies of each source, rows b*K .. b*K+K-1
-                memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
             reason = m.lean_blocker() if hasattr(m, "lean_blocker") else "the model has no lean_step"
             self.reasons.append(reason)
-            self.steps.append(m.lean_step(memory, mask, capacity) if reason is None
-                              else _ReadableStep(m, memory, mask, capacity))
+            if reason is None:
+                self.steps.append(m.lean_step(memory, mask, capacity, beams=expand))
+                continue
+            if expand > 1:  # the readable decode: K copies of each source, rows b*K .. b*K+K-1
+                memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
+            self.steps.append(_ReadableStep(m, memory, mask, capacity))
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         logps = [F.log_softmax(s(tokens).float(), dim=-1) for s in self.steps]  # (N, V) each
@@ -307,9 +312,10 @@ class _LeanStepper:
         logp.index_fill_(1, self.banned, float("-inf"))
         return logp
 
-    def select(self, index: torch.Tensor) -> None:
+    def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        """Keep rows `index`; `sentences`: the sentences kept when some left (beam search)."""
         for s in self.steps:
-            s.select(index)
+            s.select(index, sentences)
 
 
 class _ReadableStep:
@@ -323,8 +329,8 @@ class _ReadableStep:
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.decode(tokens[:, None], self.memory, self.mask, cache=self.cache)[:, -1]
 
-    def select(self, index: torch.Tensor) -> None:
-        self.cache.reorder(index)
+    def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        self.cache.reorder(index)  # one memory row per hypothesis here: `sentences` is not needed
         self.memory, self.mask = self.memory.index_select(0, index), self.mask.index_select(0, index)
 
 
@@ -338,7 +344,7 @@ def _hypotheses(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tenso
 def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
     """`greedy_decode` with tensor bookkeeping and the lean step (same tokens, tested)."""
     B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
     state = _LeanStepper(model, src, L + 1)
     buf = torch.full((B, L + 1), BOS_ID, dtype=torch.long, device=dev)  # <bos>, then the outputs
@@ -350,6 +356,8 @@ def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis
     out_score = torch.zeros(B, dtype=torch.float64, device=dev)
     out_fin = torch.zeros(B, dtype=torch.bool, device=dev)
     for t in range(1, L + 1):  # t = output tokens after this step
+        # the (N, V) log_softmax stays: argmax of the logits and `logit - logsumexp` would
+        # skip it, but torch's logsumexp costs more than log_softmax (1.7-3.6x, measured)
         best, tok = state.step(buf[:, t - 1]).max(-1)  # (n,)
         scores += best.double()
         buf[:, t] = tok
@@ -377,7 +385,7 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
     best by (finished, normalised score) and stops on the count, so the two agree (tested)."""
     K, lp = cfg.beam, cfg.length_penalty
     B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg)
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
     state = _LeanStepper(model, src, L + 1, expand=K)
     buf = torch.full((B * K, L + 1), BOS_ID, dtype=torch.long, device=dev)
@@ -401,10 +409,15 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
         n = alive.numel()
         logp = state.step(buf[:, t - 1])  # (n K, V)
         V = logp.shape[-1]
-        cand = scores[:, :, None] + logp.view(n, K, V).double()  # (n, K, V)
-        top, idx = cand.view(n, K * V).topk(min(2 * K, K * V), dim=-1)  # (n, 2K)
+        # the best 2K extensions of all K beams are among each beam's best 2K: take those in
+        # float32 first, then rank n x K x 2K candidates in float64 (same values and order as
+        # ranking all n x K x V, with V-fold less float64 work)
+        lp_top, lp_tok = logp.view(n, K, V).topk(min(2 * K, V), dim=-1)  # (n, K, w)
+        w = lp_top.shape[-1]
+        cand = scores[:, :, None] + lp_top.double()  # (n, K, w)
+        top, idx = cand.view(n, K * w).topk(min(2 * K, K * w), dim=-1)  # (n, 2K)
         W = top.shape[1]
-        beam_of, tok = idx // V, idx % V
+        beam_of, tok = idx // w, lp_tok.view(n, K * w).gather(1, idx)
         is_eos = tok == EOS_ID
         ends = is_eos & (cols[:W] < K) & torch.isfinite(top)  # (n, 2K): hypotheses finished now
         # the best of them (first on ties, as the readable search's max over its list)
@@ -446,10 +459,12 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
         if keep.numel() == 0:
             break
         scores = new_scores[keep]
+        sentences = None  # the same sentences as before
         if keep.numel() < n:
             sel = (keep[:, None] * K + beams).view(-1)  # (n' K,)
             rows, buf, alive, lim = rows[sel], buf[sel], alive[keep], lim[keep]
-        state.select(rows)  # reorder the beams and drop the sentences that are done
+            sentences = keep
+        state.select(rows, sentences)  # reorder the beams and drop the sentences that are done
     return _hypotheses(best_tok, best_len, best_score, best_norm, best_fin)
 
 

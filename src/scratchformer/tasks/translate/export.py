@@ -72,7 +72,10 @@ def layout_of(recipe) -> str:
     """'marian' (Post-LN) or 'pegasus' (Pre-LN), or a one-line UserError saying why neither fits."""
     m, tc = recipe.model, recipe.model.transformer
     why = None
-    if m.src_bigram_buckets:
+    if getattr(m, "bert", None) is not None:
+        why = (f"its encoder is the pretrained {m.init} (BERT-style embeddings, learned positions), "
+               "which neither layout has")
+    elif m.src_bigram_buckets:
         why = "it adds hashed source bigram embeddings (model.src_bigram_buckets), which neither layout has"
     elif tc.position != "sinusoidal":
         why = f"its positions are {tc.position!r}; Marian and Pegasus have sinusoidal ones"

@@ -16,6 +16,7 @@ from ...nn.quant import check_quantize, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
+from .data import source_ids
 from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
 from .task import corpus_scores
@@ -98,9 +99,9 @@ class Translator:
         for i, t in enumerate(texts, 1):
             if not isinstance(t, str) or not t.strip():
                 raise UserError(f"sentence {i} is empty: there is nothing to translate")
-        ids = self.src_tok.encode_batch([t.strip() for t in texts])
-        check_sources([len(x) for x in ids], cfg)
-        return [x + [EOS_ID] for x in ids]
+        ids = source_ids(self.src_tok, [t.strip() for t in texts])
+        check_sources([len(x) - getattr(self.src_tok, "source_specials", 1) for x in ids], cfg)
+        return ids
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Source tokens of each text (without <eos>): what a server limits and batches by."""
@@ -120,7 +121,7 @@ class Translator:
             while end < len(order) and (end - start + 1) * len(ids[order[end]]) * cfg.beam <= cfg.batch_tokens:
                 end += 1
             chunk = order[start:end]
-            src, _ = pad_sequences([ids[i] for i in chunk], PAD_ID)
+            src, _ = pad_sequences([ids[i] for i in chunk], getattr(self.src_tok, "pad_id", PAD_ID))
             precision = cfg.precision
             if precision == "auto":
                 d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \

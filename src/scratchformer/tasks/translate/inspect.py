@@ -113,9 +113,13 @@ class TranslateInspector:
             return [src] if shared else [src, tgt]
 
         seen = seen_counts(weights, train.batches, ids_of, sizes, whole, self.notes)
-        tables = [EmbeddingTable("source embedding", m.src_embed.tokens.weight, fresh.src_embed.tokens.weight,
-                                 seen.counts[0], tr.src_tok.id_to_token, set(range(NUM_SPECIALS)),
-                                 data_counts=seen.data[0], saved_step=seen.step)]
+        if m.src_embed is None:  # a pretrained encoder (model.init): its table is not ours to diagnose
+            self.notes.append(f"the source side is the pretrained encoder {m.cfg.init}: only the target embedding is examined")
+            tables = []
+        else:
+            tables = [EmbeddingTable("source embedding", m.src_embed.tokens.weight, fresh.src_embed.tokens.weight,
+                                     seen.counts[0], tr.src_tok.id_to_token, set(range(NUM_SPECIALS)),
+                                     data_counts=seen.data[0], saved_step=seen.step)]
         if not shared:
             tables.append(EmbeddingTable("target embedding", m.tgt_embed.tokens.weight, fresh.tgt_embed.tokens.weight,
                                          seen.counts[1], tr.tgt_tok.id_to_token, set(range(NUM_SPECIALS)),

@@ -29,12 +29,25 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
         return train_ensemble(recipe, out_dir, resume, log)
     given = recipe
     data = load_translation(recipe.data)
+    encoder = None  # a pretrained encoder (--init), loaded on a fresh start only
     if resume:
         src_tok, tgt_tok = Tokenizer.load(out_dir / SRC_TOK), Tokenizer.load(out_dir / TGT_TOK)
     else:
-        src_tok, tgt_tok = build_tokenizers(recipe.data, data.train)
+        if recipe.model.init:
+            from .pretrained import load_encoder
+
+            encoder = load_encoder(recipe.model, [s for s, _ in data.train], log)
+            src_tok = encoder.tokenizer
+            tgt_tok = build_tokenizers(recipe.data, data.train)[1]
+            log(f"init: the source side is {recipe.model.init}'s tokenizer and {encoder.config.num_hidden_layers}-layer "
+                f"encoder (width {encoder.config.hidden_size}; data.src_tokenizer is not used), "
+                f"{recipe.model.freeze_encoder_layers} lowest layers frozen, encoder lr x{recipe.model.encoder_lr_scale}")
+        else:
+            src_tok, tgt_tok = build_tokenizers(recipe.data, data.train)
 
     def derive(r: TranslateRecipe) -> None:  # what comes from the data
+        if encoder is not None:
+            encoder.configure(r.model)
         r.model.src_vocab_size, r.model.tgt_vocab_size = src_tok.vocab_size, tgt_tok.vocab_size
         if not data.valid and r.train.metric != "loss":
             log(f"no validation split: the best checkpoint is chosen on loss, not {r.train.metric}")
@@ -53,7 +66,12 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
         f"{train.n_tokens / 1e6:.2f}M train tokens, padding {train.sampler.padding_fraction(train.sampler.epoch_batches(0)):.1%}")
     torch.manual_seed(seed)
     model = Seq2Seq(recipe.model)
-    log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
+    if encoder is not None:
+        encoder.load_into(model)
+    if recipe.model.bert is not None and recipe.model.encoder_lr_scale != 1.0:
+        model.set_encoder_lr_scale(recipe.model.encoder_lr_scale)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log(f"model: {count_parameters(model) / 1e6:.2f}M parameters ({trainable / 1e6:.2f}M trained)")
     task = TranslationTask(model, recipe, src_tok, tgt_tok, given)
     valid_batches = valid.batches(0) if valid else None
     if valid is not None:
@@ -114,6 +132,8 @@ def finalize(task: TranslationTask, valid: EncodedSplit | None, out_dir: Path, l
     candidates = {"model.safetensors": out_dir / "model.safetensors"}
     snaps = snapshot_files(out_dir / SNAPSHOTS)
     if len(snaps) >= 2:
+        steps = [p.stem.split("-", 1)[1].lstrip("0") or "0" for p in snaps]
+        log(f"averaging {len(snaps)} snapshots (steps {', '.join(steps)})")
         average_checkpoints(model, snaps)
         save_weights(model, out_dir / AVERAGED, {"averaged": json.dumps([p.name for p in snaps])})
         candidates[AVERAGED] = out_dir / AVERAGED

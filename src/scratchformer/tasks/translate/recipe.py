@@ -55,10 +55,19 @@ class TranslateRecipe(Recipe):
         epochs=40, lr=1e-3, schedule="noam", warmup_steps=400, metric="bleu", metric_mode="max",
         weight_decay=0.0001, betas=(0.9, 0.98)))
     decode: DecodeConfig = field(default_factory=DecodeConfig)  # used for test and by default in `translate`
-    average_last: int = 5  # average the weights of the last N evaluations (<= 1: off)
+    # checkpoint averaging: snapshots of the weights at the last N optimizer steps that are a
+    # multiple of `average_every` before the end (<= 1: off); None = 1% of the run's steps
+    # (at least 1); a run bounded only by max_minutes snapshots every `average_every` (default
+    # 50) steps throughout and keeps the last N
+    average_last: int = 5
+    average_every: int | None = None
     # >1: train members with seeds seed, seed+1, ... into member<i>/ and decode with all of them
     # together (next-token probabilities averaged at every step)
     ensemble: int = 1
 
     def __post_init__(self) -> None:
         check_ensemble(self.ensemble)
+        if self.average_every is not None and (isinstance(self.average_every, bool)
+                                               or not isinstance(self.average_every, int) or self.average_every < 1):
+            raise UserError(f"average_every must be a whole number of steps >= 1 (or null: 1% of the run), "
+                            f"got {self.average_every!r}")

@@ -49,7 +49,8 @@ class TranslationTask:
         return int((b.tgt_out != PAD_ID).sum())
 
     def batch_tokens(self, b: TranslateBatch) -> int:
-        return int((b.src != PAD_ID).sum()) + int((b.tgt_out != PAD_ID).sum())
+        src_pad = getattr(self.src_tok, "pad_id", PAD_ID)
+        return int((b.src != src_pad).sum()) + int((b.tgt_out != PAD_ID).sum())
 
     def loss_sum(self, b: TranslateBatch):
         logits = self.model(b.src, b.tgt_in).float()  # (B, T, V)
@@ -61,7 +62,7 @@ class TranslationTask:
 
     def evaluate(self, batches) -> dict[str, float]:
         """Loss (plain NLL per target token, no smoothing) on every batch; greedy BLEU/chrF on
-        the first `data.bleu_sentences` validation pairs; a weight snapshot for averaging."""
+        the first `data.bleu_sentences` validation pairs."""
         nll, count = 0.0, 0
         limit = self.recipe.data.bleu_sentences or None
         hyps: dict[int, str] = {}
@@ -83,17 +84,36 @@ class TranslationTask:
             order = sorted(hyps)
             scores = corpus_scores([hyps[i] for i in order], [self.valid_refs[i] for i in order])
             out.update(bleu=scores["bleu"], chrf=scores["chrf"])
-        self._snapshot(out)
         return out
 
-    def _snapshot(self, metrics: dict[str, float]) -> None:
+    def average_every(self, total_steps: int | None) -> int:
+        """Steps between two averaging snapshots: `average_every`, else 1% of the run."""
+        if self.recipe.average_every is not None:
+            return self.recipe.average_every
+        return max(1, round(0.01 * total_steps)) if total_steps else UNBOUNDED_AVERAGE_EVERY
+
+    def after_step(self, step: int, total_steps: int | None) -> None:
+        """Snapshot the weights for averaging at the last `average_last` steps that are
+        `average_every` apart and end at the run's last step: the average of closely spaced
+        points near the end (Vaswani et al. average the last checkpoints, saved minutes apart),
+        not of evaluations spread over the whole run. Without a known length the snapshots roll
+        (every `average_every` steps, the last N kept)."""
         n = self.recipe.average_last
         if self.snapshot_dir is None or n <= 1:
             return
-        step = int(self.current_step())
-        meta = {"step": str(step), **{k: f"{v:.6g}" for k, v in metrics.items()}}
-        save_weights(self.model, self.snapshot_dir / f"step-{step:08d}.safetensors", meta)
-        for old in snapshot_files(self.snapshot_dir)[:-n]:
+        every = self.average_every(total_steps)
+        if self.recipe.train.max_minutes is not None:
+            total_steps = None  # the time budget may end the run before the planned last step
+        if total_steps:
+            to_go = total_steps - step
+            if to_go < 0 or to_go >= n * every or to_go % every:
+                return
+        elif step % every:
+            return
+        save_weights(self.model, self.snapshot_dir / f"step-{step:08d}.safetensors",
+                     {"step": str(step), "every": str(every)})
+        files = snapshot_files(self.snapshot_dir)
+        for old in files[:-n] + [f for f in files if _step_of(f) > step]:  # stale: a run resumed from before it
             remove(old)
 
     def save(self, run_dir: Path) -> None:
@@ -103,8 +123,15 @@ class TranslationTask:
         self.tgt_tok.save(run / TGT_TOK)
 
 
+UNBOUNDED_AVERAGE_EVERY = 50  # steps between snapshots when the run's length is not known
+
+
 def snapshot_files(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob("step-*.safetensors"))
+
+
+def _step_of(path: Path) -> int:
+    return int(path.stem.split("-", 1)[1])
 
 
 def average_checkpoints(model: torch.nn.Module, paths: Sequence[Path]) -> torch.nn.Module:
