@@ -104,7 +104,9 @@ def test_beam_one_equals_greedy_and_wide_beam_scores_at_least_greedy(run):
         assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(beam1, greedy))
         wide = beam_search(model, src, DecodeConfig(beam=6, length_penalty=0.0, early_stop=False))
         for w, g in zip(wide, greedy):
-            assert w.score >= g.score - 1e-6
+            # 1e-5: the beam's K queries share one attention call per sentence, which rounds float32
+            # sums in another order than greedy's single query (1.3e-6 seen on the same tokens)
+            assert w.score >= g.score - 1e-5
 
 
 def test_ensemble_mixes_member_probabilities():
