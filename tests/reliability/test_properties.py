@@ -139,3 +139,11 @@ def test_a_tokenizer_file_round_trips(tokenizers, tmp_path):
         back = Tokenizer.load(tmp_path / f"{kind}.json")
         assert back.encode("the cat, 好!") == tok.encode("the cat, 好!")
         assert json.loads((tmp_path / f"{kind}.json").read_text())["type"] == kind
+
+
+def test_utf8_error_after_a_bom_names_the_real_byte_and_line():
+    # found by the property above: "utf-8-sig" counts offsets from after the BOM
+    with pytest.raises(UserError) as e:
+        decode_utf8(b"\xef\xbb\xbf\n\xff", "f.txt")
+    assert str(e.value) == "f.txt:2: not valid UTF-8 at byte offset 4 (byte 0xff); re-save the file as UTF-8"
+    assert decode_utf8(b"\xef\xbb\xbfok\r\n", "f.txt") == "ok\n"

@@ -88,13 +88,17 @@ def seeded_group_split(
 def decode_utf8(raw: bytes, name: str | Path) -> str:
     """``raw`` as text (UTF-8, BOM dropped, newlines normalised to ``\\n``); bad bytes raise a
     UserError ``name:line: not valid UTF-8 at byte offset N``."""
+    # The BOM is dropped by hand, not by "utf-8-sig": that codec reports error offsets counted from
+    # after the BOM, which would name the wrong byte and line.
+    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
+        at = bom + exc.start
+        line = raw[:at].count(b"\n") + 1
         raise UserError(
-            f"{name}:{line}: not valid UTF-8 at byte offset {exc.start} "
-            f"(byte 0x{raw[exc.start]:02x}); re-save the file as UTF-8"
+            f"{name}:{line}: not valid UTF-8 at byte offset {at} "
+            f"(byte 0x{raw[at]:02x}); re-save the file as UTF-8"
         ) from None
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
