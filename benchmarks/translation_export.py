@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from scratchformer.tasks.translate import export as ex
+from scratchformer.tasks.translate import export_check, hf_layout
 from scratchformer.tasks.translate.task import corpus_scores
 
 from . import common
@@ -62,18 +63,18 @@ def run(run_dir: str, weights: str | None = None, reps: int = 5, out_dir=None, l
         meta = ex.write_transformers(tr, hf_dir)
         ex.convert(hf_dir, ct2_dir, meta)
         ct2 = ctranslate2.Translator(str(ct2_dir), device="cpu", inter_threads=1, intra_threads=1)
-        src_names = ex._vocab_list(json.loads((hf_dir / meta["source_tokenizer"]).read_text()))
-        tgt_names = ex._vocab_list(json.loads((hf_dir / "tokenizer.json").read_text()))
+        src_names = hf_layout.vocab_list(json.loads((hf_dir / meta["source_tokenizer"]).read_text()))
+        tgt_names = hf_layout.vocab_list(json.loads((hf_dir / "tokenizer.json").read_text()))
         cfg = tr.decode_config()
         tokens = [[src_names[i] for i in ids] for ids in tr.encode(srcs, cfg)]
-        limits = ex.limits_of(tr, srcs)
+        limits = export_check.limits_of(tr, srcs)
 
         # ---- BLEU, the recipe's beam
         t0 = time.perf_counter()
         ours_h = tr.hypotheses(srcs)
         t_ours = time.perf_counter() - t0
         t0 = time.perf_counter()
-        ct2_ids = ex.ct2_translate(ct2, tokens, limits, cfg.beam, cfg.length_penalty, tgt_names)
+        ct2_ids = export_check.ct2_translate(ct2, tokens, limits, cfg.beam, cfg.length_penalty, tgt_names)
         t_ct2 = time.perf_counter() - t0
         ours_txt = [tr.tgt_tok.decode(h.tokens) for h in ours_h]
         ct2_txt = [tr.tgt_tok.decode(i) for i in ct2_ids]

@@ -225,7 +225,7 @@ def test_real_e5_as_the_encoder_equals_the_full_model_on_pruned_ids():
 
 def test_export_refuses_a_run_with_a_pretrained_encoder(run):
     from scratchformer.tasks.translate import TranslateRecipe
-    from scratchformer.tasks.translate.export import layout_of
+    from scratchformer.tasks.translate.hf_layout import layout_of
 
     recipe = TranslateRecipe.load_json(run[1] / "config.json")
     with pytest.raises(UserError, match="cannot be exported to transformers/CTranslate2: its encoder is the pretrained"):

@@ -71,7 +71,7 @@ def test_ctranslate2_export_translates_like_ours(kind, arch, request, tmp_path, 
     from tokenizers import Tokenizer as HF
 
     from scratchformer.tasks.translate import Translator
-    from scratchformer.tasks.translate.export import limits_of
+    from scratchformer.tasks.translate.export_check import limits_of
 
     run = request.getfixturevalue(kind)
     out = tmp_path / "ct2"
@@ -107,7 +107,8 @@ def test_transformers_folder_loads_and_matches_logits(post_ln, tmp_path, sources
     up to the sin|cos permutation."""
     from scratchformer.nn.position import sinusoidal_table
     from scratchformer.tasks.translate import Translator
-    from scratchformer.tasks.translate.export import check_transformers, residual_permutation
+    from scratchformer.tasks.translate.export_check import check_transformers
+    from scratchformer.tasks.translate.hf_layout import residual_permutation
 
     out = tmp_path / "hf"
     assert main(["export", str(post_ln), "--format", "transformers", "--out", str(out), "--no-check"]) == 0
@@ -131,7 +132,7 @@ def test_word_tokenizer_json_gives_our_ids(sources):
     from tokenizers import Tokenizer as HF
 
     from scratchformer.data.tokenizers import CharTokenizer, WordTokenizer
-    from scratchformer.tasks.translate.export import tokenizer_json
+    from scratchformer.tasks.translate.hf_layout import tokenizer_json
 
     texts = sources + ["Hello, world! It's 3.5 o'clock...", "don't   stop\tnow"]
     for tok in (WordTokenizer.train(texts[::2], segmenter="regex"), CharTokenizer.train(texts[::2], lowercase=True)):
@@ -175,7 +176,7 @@ def test_runs_that_cannot_be_exported_say_why(post_ln, tmp_path, capsys):
 
 
 def test_layouts_without_a_transformers_twin_are_refused():
-    from scratchformer.tasks.translate.export import layout_of
+    from scratchformer.tasks.translate.hf_layout import layout_of
     from scratchformer.tasks.translate.recipe import TranslateRecipe
 
     def why(**tc):
