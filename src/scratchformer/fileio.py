@@ -522,3 +522,29 @@ def remove_empty_dir(path: str | Path, root: str | Path | None = None) -> bool:
         if isinstance(e, OSError) and e.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
             raise
         return False
+
+
+@contextlib.contextmanager
+def staged_folder(target: str | Path, replace: bool = False) -> Iterator[Path]:
+    """A new temporary folder beside `target` to fill; on a clean exit it is renamed to `target`
+    in one step, so readers see no folder or a whole one (the cache's decoded models).
+
+    `replace`: an existing `target` is removed first (through `remove`: never a link). Without
+    it, a `target` that another process finished first (it holds `.complete`) is kept and ours
+    dropped. The temporary folder is gone afterwards either way."""
+    import tempfile
+
+    target = Path(target)
+    make_dirs(target.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield tmp
+        if replace:
+            remove(target)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished first: keep theirs
+            if not (target / ".complete").exists():
+                raise
+    finally:
+        remove(tmp)

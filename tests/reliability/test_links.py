@@ -277,3 +277,37 @@ def test_a_sweep_refuses_a_linked_cells_folder(place, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1].startswith(f"error: {place / 'run' / 'cells'} is a symbolic link"), err
     _outside_untouched(place)
+
+
+def test_a_staged_folder_appears_whole_or_not_at_all(place):
+    """The cache's decoded models: filled in a temporary folder, renamed into place on success;
+    a failure leaves neither the target nor the temporary folder; a linked target is refused
+    (never removed through), and a finished copy of another process is kept."""
+    target = place / "cache" / "model"
+    with pytest.raises(RuntimeError):
+        with fileio.staged_folder(target) as tmp:
+            (tmp / "half.bin").write_bytes(b"x")
+            raise RuntimeError("decoding failed")
+    assert not target.exists() and list((place / "cache").iterdir()) == []
+
+    with fileio.staged_folder(target) as tmp:
+        (tmp / "weights.bin").write_bytes(b"ours")
+    assert (target / "weights.bin").read_bytes() == b"ours"
+
+    (target / ".complete").write_text("theirs\n")  # another process finished first
+    with fileio.staged_folder(target) as tmp:
+        (tmp / "weights.bin").write_bytes(b"late")
+    assert (target / "weights.bin").read_bytes() == b"ours"
+    with fileio.staged_folder(target, replace=True) as tmp:
+        (tmp / "weights.bin").write_bytes(b"new")
+    assert sorted(p.name for p in target.iterdir()) == ["weights.bin"]
+    assert (target / "weights.bin").read_bytes() == b"new"
+    assert [p.name for p in (place / "cache").iterdir()] == ["model"]
+
+    linked = place / "cache" / "linked"
+    linked.symlink_to(place / "elsewhere", target_is_directory=True)
+    with pytest.raises(LinkRefused):
+        with fileio.staged_folder(linked, replace=True) as tmp:
+            (tmp / "weights.bin").write_bytes(b"x")
+    _outside_untouched(place)
+    assert [p.name for p in (place / "cache").iterdir() if p.name.startswith(".")] == []

@@ -36,10 +36,7 @@ activation rounding only (cosine > 0.99 on the known-answer set, tests/interop/t
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -47,7 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
-from ..fileio import atomic_write_bytes, atomic_write_text
+from ..fileio import atomic_write_bytes, atomic_write_text, staged_folder
 
 # --------------------------------------------------------------------------- the pinned sources
 
@@ -321,9 +318,7 @@ def write_hf_folder(target: Path, f: E5File, tokenizer_json: bytes, layers: int 
     import torch
     from safetensors.torch import save_file
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_folder(target, replace=True) as tmp:
         state = {k: torch.from_numpy(v) for k, v in hf_state(f, layers, word_rows).items()}
         vocab = None if word_rows is None else len(word_rows)
         atomic_write_text(tmp / "config.json", json.dumps(hf_config(f.header, layers, vocab), indent=2) + "\n")
@@ -332,16 +327,6 @@ def write_hf_folder(target: Path, f: E5File, tokenizer_json: bytes, layers: int 
         atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tokenizer_config(), indent=2) + "\n")
         atomic_write_text(tmp / "sentence_bert_config.json", json.dumps({"max_seq_length": 512}) + "\n")
         atomic_write_text(tmp / ".complete", json.dumps(provenance or {}, sort_keys=True) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished first: keep theirs
-            if not (target / ".complete").exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

