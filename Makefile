@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/python -m scratchformer.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25
 
 # Writes benchmarks/results/*.json|md and their index benchmarks/results/README.md (about 15 min on 2 quiet cores).
 bench: $(STAMP)

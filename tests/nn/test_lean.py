@@ -5,13 +5,7 @@ import pytest
 import torch
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops on a shared machine: a second thread only adds contention (25x slower measured)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny ops: see tests/conftest.py
 
 from scratchformer.models.language_model import DecoderLM, LMConfig
 from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig

@@ -11,12 +11,7 @@ from scratchformer.nn.quant import Int8Linear, check_quantize, quantize_int8
 from scratchformer.tasks.translate.decoding import DecodeConfig, decode
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny ops: see tests/conftest.py
 
 
 def test_int8_linear_is_within_3_percent_and_serves_row_blocks():

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from scratchformer.cli import main
 from scratchformer.data.bert_tokenizer import BertTokenizer
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.usefixtures("one_thread")]
 
 SENTENCE = "北京是中国的首都。"
 # the full tokenizer's pieces (and ids) of "query: " + SENTENCE, from the shipped tokenizer.json
@@ -24,12 +23,6 @@ CATS = ["我家的猫很可爱", "那只猫在睡觉", "猫喜欢吃鱼", "小�
 DOGS = ["我家的狗很可爱", "那只狗在跑步", "狗喜欢啃骨头", "小狗在叫", "狗坐在门口"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _rows(n_each, offset):
