@@ -2,6 +2,24 @@
 import random
 
 
+SPORT, MONEY, FILL = "球赛队胜负冠军进攻", "股市涨跌银行利率基金", "今日消息新的一"
+
+
+def headlines(n, seed):
+    """`n` (headline, label) pairs of two topics (体育 / 财经): the characters give the label away."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.choice(["体育", "财经"])
+        chars = SPORT if label == "体育" else MONEY
+        rows.append(("".join(rng.choice(chars + FILL) for _ in range(rng.randint(3, 12))), label))
+    return rows
+
+
+def write_tsv(path, rows):
+    path.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in rows), encoding="utf-8")
+
+
 def write_reviews_tsv(path, n, seed=0, words_per_text=(6, 6), filler=("the", "movie", "was")):
     """`n` two-class toy reviews with a `text\\tlabel` header: the words give the label away
     (good/great/fine vs bad/awful/poor) among filler words; each text has a length drawn from

@@ -2,26 +2,9 @@
 import random
 
 import pytest
-from toy_data import train_toy_translator
+from toy_data import headlines, train_toy_translator, write_tsv
 
 from scratchformer.cli import main
-
-SPORT, MONEY, FILL = "球赛队胜负冠军进攻", "股市涨跌银行利率基金", "今日消息新的一"
-
-
-def headlines(n, seed):
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        label = rng.choice(["体育", "财经"])
-        chars = SPORT if label == "体育" else MONEY
-        rows.append(("".join(rng.choice(chars + FILL) for _ in range(rng.randint(3, 12))), label))
-    return rows
-
-
-def write_tsv(path, rows):
-    path.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in rows), encoding="utf-8")
-
 
 CLASSIFY = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=4", "--set", "model.encoder.d_ff=64",
             "--set", "model.encoder.n_layers=2", "--set", "model.encoder.dropout=0.0", "--set", "train.epochs=6",
