@@ -161,6 +161,30 @@ def test_bf16_runs_on_cpu_with_a_finite_loss(tmp_path):
     assert all(p.dtype == torch.float32 for p in task.model.parameters())  # master weights stay fp32
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_auto_precision_follows_the_hardware_says_so_and_trains_as_its_choice(tmp_path, monkeypatch, capsys, native):
+    """`auto` is bf16 where the device computes bf16, fp32 elsewhere: the run prints its choice and
+    its weights equal (bit for bit) those of the same run asked for that precision."""
+    from scratchformer.train import precision
+
+    monkeypatch.setattr(precision, "native_bf16", lambda device: native)
+    chosen = "bf16" if native else "fp32"
+    runs = {}
+    for asked in ("auto", chosen):
+        task = ToyTask(seed=5)
+        Trainer(task, batch_fn(X, Y, SIZES), valid_fn(VX, VY),
+                TrainConfig(precision=asked, max_steps=4, log_every=2, **QUIET), tmp_path / asked).fit()
+        runs[asked] = {k: v.clone() for k, v in task.model.state_dict().items()}
+        err = capsys.readouterr().err
+        if asked == "auto":
+            assert f"train: precision auto: {chosen} (" in err
+    assert _max_diff(runs["auto"], runs[chosen]) == 0.0
+    if not native:  # asked for bf16 explicitly on such a CPU: it runs, and says what it costs
+        Trainer(ToyTask(seed=5), batch_fn(X, Y, SIZES), valid_fn(VX, VY),
+                TrainConfig(precision="bf16", max_steps=1, **QUIET), tmp_path / "bf16").fit()
+        assert "without bf16 instructions" in capsys.readouterr().err
+
+
 def test_fp16_on_cpu_is_a_user_error():
     with pytest.raises(UserError, match="CUDA"):
         TrainConfig(precision="fp16", device="cpu", max_steps=1)

@@ -40,6 +40,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ from scratchformer.train.checkpoint import (
 from scratchformer.train.checkpoint_store import CheckpointStore
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.distributed import Distributed
+from scratchformer.train.precision import resolve_precision
 from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
 from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder,
@@ -144,7 +146,10 @@ class Trainer:
         for g in groups:  # per-parameter learning rates: `p.lr_scale` (see param_groups)
             g["lr"] = cfg.lr * g["lr_scale"]
         self.optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.precision, note = resolve_precision(cfg.precision, self.device)
+        if note:
+            print(f"train: {note}", file=sys.stderr, flush=True)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.total_steps = self._total_steps()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, make_lr_lambda(cfg, self.total_steps)
@@ -185,9 +190,9 @@ class Trainer:
         return total
 
     def _autocast(self):
-        if self.cfg.precision == "fp32":
+        if self.precision == "fp32":
             return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def _elapsed(self) -> float:

@@ -133,7 +133,10 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
 
     task = ClassificationTask(model, recipe, None, [])
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.train.lr)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(recipe.train.precision)
+    from ...train.precision import resolve_precision
+
+    precision, _ = resolve_precision(recipe.train.precision, torch.device("cpu"))  # what the run will use
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     autocast = (lambda: torch.autocast("cpu", dtype=dtype)) if dtype else contextlib.nullcontext
 
     def step(b) -> float:
