@@ -1,7 +1,8 @@
 """int8 against float32 on real test sets: BLEU (sacrebleu) of trained translators, accuracy of a
 trained classifier, and the time each took, the two loaded from the same run folder.
 
-    python -m benchmarks.int8_quality --hsk RUN --enfr RUN --thucnews RUN [--out DIR] [--sentences N]
+    python -m benchmarks.int8_quality --hsk RUN [--hsk RUN2 ...] --enfr RUN --thucnews RUN [--out DIR]
+        [--sentences N] [--shared-machine]
 
 Each run is loaded twice (`quantize=None` and `quantize='int8'`), both evaluate the same test
 split (translation: the first N test sentences, the run's decode settings; classification: the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -62,18 +64,18 @@ def to_markdown(res: dict) -> str:
     parts = [common.header_md("int8 vs float32 on real test sets", res["machine"],
                               "The same run folder loaded twice (float32, `quantize='int8'`), the same test split; "
                               "median of 2 timed evaluations each. " + res.get("runs_note", "")
-                              + " **The machine was shared with other agents' jobs.**")]
+                              + (" **The machine was shared with other agents' jobs.**" if res.get("shared_machine")
+                                 else " Nothing else ran on the machine."))]
     rows = []
     for name in ("hsk", "enfr"):
-        r = res.get(name)
-        if r:
-            rows.append([name, r["sentences"], f"{r['fp32']['bleu']:.2f}", f"{r['int8']['bleu']:.2f}",
+        for r in res.get(name) or []:
+            rows.append([f"{name} (`{Path(r['run']).name}`)", r["sentences"], f"{r['fp32']['bleu']:.2f}", f"{r['int8']['bleu']:.2f}",
                          f"{r['bleu_delta']:+.2f}", f"{r['fp32']['chrf']:.1f} / {r['int8']['chrf']:.1f}",
                          f"{r['speedup']:.2f}×"])
     if rows:
         parts.append("## Translation (sacrebleu corpus BLEU)\n\n" + common.md_table(
             ["test set", "sentences", "BLEU fp32", "BLEU int8", "Δ BLEU", "chrF fp32 / int8", "int8 speed-up"], rows))
-        sig = next(res[n]["fp32"]["signature"] for n in ("hsk", "enfr") if res.get(n))
+        sig = next(res[n][0]["fp32"]["signature"] for n in ("hsk", "enfr") if res.get(n))
         parts.append(f"BLEU signature: `{sig}`")
     r = res.get("thucnews")
     if r:
@@ -86,23 +88,24 @@ def to_markdown(res: dict) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hsk")
-    ap.add_argument("--enfr")
+    ap.add_argument("--hsk", action="append", default=[], help="a trained hsk run (repeatable)")
+    ap.add_argument("--enfr", action="append", default=[], help="a trained en-fr run (repeatable)")
     ap.add_argument("--thucnews")
     ap.add_argument("--sentences", type=int, default=400)
     ap.add_argument("--beam", type=int, default=None, help="default: the run's decode.beam")
     ap.add_argument("--note", default="", help="how the runs were trained (goes into the Markdown)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--shared-machine", action="store_true", help="say in the Markdown that other jobs ran")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    res = {"machine": common.machine_info(), "runs_note": a.note, "shared_machine": True}
+    res = {"machine": common.machine_info(), "runs_note": a.note, "shared_machine": a.shared_machine}
     if a.thucnews:
         res["thucnews"] = classification(a.thucnews)
         print(res["thucnews"])
     for name in ("hsk", "enfr"):
-        if getattr(a, name):
-            res[name] = translation(getattr(a, name), a.sentences, a.beam)
-            print(name, res[name])
+        for run in getattr(a, name):
+            res.setdefault(name, []).append(translation(run, a.sentences, a.beam))
+            print(name, res[name][-1])
     common.write_result("int8_quality", res, to_markdown(res), a.out)
 
 
