@@ -64,7 +64,7 @@ def to_markdown(res: dict) -> str:
     parts = [common.header_md("int8 vs float32 on real test sets", res["machine"],
                               "The same run folder loaded twice (float32, `quantize='int8'`), the same test split; "
                               "median of 2 timed evaluations each. " + res.get("runs_note", "")
-                              + (" **The machine was shared with other agents' jobs.**" if res.get("shared_machine")
+                              + (" **Other jobs ran on the machine meanwhile.**" if res.get("shared_machine")
                                  else " Nothing else ran on the machine."))]
     rows = []
     for name in ("hsk", "enfr"):
