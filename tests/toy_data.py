@@ -57,3 +57,17 @@ def train_toy_translator(d):
                  "--set", "train.epochs=2", "--set", "train.progress=false", "--set", "average_last=1",
                  "--set", "decode.beam=1"]) == 0
     return out
+
+
+def upper_case_pairs(n, seed, words, longest):
+    """`n` toy translation pairs: 2 to `longest` of `words`, and the same words upper-cased."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        src = [rng.choice(words) for _ in range(rng.randint(2, longest))]
+        out.append((" ".join(src), " ".join(w.upper() for w in src)))
+    return out
+
+
+def write_pairs(path, pairs):
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))

@@ -1,12 +1,13 @@
 """Translation: decoding (cache parity, beam vs greedy, <eos> and length limits), the loss,
 sacrebleu metrics, checkpoint averaging, and the CLI end to end on a tiny synthetic task."""
 import json
-import random
 
 import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
+
+from toy_data import upper_case_pairs, write_pairs
 
 from scratchformer.cli import main
 from scratchformer.data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
@@ -27,16 +28,7 @@ WORDS = "ab cd ef gh ij kl mn op qr st".split()
 
 
 def _pairs(n, seed):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        src = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
-        out.append((" ".join(src), " ".join(w.upper() for w in src)))
-    return out
-
-
-def _write(path, pairs):
-    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    return upper_case_pairs(n, seed, WORDS, longest=6)
 
 
 TINY = ["--set", "model.transformer.d_model=64", "--set", "model.transformer.n_heads=4",
@@ -50,9 +42,9 @@ TINY = ["--set", "model.transformer.d_model=64", "--set", "model.transformer.n_h
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("mt")
-    _write(d / "train.tsv", _pairs(600, 0))
-    _write(d / "valid.tsv", _pairs(40, 1))
-    _write(d / "test.tsv", _pairs(40, 2))
+    write_pairs(d / "train.tsv", _pairs(600, 0))
+    write_pairs(d / "valid.tsv", _pairs(40, 1))
+    write_pairs(d / "test.tsv", _pairs(40, 2))
     out = d / "run"
     rc = main(["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
                "--test", str(d / "test.tsv"), "--out", str(out)] + TINY)
@@ -247,7 +239,7 @@ def test_checkpoint_averaging_is_the_mean(tmp_path):
 
 def test_user_files_tsv_or_two_aligned_files(tmp_path):
     pairs = _pairs(50, 4)
-    _write(tmp_path / "all.tsv", pairs)
+    write_pairs(tmp_path / "all.tsv", pairs)
     (tmp_path / "a.src").write_text("".join(s + "\n" for s, _ in pairs))
     (tmp_path / "a.tgt").write_text("".join(t + "\n" for _, t in pairs))
     one = load_translation(TranslateDataConfig(dataset=str(tmp_path / "all.tsv")))

@@ -11,12 +11,13 @@ resume and `require_finished` work on such a run."""
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, decoders
+
+from toy_data import upper_case_pairs, write_pairs
 
 from scratchformer.cli import main
 from scratchformer.data.bert_tokenizer import XLMRTokenizer
@@ -27,23 +28,14 @@ from scratchformer.models.bert import BertConfig, BertEncoder
 from scratchformer.models.seq2seq import Seq2Seq
 from scratchformer.tasks.translate import Translator
 from scratchformer.tasks.translate.decoding import DecodeConfig, beam_search, greedy_decode
-from scratchformer.train.trainer import param_groups
+from scratchformer.train.optim import param_groups
 
 WORDS = "ab cd ef gh ij kl mn op".split()
 UNUSED = "zz"  # a piece of the checkpoint that no training source uses: pruned away
 
 
 def _pairs(n, seed):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        src = [rng.choice(WORDS) for _ in range(rng.randint(2, 5))]
-        out.append((" ".join(src), " ".join(w.upper() for w in src)))
-    return out
-
-
-def _write(path, pairs):
-    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    return upper_case_pairs(n, seed, WORDS, longest=5)
 
 
 def tiny_xlmr_folder(d):
@@ -77,9 +69,9 @@ TINY = ["--set", "model.transformer.n_heads=2", "--set", "model.transformer.d_ff
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("mt_e5")
     folder, bert, vocab = tiny_xlmr_folder(d / "xlmr")
-    _write(d / "train.tsv", _pairs(400, 0))
-    _write(d / "valid.tsv", _pairs(30, 1))
-    _write(d / "test.tsv", _pairs(30, 2))
+    write_pairs(d / "train.tsv", _pairs(400, 0))
+    write_pairs(d / "valid.tsv", _pairs(30, 1))
+    write_pairs(d / "test.tsv", _pairs(30, 2))
     out = d / "run"
     rc = main(["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
                "--test", str(d / "test.tsv"), "--out", str(out), "--init", str(folder),
@@ -177,7 +169,7 @@ def test_translate_cli_resume_and_require_finished(run, capsys):
 
 def test_bad_init_settings_are_user_errors(tmp_path, capsys):
     folder, _, _ = tiny_xlmr_folder(tmp_path / "xlmr")
-    _write(tmp_path / "train.tsv", _pairs(20, 0))
+    write_pairs(tmp_path / "train.tsv", _pairs(20, 0))
     base = ["train", "translate", "--data", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "r"),
             "--init", str(folder)] + TINY
     assert main(base + ["--set", "model.transformer.n_heads=64"]) == 2  # divides 256 (the default), not 32

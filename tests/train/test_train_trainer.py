@@ -165,7 +165,7 @@ def test_bf16_runs_on_cpu_with_a_finite_loss(tmp_path):
 def test_auto_precision_follows_the_hardware_says_so_and_trains_as_its_choice(tmp_path, monkeypatch, capsys, native):
     """`auto` is bf16 where the device computes bf16, fp32 elsewhere: the run prints its choice and
     its weights equal (bit for bit) those of the same run asked for that precision."""
-    from scratchformer.train import precision
+    from scratchformer.train import device as precision
 
     monkeypatch.setattr(precision, "native_bf16", lambda device: native)
     chosen = "bf16" if native else "fp32"

@@ -13,7 +13,7 @@ from scratchformer.errors import UserError
 from scratchformer.config import JsonConfig
 
 SCHEDULES = ("cosine", "noam", "linear", "constant")
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # auto: bf16 where the hardware has it (train/precision.py)
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # auto: bf16 where the hardware has it (train/device.py)
 METRIC_MODES = ("min", "max")
 
 
@@ -34,7 +34,8 @@ class TrainConfig(JsonConfig):
 
     Precision: ``bf16`` runs forward passes under ``torch.autocast(bfloat16)`` (CPU or CUDA);
     ``fp16`` needs CUDA and uses a ``GradScaler``; ``auto`` is bf16 where the device computes in
-    bf16 and fp32 elsewhere (`train/precision.py`, which prints its choice). ``grad_clip`` <= 0 or None disables clipping.
+    bf16 and fp32 elsewhere (`train/device.py`, which prints its choice). ``grad_clip`` <= 0 or
+    None disables clipping.
     Evaluation: every ``eval_every`` steps (0 = at the end of each epoch) on the validation
     batches; ``metric`` (a key of ``task.evaluate``'s result) chooses the best checkpoint, with
     ``metric_mode`` 'min' or 'max'. ``early_stopping_patience``: stop after that many

@@ -39,7 +39,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 import warnings
@@ -64,7 +63,8 @@ from scratchformer.train.checkpoint import (
 from scratchformer.train.checkpoint_store import CheckpointStore
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.distributed import Distributed
-from scratchformer.train.precision import resolve_precision
+from scratchformer.train.optim import param_groups
+from scratchformer.train.device import resolve_device, resolve_precision
 from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
 from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder,
@@ -127,7 +127,7 @@ class Trainer:
         self.valid_batches = valid_batches
         self.run_dir = Path(run_dir)
         self.store = CheckpointStore(self.run_dir)
-        self.device = _resolve_device(cfg)
+        self.device = resolve_device(cfg)
         self.dist = Distributed(self.device)
         self.model: torch.nn.Module = task.model
         self.model.to(self.device)
@@ -573,34 +573,3 @@ class Trainer:
     def _truncate_metrics(self, step: int) -> None:
         if self.dist.is_main:
             truncate_metrics(self.run_dir, step)
-
-
-# ---------------------------------------------------------------------------- helpers
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: decay on parameters with >= 2 dims (matrices), none on biases and norms.
-
-    A parameter may carry an ``lr_scale`` attribute (e.g. 0.1 for a pretrained encoder under a
-    fresh head); it then trains at ``lr * lr_scale`` under the same schedule. Each group says
-    its ``lr_scale``; the groups at scale 1 come first (decay, then no decay).
-    """
-    groups: dict[tuple[float, bool], list] = {}
-    for p in model.parameters():
-        if p.requires_grad:
-            key = (float(getattr(p, "lr_scale", 1.0)), p.ndim >= 2)
-            if not key[0] > 0:
-                raise UserError(f"lr_scale must be > 0, got {key[0]} (freeze with requires_grad=False)")
-            groups.setdefault(key, []).append(p)
-    order = sorted(groups, key=lambda k: (k[0] != 1.0, -k[0], not k[1]))
-    return [{"params": groups[k], "weight_decay": weight_decay if k[1] else 0.0, "lr_scale": k[0]}
-            for k in order]
-
-
-def _resolve_device(cfg: TrainConfig) -> torch.device:
-    device = torch.device(cfg.device)
-    if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per torchrun process
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device '{cfg.device}' was asked for but CUDA is not available; use device 'cpu'")
-    if cfg.precision == "fp16" and device.type != "cuda":
-        raise UserError("precision 'fp16' needs a CUDA device; on CPU use 'bf16' or 'fp32'")
-    return device

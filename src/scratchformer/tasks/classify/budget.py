@@ -133,7 +133,7 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
 
     task = ClassificationTask(model, recipe, None, [])
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.train.lr)
-    from ...train.precision import resolve_precision
+    from ...train.device import resolve_precision
 
     precision, _ = resolve_precision(recipe.train.precision, torch.device("cpu"))  # what the run will use
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)

@@ -1,10 +1,16 @@
-"""Which precision a run trains in. `train.precision: "auto"` takes bf16 autocast where the
-hardware computes in bf16 (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX), else
+"""Where a run computes and in which precision. `resolve_device` turns `train.device` into a
+torch device (one GPU per torchrun process). `train.precision: "auto"` takes bf16 autocast where
+the hardware computes in bf16 (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX), else
 fp32. An explicit "bf16" on a CPU without bf16 instructions still runs, but says that autocast
 then emulates bf16: measured ~9x slower than fp32 on an AVX2 EPYC (docs/pretrained.md)."""
 from __future__ import annotations
 
+import os
+
 import torch
+
+from scratchformer.errors import UserError
+from scratchformer.train.config import TrainConfig
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -35,3 +41,14 @@ def resolve_precision(asked: str, device: torch.device) -> tuple[str, str | None
         return "bf16", ("precision bf16 on a CPU without bf16 instructions (AVX512-BF16/AMX): autocast emulates "
                         "it, ~9x slower than fp32 measured on AVX2; set train.precision=auto or fp32")
     return asked, None
+
+
+def resolve_device(cfg: TrainConfig) -> torch.device:
+    device = torch.device(cfg.device)
+    if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per torchrun process
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device '{cfg.device}' was asked for but CUDA is not available; use device 'cpu'")
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise UserError("precision 'fp16' needs a CUDA device; on CPU use 'bf16' or 'fp32'")
+    return device
