@@ -147,3 +147,17 @@ def test_index_rewrites_each_page_from_its_json_with_the_current_text(tmp_path):
     assert "(`window_impl='blocked'`, the default; benchmarks/long_sequence.py) is O(T·window)." in page
     assert "would make it" not in page
     assert page == (common.RESULTS_DIR / "attention.md").read_text(encoding="utf-8")
+
+
+def test_engine_ratios_name_both_contenders():
+    """Each ratio of a translation-engines cell is that pair's (a ratio keyed by the anchor alone
+    once reported the readable path as 'ours' and fp32 as 'int8')."""
+    from benchmarks.translation_engines import cell_ratios
+
+    times = {"ours": [1.0, 2.0], "ours_readable": [4.0, 8.0], "ours_int8": [0.5, 1.0],
+             "ct2_fp32": [2.0, 4.0], "ct2_int8": [0.25, 0.5]}
+    r = cell_ratios(times)
+    assert r["ours/ct2_fp32"]["median"] == 2.0  # ours twice as fast as CTranslate2 fp32
+    assert r["ours_readable/ct2_fp32"]["median"] == 0.5
+    assert r["ours_int8/ct2_int8"]["median"] == 0.5
+    assert r["ours/ct2_int8"]["median"] == 0.25

@@ -93,3 +93,48 @@ def test_inference_kernel_rule_follows_the_cpu():
         with torch.inference_mode():
             linear(x, w)
         assert linear_mod.last_linear_path_reason == (None if linear_mod._AVX512 else linear_mod.inference_mkl_reason(200))
+
+
+def test_transposed_layout_rule_and_numbers():
+    """Few-row inference products with more outputs than inputs read a transposed copy of the
+    weight (`transposed_wins`): same numbers as F.linear to float32 rounding; the copy is made
+    once and made anew when the weight changes in place; `use_transposed(False)` turns it off."""
+    assert linear_mod.transposed_wins(768, 256, 1) and linear_mod.transposed_wins(2000, 256, 32)
+    assert not linear_mod.transposed_wins(256, 1024, 1)  # more inputs than outputs: F.linear
+    assert not linear_mod.transposed_wins(768, 256, linear_mod.TRANSPOSED_MAX_ROWS + 1)
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(16, 48)
+    x = torch.randn(2, 3, 16, generator=g)  # 6 rows
+    with torch.inference_mode():
+        out = linear(x, lin.weight, lin.bias)
+        if linear_mod._KERNEL is not None and not linear_mod._AVX512:
+            assert linear_mod.last_linear_path_reason == linear_mod.transposed_reason(6)
+        assert out.shape == (2, 3, 48)
+        assert (out - F.linear(x, lin.weight, lin.bias)).abs().max() < 1e-5
+        first = linear_mod.transposed_copy(lin.weight)
+        assert linear_mod.transposed_copy(lin.weight) is first  # made once
+        assert torch.equal(first, lin.weight.t())
+    with torch.no_grad():
+        lin.weight.mul_(2.0)  # an in-place update (an optimizer step): the copy is stale
+    again = linear_mod.transposed_copy(lin.weight)
+    assert again is not first and torch.equal(again, lin.weight.t())
+    previous = linear_mod.use_transposed(False)
+    try:
+        with torch.inference_mode():
+            linear(x, lin.weight, lin.bias)
+        assert linear_mod.last_linear_path_reason != linear_mod.transposed_reason(6)
+    finally:
+        linear_mod.use_transposed(previous)
+
+
+def test_row_projection_reads_columns_of_one_transposed_copy():
+    """`row_projection` (W_Q, or [W_K; W_V] of a fused qkv) slices the columns of the whole
+    weight's transposed copy (a strided view) and gives F.linear's numbers on those rows."""
+    g = torch.Generator().manual_seed(1)
+    qkv = torch.nn.Linear(8, 24)
+    x = torch.randn(3, 1, 8, generator=g)
+    with torch.inference_mode():
+        for start, stop in ((0, 8), (8, None)):
+            proj = linear_mod.row_projection(qkv, start, stop, x, rows=3)
+            ref = F.linear(x, qkv.weight[start:stop], qkv.bias[start:stop])
+            assert (proj(x) - ref).abs().max() < 1e-5
