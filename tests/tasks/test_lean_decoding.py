@@ -113,3 +113,18 @@ def test_auto_precision_chooses_by_a_probe_and_says_why():
     assert (choice == "bf16") == (gain >= BF16_MIN_GAIN)  # the rule it states is the rule it applied
     assert why.startswith("probe at 32 rows x d_model 64: ")
     assert choose_precision(32, 64) == (choice, why)  # probed once per size bucket
+
+
+def test_compiled_lean_step_gives_the_eager_hypotheses():
+    """`DecodeConfig(compile=True)`: torch.compile (Inductor) traces the lean step (the oneDNN
+    projection is a custom op with a fake implementation, nn/fast_linear.py) and decodes the
+    same tokens as eager, greedy and beam 4, over a ragged batch whose sentences finish at
+    different steps (shapes change as they leave: recompiles, not errors)."""
+    from torch._dynamo.utils import counters
+
+    model, src = _model(False, 1, 2.0), _sources(6)
+    for beam in (1, 4):
+        cfg = DecodeConfig(beam=beam, max_len_offset=4)
+        with torch.inference_mode():
+            _same(decode(model, src, cfg.replace(compile=True)), decode(model, src, cfg))
+    assert counters["stats"]["unique_graphs"] >= 1  # Inductor graphs really ran

@@ -63,6 +63,9 @@ class DecodeConfig(JsonConfig):
     # micro-probe on this CPU measures faster for the decode's size (`choose_precision`)
     precision: str = "auto"
     lean: bool = True  # the lean search and decode step (False: the readable reference)
+    # torch.compile the lean step (Inductor; the first decodes compile for seconds to a minute).
+    # Off by default: measured no faster on the CPU (benchmarks/results/compiled_decode.md)
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -291,9 +294,10 @@ class _LeanStepper:
     `DecoderCache`; `step(tokens (N,))` gives next-token log-probs `(N, V)`. With `expand` = K (beam search) the rows are the K
     hypotheses of each sentence side by side; a lean step keeps one memory per sentence."""
 
-    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1):
+    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, compile: bool = False):
         self.models = list(getattr(model, "members", [model]))
         self.steps, self.reasons = [], []
+        self.compiled = compile
         self.banned = torch.tensor(_BANNED, device=src.device)
         for m in self.models:
             memory, mask = m.encode(src)  # (B, S, C), (B, S)
@@ -307,7 +311,10 @@ class _LeanStepper:
             self.steps.append(_ReadableStep(m, memory, mask, capacity))
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        logps = [F.log_softmax(s(tokens).float(), dim=-1) for s in self.steps]  # (N, V) each
+        if self.compiled:
+            logps = [F.log_softmax(_compiled_call(s, tokens).float(), dim=-1) for s in self.steps]
+        else:
+            logps = [F.log_softmax(s(tokens).float(), dim=-1) for s in self.steps]  # (N, V) each
         logp = logps[0] if len(logps) == 1 else torch.logsumexp(torch.stack(logps), 0) - math.log(len(logps))
         logp.index_fill_(1, self.banned, float("-inf"))
         return logp
@@ -316,6 +323,17 @@ class _LeanStepper:
         """Keep rows `index`; `sentences`: the sentences kept when some left (beam search)."""
         for s in self.steps:
             s.select(index, sentences)
+
+
+@functools.cache
+def _compiler():
+    # one compiled function for every step object: Dynamo caches its graphs by the function's
+    # code and guards on the step's tensors (shapes, cache length), so later decodes reuse them
+    return torch.compile(lambda step, tokens: step(tokens), dynamic=None)
+
+
+def _compiled_call(step, tokens: torch.Tensor) -> torch.Tensor:
+    return _compiler()(step, tokens)
 
 
 class _ReadableStep:
@@ -346,7 +364,7 @@ def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis
     B, dev = src.shape[0], src.device
     limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
-    state = _LeanStepper(model, src, L + 1)
+    state = _LeanStepper(model, src, L + 1, compile=cfg.compile)
     buf = torch.full((B, L + 1), BOS_ID, dtype=torch.long, device=dev)  # <bos>, then the outputs
     alive = torch.arange(B, device=dev)  # sentence of each live row
     lim = limits.clone()
@@ -387,7 +405,7 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
     B, dev = src.shape[0], src.device
     limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
-    state = _LeanStepper(model, src, L + 1, expand=K)
+    state = _LeanStepper(model, src, L + 1, expand=K, compile=cfg.compile)
     buf = torch.full((B * K, L + 1), BOS_ID, dtype=torch.long, device=dev)
     scores = torch.zeros(B, K, dtype=torch.float64, device=dev)
     scores[:, 1:] = float("-inf")  # all beams start equal: keep only the first at step 1
