@@ -245,15 +245,23 @@ def targets(cells: list[dict]) -> list[dict]:
     return t
 
 
+def _load_note(res: dict) -> str:
+    loads = [x for c in res["cells"] for x in c.get("loadavg_1min", [])]
+    if loads and max(loads) > 2.0:
+        return ("**The machine was shared with other jobs** (load average up to "
+                f"{max(loads):.1f} on 2 cores): absolute rates are low and noisy, the per-repetition ratios are what to read.")
+    return (f"Load average {min(loads, default=0):.1f}–{max(loads, default=0):.1f} on 2 cores; single runs still move "
+            "by ±20% (benchmarks/engine_repeats.py summarises several).")
+
+
 def to_markdown(res: dict) -> str:
     m = res["machine"]
     parts = [common.header_md(res["title"], m,
                               f"CTranslate2 {res['ctranslate2']} on a random MarianMTModel of the same size converted "
                               "by its own converter; ours: `Seq2Seq` (Post-LN, ReLU, tied), <eos> banned. Every "
                               f"hypothesis of every engine is {OUT_TOKENS} tokens. Interleaved in one process, same "
-                              "threads, medians (min–max), timed by the " + res.get("clock", "wall clock") + ". **The machine was shared with other agents' jobs** "
-                              "(load average well above the 2 cores): absolute rates are low and noisy, the "
-                              "per-repetition ratios are what to read.")]
+                              "threads, medians (min–max), timed by the " + res.get("clock", "wall clock") + ". "
+                              + _load_note(res))]
     parts.append("## Targets (1 thread)\n\n" + common.targets_md(res["targets"]))
     rows = []
     for c in res["cells"]:
