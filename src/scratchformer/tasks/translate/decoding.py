@@ -64,7 +64,7 @@ class DecodeConfig(JsonConfig):
     precision: str = "auto"
     lean: bool = True  # the lean search and decode step (False: the readable reference)
     # torch.compile the lean step (Inductor; the first decodes compile for seconds to a minute).
-    # Off by default: measured no faster on the CPU (benchmarks/results/compiled_decode.md)
+    # Off by default: on the CPU only batch-1 greedy gained (~14%, benchmarks/results/compiled_decode.md)
     compile: bool = False
 
     def __post_init__(self) -> None:
@@ -329,7 +329,7 @@ class _LeanStepper:
 def _compiler():
     # one compiled function for every step object: Dynamo caches its graphs by the function's
     # code and guards on the step's tensors (shapes, cache length), so later decodes reuse them
-    return torch.compile(lambda step, tokens: step(tokens), dynamic=None)
+    return torch.compile(lambda step, tokens: step(tokens), dynamic=None, options={"cpp_wrapper": True})
 
 
 def _compiled_call(step, tokens: torch.Tensor) -> torch.Tensor:
