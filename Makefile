@@ -28,13 +28,16 @@ bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.run_all
 
-# Ours beside CTranslate2 and ONNX Runtime (the `anchors` extra), plus int8 quality on trained runs:
-# python -m benchmarks.int8_quality --hsk RUN --enfr RUN --thucnews RUN
+# Ours beside CTranslate2 and ONNX Runtime (the `anchors` extra), the compiled decode step, plus
+# int8 quality on trained runs: python -m benchmarks.int8_quality --hsk RUN --enfr RUN --thucnews RUN
+# Repeat translation_engines (--out DIR) and read the targets over runs with
+# python -m benchmarks.engine_repeats A.json B.json ...
 bench-anchors: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,anchors]'
 	$(BIN)/python -m benchmarks.translation_engines
 	$(BIN)/python -m benchmarks.encoder_engines
 	$(BIN)/python -m benchmarks.lm_generation --lean-only 1
+	$(BIN)/python -m benchmarks.compiled_decode
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

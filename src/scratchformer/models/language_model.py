@@ -138,9 +138,9 @@ class LMStep:
         self.head = projection(model.head, sample, rows)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = F.embedding(tokens[:, None], self.table)  # (N, 1, C)
+        x = F.embedding(tokens, self.table)  # (N, C): the step keeps one position per row, 2-D
         if self.scale != 1.0:
             x = x * self.scale
-        if self.position is not None:
-            x = self.position(x, self.caches[0].length)
-        return self.head(self.stack(x))[:, 0]  # (N, V)
+        if self.position is not None:  # the module adds positions to (N, T, C)
+            x = self.position(x[:, None], self.caches[0].length)[:, 0]
+        return self.head(self.stack(x))  # (N, V)

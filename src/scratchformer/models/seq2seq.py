@@ -205,11 +205,12 @@ class Seq2SeqStep:
         self.decoder.select(index, sentences)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        t = self.cache.length
-        x = F.embedding(tokens[:, None], self.table) * self.scale  # (N, 1, C)
-        if self.positions is not None:
-            x = x + self.positions[t : t + 1].to(x.dtype)
-        return self.out(self.decoder(x))[:, 0]  # (N, V)
+        x = F.embedding(tokens, self.table)  # (N, C): the step keeps one position per row, 2-D
+        if self.positions is None:
+            x = x * self.scale
+        else:  # position + scale * embedding, one call
+            x = torch.add(self.positions[self.cache.length], x, alpha=self.scale)
+        return self.out(self.decoder(x))  # (N, V)
 
 
 class Seq2SeqEnsemble(nn.Module):

@@ -174,6 +174,8 @@ def transposed_copy(weight: torch.Tensor) -> torch.Tensor:
 
 def matmul_transposed(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`x (..., in) @ weight_t (in, out) + bias`: `F.linear` with the weight stored transposed."""
+    if x.dim() == 2:  # a decode step's (rows, in): one call, no reshape around it
+        return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
     K, N = weight_t.shape
     x2 = x.reshape(-1, K)  # (M, in): a view for the usual contiguous input
     out = torch.mm(x2, weight_t) if bias is None else torch.addmm(bias, x2, weight_t)  # (M, out)

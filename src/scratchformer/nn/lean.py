@@ -22,7 +22,8 @@ new token per sequence none of that can change between steps:
     (`fast_linear.projection`);
   - eval mode: no dropout calls.
 
-So a step is the block formulas and nothing else:
+A step keeps its activations 2-D, `(N, C)` (one position per row), so that every projection is
+one `addmm` with no reshape around it. So a step is the block formulas and nothing else:
 
     Post-LN: x = norm1(x + W_O·attn(x W_Q, K, V)); x = norm2(x + cross(x)); x = norm3(x + ffn(x))
     Pre-LN:  x = x + W_O·attn(norm1(x) W_Q, K, V);  x = x + cross(norm2(x)); x = x + ffn(norm3(x))
@@ -82,7 +83,7 @@ def _activation(name: str):
         return lambda h: F.gelu(h, approximate="tanh")
 
     def swiglu(h):
-        gate, value = h.chunk(2, dim=-1)  # (N, 1, d_ff) each
+        gate, value = h.chunk(2, dim=-1)  # (N, d_ff) each
         return F.silu(gate) * value
     return swiglu
 
@@ -114,9 +115,9 @@ class _Layer:
         self.norm_first, self.residual = block.norm_first, block.residual
 
     def self_attention(self, h: torch.Tensor, cache: KVCache, rope) -> torch.Tensor:
-        """h `(N, 1, C)` -> `(N, 1, C)`: the new position attends to every cached one and itself."""
+        """h `(N, C)` -> `(N, C)`: the new position attends to every cached one and itself."""
         N = h.shape[0]
-        q, k, v = self.qkv(h).split(self.split, dim=-1)  # (N, 1, H d_k), (N, 1, Hkv d_k) x 2
+        q, k, v = self.qkv(h).split(self.split, dim=-1)  # (N, H d_k), (N, Hkv d_k) x 2
         q = q.view(N, self.H, 1, self.D)  # (N, H, 1, d_k): with one position a view, no transpose
         k, v = k.view(N, self.Hkv, 1, self.D), v.view(N, self.Hkv, 1, self.D)
         if rope is not None:
@@ -124,15 +125,15 @@ class _Layer:
             q, k = rope.rotate(q, offset), rope.rotate(k, offset)
         k, v = cache.update(k, v)  # (N, Hkv, t, d_k), written in place
         out = F.scaled_dot_product_attention(q, k, v, scale=self.scale, enable_gqa=self.gqa)  # (N, H, 1, d_k)
-        return self.out(out.view(N, 1, self.H * self.D))  # (N, 1, C): heads side by side
+        return self.out(out.view(N, self.H * self.D))  # (N, C): heads side by side
 
     def cross_attention(self, h: torch.Tensor, cache: KVCache, mask: torch.Tensor | None,
                         beams: int = 1) -> torch.Tensor:
-        """h `(n K, 1, C)`, the K = `beams` hypotheses of each of n sentences side by side,
-        over the sentences' memory K/V `(n, Hkv, S, d_k)` -> `(n K, 1, C)`."""
+        """h `(n K, C)`, the K = `beams` hypotheses of each of n sentences side by side,
+        over the sentences' memory K/V `(n, Hkv, S, d_k)` -> `(n K, C)`."""
         N = h.shape[0]
         n = N // beams
-        q = self.cross_q(h)  # (n K, 1, H d_k)
+        q = self.cross_q(h)  # (n K, H d_k)
         if beams == 1:
             q = q.view(N, self.H, 1, self.D)  # (N, H, 1, d_k): one position, a view
         else:  # the K hypotheses of a sentence as K queries of its one memory
@@ -142,7 +143,7 @@ class _Layer:
                                              enable_gqa=self.gqa)  # (n, H, K, d_k)
         if beams > 1:
             out = out.transpose(1, 2)  # (n, K, H, d_k)
-        return self.cross_out(out.reshape(N, 1, self.H * self.D))  # heads side by side
+        return self.cross_out(out.reshape(N, self.H * self.D))  # (N, C): heads side by side
 
     def ffn(self, h: torch.Tensor) -> torch.Tensor:
         return self.ffn_out(self.act(self.ffn_in(h)))
@@ -156,7 +157,8 @@ class _Layer:
 
 
 class DecoderStep:
-    """The lean step of a `Decoder` (encoder-decoder): `step(x (N, 1, C)) -> (N, 1, C)`.
+    """The lean step of a `Decoder` (encoder-decoder): `step(x (N, C)) -> (N, C)`, one new
+    position per row.
 
     Built once per decode from the decoder, its `DecoderCache` (self-attention caches with
     `capacity`) and the memory `(n, S, C)` of n sentences with its padding mask; with
@@ -202,7 +204,7 @@ class DecoderStep:
 
 
 class CausalStackStep:
-    """The lean step of a causal `Encoder` (a GPT stack): `step(x (N, 1, C)) -> (N, 1, C)`
+    """The lean step of a causal `Encoder` (a GPT stack): `step(x (N, C)) -> (N, C)`
     over one `KVCache` per layer (filled by a prefill through the readable path)."""
 
     def __init__(self, encoder, caches: list[KVCache], sample: torch.Tensor, rows: int):
