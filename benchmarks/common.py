@@ -166,12 +166,13 @@ def targets_md(targets: list[dict]) -> str:
 
 def write_result(name: str, result: dict, markdown: str, out_dir: Path | None = None) -> Path:
     """`<out_dir>/<name>.json` and `<name>.md`; returns the JSON path."""
-    out_dir = RESULTS_DIR if out_dir is None else Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from scratchformer import fileio  # the one atomic writer: no half-written table, no link followed
+
+    out_dir = fileio.make_dirs(RESULTS_DIR if out_dir is None else Path(out_dir))
     result = {"schema": SCHEMA_VERSION, "benchmark": name, **result}
     path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(result, indent=2, default=_json_default) + "\n", encoding="utf-8")
-    (out_dir / f"{name}.md").write_text(markdown.rstrip() + "\n", encoding="utf-8")
+    fileio.atomic_write_text(path, json.dumps(result, indent=2, default=_json_default) + "\n")
+    fileio.atomic_write_text(out_dir / f"{name}.md", markdown.rstrip() + "\n")
     return path
 
 

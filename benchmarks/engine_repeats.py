@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from . import common
-
-PAIRS = {"ours/ct2_fp32": "ours / CTranslate2 fp32", "ours_int8/ct2_int8": "ours int8 / CTranslate2 int8"}
+from .translation_engines import TARGET_PAIRS as PAIRS, goal_for
 
 
 def summarize(paths: list[Path]) -> tuple[dict, str]:
@@ -30,7 +29,7 @@ def summarize(paths: list[Path]) -> tuple[dict, str]:
     rows, out = [], {}
     for (size, batch, beam), pairs in sorted(by_cell.items()):
         for pair, values in pairs.items():
-            goal = (1.0 if batch == 32 else 0.5) if pair == "ours/ct2_fp32" else (0.7 if batch == 32 else None)
+            goal = goal_for(pair, batch)
             mean = statistics.mean(values)
             std = statistics.stdev(values) if len(values) > 1 else 0.0
             if goal is None:

@@ -183,7 +183,7 @@ def matmul_transposed(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tenso
 
 
 def _transposed_for(weight: torch.Tensor, rows: int) -> bool:
-    if not _transposed_enabled or rows > TRANSPOSED_MAX_ROWS or weight.numel() > TRANSPOSED_MAX_NUMEL:
+    if not _transposed_enabled or weight.numel() > TRANSPOSED_MAX_NUMEL:
         return False
     if weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.dim() != 2:
         return False
@@ -196,10 +196,9 @@ def transposed_wins(out_features: int, in_features: int, rows: int) -> bool:
 
     Measured on the 2-core AVX2 EPYC of the benchmarks (MKL, one thread, 16 weights of a shape
     in rotation: the ~13 MB a decode step of the hsk recipe reads, beyond the L2 cache), the
-    time of the transposed layout over F.linear's: at 1 row 0.49-0.67 for (768 | 1024 | 2000,
-    256) and 1.7 for (256, 1024); at 4 rows 0.51-0.67 (out > in); at 32 rows 0.74-0.85 for
-    (768 | 2000, 256), 1.08 for (1024, 256); at 128 rows 0.88-1.0. With the weights in L2 the
-    two tie. A whole batch-1 decode ran 1.2x faster, batch 32 1.08x (benchmarks/results/translation_engines.md)."""
+    time of the transposed layout over F.linear's: 0.43-0.70 at 1 row when out > in, 1.1-1.8
+    when in > out; 0.63-0.85 at 32 rows for (768 | 2000, 256) but up to 1.08 for (1024, 256);
+    0.7-1.1 at 128 rows. With the weights in L2 the two tie. The table: docs/speed.md."""
     return rows <= TRANSPOSED_MAX_ROWS and out_features > in_features
 
 

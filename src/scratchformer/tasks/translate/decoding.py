@@ -294,10 +294,10 @@ class _LeanStepper:
     `DecoderCache`; `step(tokens (N,))` gives next-token log-probs `(N, V)`. With `expand` = K (beam search) the rows are the K
     hypotheses of each sentence side by side; a lean step keeps one memory per sentence."""
 
-    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, compile: bool = False):
+    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, compiled: bool = False):
         self.models = list(getattr(model, "members", [model]))
         self.steps, self.reasons = [], []
-        self.compiled = compile
+        self.compiled = compiled  # each step through `_compiled_call`
         self.banned = torch.tensor(_BANNED, device=src.device)
         for m in self.models:
             memory, mask = m.encode(src)  # (B, S, C), (B, S)
@@ -364,7 +364,7 @@ def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis
     B, dev = src.shape[0], src.device
     limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
-    state = _LeanStepper(model, src, L + 1, compile=cfg.compile)
+    state = _LeanStepper(model, src, L + 1, compiled=cfg.compile)
     buf = torch.full((B, L + 1), BOS_ID, dtype=torch.long, device=dev)  # <bos>, then the outputs
     alive = torch.arange(B, device=dev)  # sentence of each live row
     lim = limits.clone()
@@ -405,7 +405,7 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
     B, dev = src.shape[0], src.device
     limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
     L = int(limits.max())
-    state = _LeanStepper(model, src, L + 1, expand=K, compile=cfg.compile)
+    state = _LeanStepper(model, src, L + 1, expand=K, compiled=cfg.compile)
     buf = torch.full((B * K, L + 1), BOS_ID, dtype=torch.long, device=dev)
     scores = torch.zeros(B, K, dtype=torch.float64, device=dev)
     scores[:, 1:] = float("-inf")  # all beams start equal: keep only the first at step 1
