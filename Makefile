@@ -29,7 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
 
 # Ours beside CTranslate2 and ONNX Runtime (the `anchors` extra), the compiled decode step, plus
-# int8 quality on trained runs: python -m benchmarks.int8_quality --hsk RUN --enfr RUN --thucnews RUN
+# int8 quality on trained runs: python -m benchmarks.int8_quality --hsk RUN --enfr RUN --thucnews RUN [--bf16]
 # Repeat translation_engines (--out DIR) and read the targets over runs with
 # python -m benchmarks.engine_repeats A.json B.json ...
 bench-anchors: $(STAMP)
@@ -38,6 +38,7 @@ bench-anchors: $(STAMP)
 	$(BIN)/python -m benchmarks.encoder_engines
 	$(BIN)/python -m benchmarks.lm_generation --lean-only 1
 	$(BIN)/python -m benchmarks.compiled_decode
+	$(BIN)/python -m benchmarks.linear_layouts
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

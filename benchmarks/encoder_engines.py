@@ -5,7 +5,9 @@ Ours: `scratchformer.nn.Encoder` (d_model 256, 8 heads, d_ff 1024, 4 layers, Pos
 exported to ONNX (torch's exporter, the `F.linear` path, no padding mask) and run by ONNX
 Runtime's CPU provider with `intra_op_num_threads=1`. Inputs: 1 x 32 and 32 x 128 tokens of
 random embeddings, no padding. Interleaved in one process, medians; ratio = ORT time / ours
-(above 1: ours faster). Outputs are checked equal (max abs difference printed).
+(above 1: ours faster). Outputs are checked equal (max abs difference printed). Also ours under
+bfloat16 autocast (`ours_bf16`: what a CPU with bf16 units, AMX, offers; ONNX Runtime's CPU
+provider runs this model in float32), with its largest difference from our float32 output.
 
     python -m benchmarks.encoder_engines [--quick] [--out DIR] [--cpu-time 1]
 """
@@ -72,10 +74,15 @@ def run(quick: bool = False, out_dir=None, log=print, cpu_time=None) -> dict:
                 with torch.inference_mode():
                     return enc(x)
 
+            def ours_bf16():
+                with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+                    return enc(x)
+
             def onnx():
                 return sess.run(None, {"x": xn})[0]
 
             diff = float(np.abs(ours().numpy() - onnx()).max())
+            bf16_diff = float((ours_bf16().float() - ours()).abs().max())
             reps = 5 if quick else (40 if B * T <= 64 else 9)
             inner = 20 if B * T <= 64 else 1  # tiny calls: time 20 per repetition
 
@@ -83,16 +90,24 @@ def run(quick: bool = False, out_dir=None, log=print, cpu_time=None) -> dict:
                 return lambda: [f() for _ in range(inner)]
 
             load = os.getloadavg()[0]
-            times = common.interleaved({"ours": many(ours), "onnxruntime": many(onnx)}, reps, warmup=2,
+            times = common.interleaved({"ours": many(ours), "ours_bf16": many(ours_bf16), "onnxruntime": many(onnx)},
+                                       reps, warmup=2,
                                        clock=time.process_time if cpu_time else time.perf_counter)
             tokens = B * T * inner
             r = {"batch": B, "tokens": T, "max_abs_diff": diff, "loadavg_1min": [load, os.getloadavg()[0]],
                  "tokens_per_s": {k: common.rate_summary(tokens, v) for k, v in times.items()},
-                 "ours_vs_ort": common.paired_ratio(times["onnxruntime"], times["ours"])}
-            log(f"[encoder_engines] {B}x{T}: ours/ORT {r['ours_vs_ort']['median']:.2f} (diff {diff:.1e})")
+                 "ours_vs_ort": common.paired_ratio(times["onnxruntime"], times["ours"]),
+                 "ours_bf16_vs_ort": common.paired_ratio(times["onnxruntime"], times["ours_bf16"]),
+                 "bf16_max_abs_diff": bf16_diff}
+            log(f"[encoder_engines] {B}x{T}: ours/ORT {r['ours_vs_ort']['median']:.2f} (diff {diff:.1e}), "
+                f"bf16/ORT {r['ours_bf16_vs_ort']['median']:.2f} (diff {bf16_diff:.1e})")
             res["rows"].append(r)
     res["targets"] = [common.target(f"ours / ONNX Runtime at {r['batch']}x{r['tokens']}", r["ours_vs_ort"]["median"], 1.0)
                       for r in res["rows"]]
+    res["targets"] += [common.target(f"ours bf16 autocast / ONNX Runtime fp32 at {r['batch']}x{r['tokens']}",
+                                     r["ours_bf16_vs_ort"]["median"], 1.0,
+                                     note=f"other precision (max abs diff {r['bf16_max_abs_diff']:.1e} from fp32)")
+                       for r in res["rows"]]
     common.write_result("encoder_engines", res, to_markdown(res), out_dir)
     return res
 
@@ -103,14 +118,25 @@ def to_markdown(res: dict) -> str:
                               f"Encoder d_model {s['d_model']}, {s['n_heads']} heads, d_ff {s['d_ff']}, {s['n_layers']} "
                               f"layers; ONNX Runtime {res['onnxruntime']} on the same weights (exported), one thread each, "
                               f"interleaved, medians (min–max), timed by the {res.get('clock', 'wall clock')}. "
-                              "**The machine was shared with other agents' jobs.**")]
+                              + _load_note(res))]
     parts.append("## Targets\n\n" + common.targets_md(res["targets"]))
     rows = [[f"{r['batch']} × {r['tokens']}", common.fmt_stat(r["tokens_per_s"]["ours"]),
              common.fmt_stat(r["tokens_per_s"]["onnxruntime"]), common.fmt_stat(r["ours_vs_ort"], 3, "×"),
-             f"{r['max_abs_diff']:.1e}", "–".join(f"{x:.1f}" for x in r.get("loadavg_1min", []))] for r in res["rows"]]
-    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours", "ONNX Runtime", "ours / ORT", "max abs diff",
-                                                      "load (1 min)"], rows))
+             f"{r['max_abs_diff']:.1e}", common.fmt_stat(r["tokens_per_s"].get("ours_bf16")),
+             common.fmt_stat(r.get("ours_bf16_vs_ort"), 3, "×"),
+             f"{r['bf16_max_abs_diff']:.1e}" if "bf16_max_abs_diff" in r else "–",
+             "–".join(f"{x:.1f}" for x in r.get("loadavg_1min", []))] for r in res["rows"]]
+    parts.append("## Tokens/s\n\n" + common.md_table(["input", "ours (fp32)", "ONNX Runtime", "ours / ORT",
+                                                      "max abs diff", "ours bf16 autocast", "bf16 / ORT",
+                                                      "bf16 max abs diff from fp32", "load (1 min)"], rows))
     return "\n\n".join(parts)
+
+
+def _load_note(res: dict) -> str:
+    loads = [x for r in res["rows"] for x in r.get("loadavg_1min", [])]
+    if loads and max(loads) > 2.0:
+        return f"**The machine was shared with other jobs** (load average up to {max(loads):.1f} on 2 cores)."
+    return f"Load average {min(loads, default=0):.1f}–{max(loads, default=0):.1f} on 2 cores."
 
 
 def main(argv=None):

@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 
 from . import common
-from .translation_engines import TARGET_PAIRS as PAIRS, goal_for
+from .translation_engines import TARGET_PAIRS, goal_for
+
+# the target pairs, and ours under bf16 autocast (no goal of its own: what precision="auto" may pick)
+PAIRS = {**TARGET_PAIRS, "ours_bf16/ct2_fp32": "ours bf16 autocast / CTranslate2 fp32"}
 
 
 def summarize(paths: list[Path]) -> tuple[dict, str]:
@@ -25,11 +28,12 @@ def summarize(paths: list[Path]) -> tuple[dict, str]:
                 continue
             key = (c["size"], c["batch"], c["beam"])
             for pair in PAIRS:
-                by_cell.setdefault(key, {}).setdefault(pair, []).append(c["ours_vs"][pair]["median"])
+                if pair in c["ours_vs"]:  # runs before 2026-12-01 (session 11) have no bf16 contender
+                    by_cell.setdefault(key, {}).setdefault(pair, []).append(c["ours_vs"][pair]["median"])
     rows, out = [], {}
     for (size, batch, beam), pairs in sorted(by_cell.items()):
         for pair, values in pairs.items():
-            goal = goal_for(pair, batch)
+            goal = goal_for(pair, batch) if pair in TARGET_PAIRS else None
             mean = statistics.mean(values)
             std = statistics.stdev(values) if len(values) > 1 else 0.0
             if goal is None:
@@ -46,7 +50,7 @@ def summarize(paths: list[Path]) -> tuple[dict, str]:
             rows.append([size, batch, beam, PAIRS[pair], ", ".join(f"{v:.2f}" for v in values),
                          f"{mean:.2f} ± {std:.2f}", "–" if goal is None else f"{goal:g}", verdict])
     md = ("# Translation decoding vs CTranslate2: target ratios over repeated runs (1 thread)\n\n"
-          f"Runs: {', '.join(p.name for p in paths)} (each a separate process; medians of its interleaved "
+          f"Runs: {', '.join('/'.join(p.parts[-2:]) for p in paths)} (each a separate process; medians of its interleaved "
           "repetitions). Above 1: ours faster. A target counts as met only when mean − std ≥ goal.\n\n"
           + common.md_table(["size", "batch", "beam", "ratio", "per run", "mean ± std", "goal", "verdict"], rows))
     return out, md

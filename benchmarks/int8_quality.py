@@ -7,6 +7,9 @@ trained classifier, and the time each took, the two loaded from the same run fol
 Each run is loaded twice (`quantize=None` and `quantize='int8'`), both evaluate the same test
 split (translation: the first N test sentences, the run's decode settings; classification: the
 whole test split); the two evaluations alternate (fp32, int8, fp32, int8) and the times are medians.
+Translation decodes the float model with `precision="fp32"` (not "auto", which may pick bf16 on a
+CPU with bf16 units) and, with `--bf16`, also with `precision="bf16"` (bfloat16 autocast): what
+"auto" would give there, and at what BLEU.
 The runs are whatever the caller trained: say in the notes how (a short recipe is not the full one).
 """
 from __future__ import annotations
@@ -30,17 +33,20 @@ def _timed(fn, reps: int = 2):
     return out, statistics.median(times)
 
 
-def translation(run: str, sentences: int, beam: int | None) -> dict:
+def translation(run: str, sentences: int, beam: int | None, bf16: bool = False) -> dict:
     from scratchformer.tasks.translate import Translator, load_translation
 
     fp32, int8 = Translator.load(run), Translator.load(run, quantize="int8")
     pairs = load_translation(fp32.recipe.data).test[:sentences]
     res = {"run": run, "sentences": len(pairs), "decode": fp32.decode_config(beam=beam).to_dict()}
-    for name, tr in (("fp32", fp32), ("int8", int8)):
-        rep, secs = _timed(lambda tr=tr: tr.evaluate(pairs, beam=beam))
+    contenders = [("fp32", fp32, "fp32"), ("int8", int8, "fp32")] + ([("bf16", fp32, "bf16")] if bf16 else [])
+    for name, tr, precision in contenders:
+        rep, secs = _timed(lambda tr=tr, p=precision: tr.evaluate(pairs, beam=beam, precision=p))
         res[name] = {"bleu": rep["bleu"], "chrf": rep["chrf"], "signature": rep["bleu_signature"], "seconds": secs}
-    res["bleu_delta"] = res["int8"]["bleu"] - res["fp32"]["bleu"]
-    res["speedup"] = res["fp32"]["seconds"] / res["int8"]["seconds"]
+    for name in [c[0] for c in contenders[1:]]:
+        res[f"{name}_bleu_delta"] = res[name]["bleu"] - res["fp32"]["bleu"]
+        res[f"{name}_speedup"] = res["fp32"]["seconds"] / res[name]["seconds"]
+    res["bleu_delta"], res["speedup"] = res["int8_bleu_delta"], res["int8_speedup"]
     return res
 
 
@@ -75,6 +81,14 @@ def to_markdown(res: dict) -> str:
     if rows:
         parts.append("## Translation (sacrebleu corpus BLEU)\n\n" + common.md_table(
             ["test set", "sentences", "BLEU fp32", "BLEU int8", "Δ BLEU", "chrF fp32 / int8", "int8 speed-up"], rows))
+        bf16_rows = [[f"{name} (`{Path(r['run']).name}`)", r["sentences"], f"{r['fp32']['bleu']:.2f}",
+                      f"{r['bf16']['bleu']:.2f}", f"{r['bf16_bleu_delta']:+.2f}",
+                      f"{r['fp32']['chrf']:.1f} / {r['bf16']['chrf']:.1f}", f"{r['bf16_speedup']:.2f}×"]
+                     for name in ("hsk", "enfr") for r in res.get(name) or [] if "bf16" in r]
+        if bf16_rows:
+            parts.append("### bfloat16 autocast against float32\n\n" + common.md_table(
+                ["test set", "sentences", "BLEU fp32", "BLEU bf16", "Δ BLEU", "chrF fp32 / bf16", "bf16 speed-up"],
+                bf16_rows))
         sig = next(res[n][0]["fp32"]["signature"] for n in ("hsk", "enfr") if res.get(n))
         parts.append(f"BLEU signature: `{sig}`")
     r = res.get("thucnews")
@@ -93,6 +107,7 @@ def main(argv=None):
     ap.add_argument("--thucnews")
     ap.add_argument("--sentences", type=int, default=400)
     ap.add_argument("--beam", type=int, default=None, help="default: the run's decode.beam")
+    ap.add_argument("--bf16", action="store_true", help="also decode the float model under bfloat16 autocast")
     ap.add_argument("--note", default="", help="how the runs were trained (goes into the Markdown)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--shared-machine", action="store_true", help="say in the Markdown that other jobs ran")
@@ -104,7 +119,7 @@ def main(argv=None):
         print(res["thucnews"])
     for name in ("hsk", "enfr"):
         for run in getattr(a, name):
-            res.setdefault(name, []).append(translation(run, a.sentences, a.beam))
+            res.setdefault(name, []).append(translation(run, a.sentences, a.beam, a.bf16))
             print(name, res[name][-1])
     common.write_result("int8_quality", res, to_markdown(res), a.out)
 

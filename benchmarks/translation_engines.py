@@ -11,7 +11,9 @@ Sizes: hsk (d_model 256, 4 heads, d_ff 1024, 3+3 layers, vocabulary 2000, source
 and en-fr (4+3 layers, vocabulary 8000, sources ~20 tokens), random ids, ragged, right-padded.
 Contenders, interleaved in one process with the same number of threads (1, then 2):
   ours (lean step, fp32), ours_readable (`DecodeConfig(lean=False)`: the code before the lean
-  step), ours_int8 (lean, `quantize_int8`), ct2_fp32, ct2_int8.
+  step), ours_int8 (lean, `quantize_int8`), ours_bf16 (lean under bfloat16 autocast, what
+  `precision="bf16"` runs), ct2_fp32, ct2_int8 (CTranslate2 has no bfloat16 on the CPU).
+Each cell also records what `precision="auto"` (the default of `translate`) picks for its size.
 Batch 1: one call decodes 4 sentences one at a time; batch 32: one call of 32 sentences.
 Ratios are ours' tokens/s over the anchor's, per repetition, medians (min-max).
 
@@ -37,7 +39,7 @@ from scratchformer.data.tokenizers import EOS_ID, NUM_SPECIALS, PAD_ID
 from scratchformer.models.seq2seq import Seq2SeqConfig
 from scratchformer.nn import TransformerConfig
 from scratchformer.nn.quant import quantize_int8
-from scratchformer.tasks.translate.decoding import DecodeConfig, decode
+from scratchformer.tasks.translate.decoding import DecodeConfig, choose_precision, decode
 
 from . import common
 from .translation import NoEosSeq2Seq
@@ -139,14 +141,15 @@ def op_counts(quick: bool) -> dict:
 
 
 # (ours, anchor): the ratios a cell reports, ours' tokens/s over the anchor's per repetition
-PAIRS = (("ours", "ct2_fp32"), ("ours_readable", "ct2_fp32"), ("ours_int8", "ct2_int8"), ("ours", "ct2_int8"))
+PAIRS = (("ours", "ct2_fp32"), ("ours_readable", "ct2_fp32"), ("ours_int8", "ct2_int8"), ("ours", "ct2_int8"),
+         ("ours_bf16", "ct2_fp32"))
 
 
 def cell_ratios(times: dict[str, list[float]]) -> dict[str, dict]:
     """`"ours/anchor"` -> per-repetition ratios of `PAIRS`, summarised. Keyed by both names: keyed
     by the anchor alone (until 2026-12-01) "ours_readable" overwrote "ours" against ct2_fp32
     and fp32 overwrote int8 against ct2_int8, so the tables showed those pairs instead."""
-    return {f"{o}/{a}": common.paired_ratio(times[a], times[o]) for o, a in PAIRS}
+    return {f"{o}/{a}": common.paired_ratio(times[a], times[o]) for o, a in PAIRS if o in times and a in times}
 
 
 def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: int, reps: int, budget,
@@ -156,13 +159,13 @@ def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: i
     src = sources(n_src, s["vocab"], s["src_len"], seed=batch)
     chunks = [src[i:i + 1] for i in range(n_src)] if batch == 1 else [src]
     base = DecodeConfig(beam=beam, max_len_ratio=0.0, max_len_offset=OUT_TOKENS, max_output_len=OUT_TOKENS)
-    cfgs = {"ours": base, "ours_readable": base.replace(lean=False), "ours_int8": base}
+    cfgs = {"ours": base, "ours_readable": base.replace(lean=False), "ours_int8": base, "ours_bf16": base}
     counts: dict[str, int] = {}
 
     def ours(name):
         def f():
             n = 0
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "ours_bf16"):
                 for c in chunks:
                     n += sum(len(h.tokens) for h in decode(models[name], c, cfgs[name]))
             counts[name] = n
@@ -184,7 +187,9 @@ def run_cell(models: dict, ct2: dict, s: dict, batch: int, beam: int, threads: i
     fns = {n: ours(n) for n in cfgs} | {n: anchor(n) for n in ("ct2_fp32", "ct2_int8")}
     load = os.getloadavg()[0]
     times = common.interleaved(fns, reps, warmup=1, budget_s=budget, min_reps=3, clock=clock)
+    auto = choose_precision(chunks[0].shape[0] * beam, s["d_model"])
     return {"batch": batch, "beam": beam, "threads": threads, "output_tokens": counts,
+            "auto_precision": {"choice": auto[0], "why": auto[1]},
             "loadavg_1min": [load, os.getloadavg()[0]],  # before and after the cell: the machine is shared
             "tokens_per_s": {n: common.rate_summary(counts[n], t) for n, t in times.items()},
             "ours_vs": cell_ratios(times),
@@ -212,7 +217,7 @@ def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_over
             d = ct2_model_dir(s, Path(tmp) / name)
             fp32 = ours_model(s)
             int8 = quantize_int8(ours_model(s))
-            models = {"ours": fp32, "ours_readable": fp32, "ours_int8": int8}
+            models = {"ours": fp32, "ours_readable": fp32, "ours_int8": int8, "ours_bf16": fp32}
             for threads in ((1, 2) if not threads_only else tuple(int(t) for t in threads_only.split(","))):
                 ct2 = {(f"ct2_{ct}", threads): ctranslate2.Translator(str(d), device="cpu", compute_type=ct,
                                                                        intra_threads=threads, inter_threads=1)
@@ -226,6 +231,7 @@ def run(quick: bool = False, out_dir=None, log=print, sizes_only=None, reps_over
                         res["cells"].append(r)
                         log(f"[engines] {name} t{threads} b{batch} beam{beam}: ours/ct2 fp32 "
                             f"{r['ours_vs']['ours/ct2_fp32']['median']:.2f}, int8 {r['ours_vs']['ours_int8/ct2_int8']['median']:.2f}, "
+                            f"bf16/ct2 fp32 {r['ours_vs']['ours_bf16/ct2_fp32']['median']:.2f} (auto: {r['auto_precision']['choice']}), "
                             f"lean/readable {r['lean_speedup']['median']:.2f}")
     res["targets"] = targets(res["cells"])
     common.write_result("translation_engines", res, to_markdown(res), out_dir)
@@ -279,15 +285,21 @@ def to_markdown(res: dict) -> str:
         tps, r = c["tokens_per_s"], c["ours_vs"]
         rows.append([c["size"], c["threads"], c["batch"], c["beam"], common.fmt_stat(tps["ours"]),
                      common.fmt_stat(tps["ours_readable"]), common.fmt_stat(tps["ours_int8"]),
+                     common.fmt_stat(tps.get("ours_bf16")),
                      common.fmt_stat(tps["ct2_fp32"]), common.fmt_stat(tps["ct2_int8"]),
                      common.fmt_stat(r["ours/ct2_fp32"], 3, "×"), common.fmt_stat(r["ours_int8/ct2_int8"], 3, "×"),
+                     common.fmt_stat(r.get("ours_bf16/ct2_fp32"), 3, "×"),
+                     c.get("auto_precision", {}).get("choice", "–"),
                      common.fmt_stat(c["lean_speedup"], 3, "×"),
                      "–".join(f"{x:.1f}" for x in c.get("loadavg_1min", []))])
     parts.append("## Target tokens/s and ratios\n\n\"ours/ct2 fp32\" = ours (lean, fp32) over CTranslate2 fp32; "
-                 "\"int8/int8\" = ours int8 over CTranslate2 int8; \"lean/readable\" = the lean step and search "
-                 "over the readable path (before).\n\n" + common.md_table(
-                     ["size", "threads", "batch", "beam", "ours", "ours readable (before)", "ours int8", "ct2 fp32",
-                      "ct2 int8", "ours/ct2 fp32", "int8/int8", "lean/readable", "load (1 min)"], rows))
+                 "\"int8/int8\" = ours int8 over CTranslate2 int8; \"bf16/ct2 fp32\" = ours under bfloat16 autocast over "
+                 "CTranslate2 fp32 (it has no bf16 on the CPU); \"auto\" = what `precision=\"auto\"` picks for the "
+                 "cell's rows; \"lean/readable\" = the lean step and search over the readable path (before).\n\n"
+                 + common.md_table(
+                     ["size", "threads", "batch", "beam", "ours", "ours readable (before)", "ours int8", "ours bf16",
+                      "ct2 fp32", "ct2 int8", "ours/ct2 fp32", "int8/int8", "bf16/ct2 fp32", "auto",
+                      "lean/readable", "load (1 min)"], rows))
     rows = []
     for cell, d in res["op_counts"].items():
         rows.append([cell, f"{d['readable']['ops_per_step']:.0f}", f"{d['lean']['ops_per_step']:.0f}",

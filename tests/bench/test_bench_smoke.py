@@ -161,3 +161,51 @@ def test_engine_ratios_name_both_contenders():
     assert r["ours_readable/ct2_fp32"]["median"] == 0.5
     assert r["ours_int8/ct2_int8"]["median"] == 0.5
     assert r["ours/ct2_int8"]["median"] == 0.25
+
+
+def test_linear_layouts_runs_every_kernel_and_checks_the_rule(tmp_path):
+    """The layout benchmark times each kernel on toy shapes, and its rule check flags a cell only
+    where the rule's pick measured slower (the check itself, on made-up numbers)."""
+    from benchmarks import linear_layouts
+    from scratchformer.nn import fast_linear
+
+    res = linear_layouts.run(quick=True, out_dir=tmp_path, log=lambda *a: None)
+    assert (tmp_path / "linear_layouts.json").exists() and (tmp_path / "linear_layouts.md").exists()
+    assert len(res["cells"]) == 4
+    for c in res["cells"]:
+        assert {"transposed", "bf16", "int8"} <= set(c["speedup_vs_F.linear"])
+        assert all(v["median"] > 0 for v in c["us_per_call"].values())
+        assert c["rule_onednn"] == (c["rows"] >= fast_linear.RULES.onednn_min_rows)
+    made_up = [{"out": 768, "in": 256, "rows": 1, "rule_transposed": True,
+                "speedup_vs_F.linear": {"transposed": {"median": 0.8}}},
+               {"out": 256, "in": 1024, "rows": 1, "rule_transposed": False,
+                "speedup_vs_F.linear": {"transposed": {"median": 1.01}}}]
+    check = linear_layouts.rule_check(made_up)
+    assert len(check["rule_wrong"]) == 1 and check["rule_wrong"][0].startswith("(768, 256) x 1")
+
+
+def test_engine_repeats_verdicts_need_mean_minus_std(tmp_path):
+    """A target counts as met over runs only when mean - std reaches the goal; the bf16 ratio is
+    listed without a goal, and runs without it (before the bf16 contender) still summarise."""
+    import json
+
+    from benchmarks.engine_repeats import summarize
+
+    def run(name, fp32, int8, bf16=None):
+        ours_vs = {"ours/ct2_fp32": {"median": fp32}, "ours_int8/ct2_int8": {"median": int8}}
+        if bf16 is not None:
+            ours_vs["ours_bf16/ct2_fp32"] = {"median": bf16}
+        cell = {"threads": 1, "size": "hsk", "batch": 32, "beam": 4, "ours_vs": ours_vs}
+        path = tmp_path / name / "translation_engines.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"cells": [cell, dict(cell, threads=2)]}))
+        return path
+
+    res, md = summarize([run("a", 1.10, 0.60, 0.9), run("b", 1.04, 0.80), run("c", 1.07, 0.70, 1.1)])
+    fp32, int8, bf16 = (res[f"hsk b32 beam4 {k}"] for k in ("ours/ct2_fp32", "ours_int8/ct2_int8", "ours_bf16/ct2_fp32"))
+    assert fp32["values"] == [1.10, 1.04, 1.07] and abs(fp32["mean"] - 1.07) < 1e-9
+    assert int8["values"] == [0.60, 0.80, 0.70] and bf16["values"] == [0.9, 1.1] and bf16["goal"] is None
+    rows = [line for line in md.splitlines() if line.startswith("| hsk")]
+    assert rows[0].endswith("| met |")  # 1.07 - 0.03 >= 1.0
+    assert rows[1].endswith("| inconclusive (goal within one std) |")  # 0.70 +- 0.10 against 0.7
+    assert rows[2].endswith("| – | – |") and "a/translation_engines.json" in md

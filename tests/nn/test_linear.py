@@ -78,38 +78,48 @@ def test_encoder_same_with_and_without_onednn():
 
 
 def test_inference_kernel_rule_follows_the_cpu():
-    """Inference products run on MKL below `inference_min_rows()`: 128 rows with AVX-512,
-    every size without it (both libraries run AVX2 code there and MKL measured as fast or faster)."""
+    """Each CPU kind gets the rules measured on it: MKL for every inference size on an Intel CPU
+    and on an AVX2-only AMD one, oneDNN from 128 rows on an AMD CPU with AVX-512; the module's
+    RULES are this machine's and the path taken says so."""
+    assert linear_mod.rules_for("GenuineIntel", "AMX") is linear_mod.INTEL
+    assert linear_mod.rules_for("GenuineIntel", "AVX2") is linear_mod.INTEL
+    assert linear_mod.rules_for("AuthenticAMD", "AVX512") is linear_mod.AMD_AVX512
+    assert linear_mod.rules_for("AuthenticAMD", "AVX2") is linear_mod.AMD_AVX2
+    assert linear_mod.INTEL.onednn_min_rows == linear_mod.AMD_AVX2.onednn_min_rows == float("inf")
+    assert linear_mod.AMD_AVX512.onednn_min_rows == 128
     rule = linear_mod.inference_min_rows()
-    if linear_mod._AVX512:
-        assert rule == linear_mod.ONEDNN_MIN_ROWS
-        assert linear_mod.inference_mkl_reason(3) == "inference on fewer than 128 rows: MKL's sgemm is faster there"
+    assert rule == linear_mod.RULES.onednn_min_rows
+    if rule == float("inf"):
+        assert linear_mod.inference_mkl_reason(3).endswith("MKL's sgemm is as fast or faster at every size")
     else:
-        assert rule == float("inf")
-        assert linear_mod.inference_mkl_reason(3) == (
-            "inference on a CPU without AVX-512: MKL's sgemm is as fast or faster there at every size")
+        assert linear_mod.inference_mkl_reason(3).startswith("inference on fewer than 128 rows")
     if linear_mod._KERNEL is not None:
-        x, w = torch.randn(200, 8), torch.randn(3, 8)
+        x, w = torch.randn(600, 8), torch.randn(3, 8)  # 600 rows: beyond every transposed range
         with torch.inference_mode():
             linear(x, w)
-        assert linear_mod.last_linear_path_reason == (None if linear_mod._AVX512 else linear_mod.inference_mkl_reason(200))
+        assert linear_mod.last_linear_path_reason == (None if rule <= 600 else linear_mod.inference_mkl_reason(600))
 
 
 def test_transposed_layout_rule_and_numbers():
     """Few-row inference products with more outputs than inputs read a transposed copy of the
     weight (`transposed_wins`): same numbers as F.linear to float32 rounding; the copy is made
     once and made anew when the weight changes in place; `use_transposed(False)` turns it off."""
-    assert linear_mod.transposed_wins(768, 256, 1) and linear_mod.transposed_wins(2000, 256, 32)
-    assert not linear_mod.transposed_wins(256, 1024, 1)  # more inputs than outputs: F.linear
-    assert not linear_mod.transposed_wins(768, 256, linear_mod.TRANSPOSED_MAX_ROWS + 1)
+    amd, intel = linear_mod.AMD_AVX2, linear_mod.INTEL
+    assert linear_mod.transposed_wins(768, 256, 1, amd) and linear_mod.transposed_wins(2000, 256, 32, amd)
+    assert not linear_mod.transposed_wins(256, 1024, 1, amd)  # more inputs than outputs: F.linear
+    assert not linear_mod.transposed_wins(768, 256, 33, amd)
+    assert not linear_mod.transposed_wins(768, 256, 1, intel)  # MKL's AVX-512 code reads (out, in) well
+    assert linear_mod.transposed_wins(256, 1024, 32, intel) and linear_mod.transposed_wins(768, 256, 128, intel)
+    assert not linear_mod.transposed_wins(768, 256, 512, intel)  # a tie there: no second copy
     g = torch.Generator().manual_seed(0)
     lin = torch.nn.Linear(16, 48)
-    x = torch.randn(2, 3, 16, generator=g)  # 6 rows
+    rows = max(6, linear_mod.RULES.transposed_min_rows)  # inside this CPU's transposed range
+    x = torch.randn(2, rows // 2, 16, generator=g)
     with torch.inference_mode():
         out = linear(x, lin.weight, lin.bias)
-        if linear_mod._KERNEL is not None and not linear_mod._AVX512:
-            assert linear_mod.last_linear_path_reason == linear_mod.transposed_reason(6)
-        assert out.shape == (2, 3, 48)
+        if linear_mod._KERNEL is not None:
+            assert linear_mod.last_linear_path_reason == linear_mod.transposed_reason(rows)
+        assert out.shape == (2, rows // 2, 48)
         assert (out - F.linear(x, lin.weight, lin.bias)).abs().max() < 1e-5
         first = linear_mod.transposed_copy(lin.weight)
         assert linear_mod.transposed_copy(lin.weight) is first  # made once
@@ -122,7 +132,7 @@ def test_transposed_layout_rule_and_numbers():
     try:
         with torch.inference_mode():
             linear(x, lin.weight, lin.bias)
-        assert linear_mod.last_linear_path_reason != linear_mod.transposed_reason(6)
+        assert linear_mod.last_linear_path_reason != linear_mod.transposed_reason(rows)
     finally:
         linear_mod.use_transposed(previous)
 
@@ -132,9 +142,12 @@ def test_row_projection_reads_columns_of_one_transposed_copy():
     weight's transposed copy (a strided view) and gives F.linear's numbers on those rows."""
     g = torch.Generator().manual_seed(1)
     qkv = torch.nn.Linear(8, 24)
-    x = torch.randn(3, 1, 8, generator=g)
+    rows = max(3, linear_mod.RULES.transposed_min_rows)  # inside this CPU's transposed range
+    x = torch.randn(rows, 1, 8, generator=g)
     with torch.inference_mode():
         for start, stop in ((0, 8), (8, None)):
-            proj = linear_mod.row_projection(qkv, start, stop, x, rows=3)
+            proj = linear_mod.row_projection(qkv, start, stop, x, rows=rows)
             ref = F.linear(x, qkv.weight[start:stop], qkv.bias[start:stop])
             assert (proj(x) - ref).abs().max() < 1e-5
+        assert linear_mod.transposed_wins(16, 8, rows)  # [W_K; W_V] (16, 8) takes the transposed copy
+        assert qkv.weight in linear_mod._TRANSPOSED  # one copy of the whole weight, sliced

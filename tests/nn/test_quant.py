@@ -50,3 +50,43 @@ def test_bad_quantize_is_a_user_error():
     assert check_quantize(None) == "none"
     with pytest.raises(UserError, match="^quantize must be one of none, int8, got 'int4'$"):
         check_quantize("int4")
+
+
+def test_activation_bits_chooses_8_only_where_it_is_clearly_more_accurate():
+    """The rule on the two probe errors (the AVX2 saturation and the VNNI numbers of the module
+    doc), and the probe on this CPU: its choice is the one with the smaller measured error, and
+    every Int8Linear built here uses it."""
+    from scratchformer.nn.quant import activation_bits, full_range_wins
+
+    assert not full_range_wins(error_7bit=0.018, error_8bit=0.15)  # AVX2: 16-bit sums saturate
+    assert full_range_wins(error_7bit=0.019, error_8bit=0.011)  # VNNI: 32-bit sums
+    assert not full_range_wins(error_7bit=0.019, error_8bit=0.017)  # a near-tie keeps 7 bits
+    bits, why = activation_bits()
+    assert bits in (7, 8) and f"-> {bits} bits" in why
+    errors = [float(e.rstrip("%")) for e in why.replace(",", "").split() if e.endswith("%")]
+    assert (errors[0] < errors[1]) == (bits == 8)  # 8-bit error first, then 7-bit
+    assert Int8Linear(torch.randn(8, 4), None).reduce_range == (bits == 7)
+
+
+def test_wide_engine_packing_serves_many_rows_within_tolerance():
+    """Where the probe picked a second engine for many-row products, an Int8Linear keeps a second
+    packing and uses it from WIDE_MIN_ROWS rows; both sizes stay within 3% of float32, and the
+    choice follows the stated rule on the probe's own gain."""
+    from scratchformer.nn import quant
+
+    engine, why = quant.wide_engine()
+    import re
+
+    m = re.search(r" ([0-9.]+)x the speed", why)
+    if m is not None:
+        gain = float(m.group(1))
+        assert (engine is not None) == (gain >= quant.WIDE_MIN_GAIN)
+    torch.manual_seed(0)
+    lin = Linear(64, 96)
+    q = Int8Linear.from_linear(lin)
+    assert (q._packed_wide is not None) == (engine is not None)
+    with torch.no_grad():
+        for rows in (quant.WIDE_MIN_ROWS - 1, quant.WIDE_MIN_ROWS, 4 * quant.WIDE_MIN_ROWS):
+            x = torch.randn(rows, 64)
+            ref = lin(x)
+            assert float((q(x) - ref).abs().max() / ref.abs().max()) < 0.03

@@ -103,6 +103,10 @@ def translate(args) -> int:
             print(out)
     if tr.precision_reason and (getattr(args, "precision", None) in (None, "auto")):
         print(f"precision: {tr.last_precision} ({tr.precision_reason})", file=sys.stderr)
+    if args.quantize == "int8":
+        from ..nn.quant import activation_bits
+
+        print(f"quantize: int8 ({activation_bits()[1]})", file=sys.stderr)
     return 0
 
 

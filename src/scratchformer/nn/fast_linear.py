@@ -16,11 +16,17 @@ size on an AVX2-only CPU, where oneDNN has no wider vectors to win with.
 Inference products with few rows (a decoding step, a short encoder input) are bound by reading
 the weight, and there its layout matters more than the library: `F.linear` reads W stored
 `(out, in)`; a copy stored `(in, out)` (`transposed_copy`, made once per weight) read as
-`x @ W_T` ran 1.5-2x faster on 1-4 rows when out > in and slower when in > out (MKL, AVX2
-EPYC, weights beyond the L2 cache as in a decode step). `transposed_wins` is that rule;
-`use_transposed(False)` turns it off.
+`x @ W_T` is faster for some shapes and row counts and slower for others, and which ones depends
+on the CPU: MKL runs its AVX2 code on AMD CPUs and its own AVX-512 code on Intel ones.
+`RULES` holds the rule measured for this CPU (`transposed_wins`, `inference_min_rows`;
+`python -m benchmarks.linear_layouts` measures them again on any machine);
+`use_transposed(False)` turns the layout off.
 """
 from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -139,7 +145,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 # ----------------------------------------------------------------------------- weight layout
 
-TRANSPOSED_MAX_ROWS = 32  # above this the products are compute-bound: the layout stops mattering
 TRANSPOSED_MAX_NUMEL = 1 << 24  # a transposed copy doubles a weight's memory: not for the giant ones
 _transposed_enabled = True
 _TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version, its (in, out) copy)
@@ -190,45 +195,85 @@ def _transposed_for(weight: torch.Tensor, rows: int) -> bool:
     return transposed_wins(weight.shape[0], weight.shape[1], rows)
 
 
-def transposed_wins(out_features: int, in_features: int, rows: int) -> bool:
+def transposed_wins(out_features: int, in_features: int, rows: int, rules: "InferenceRules | None" = None) -> bool:
     """Whether `x @ W_T` (the weight stored `(in, out)`) is the faster inference product for
-    `rows` rows: when the weight has more outputs than inputs and there are few rows.
-
-    Measured on the 2-core AVX2 EPYC of the benchmarks (MKL, one thread, 16 weights of a shape
-    in rotation: the ~13 MB a decode step of the hsk recipe reads, beyond the L2 cache), the
-    time of the transposed layout over F.linear's: 0.43-0.70 at 1 row when out > in, 1.1-1.8
-    when in > out; 0.63-0.85 at 32 rows for (768 | 2000, 256) but up to 1.08 for (1024, 256);
-    0.7-1.1 at 128 rows. With the weights in L2 the two tie. The table: docs/speed.md."""
-    return rows <= TRANSPOSED_MAX_ROWS and out_features > in_features
+    `rows` rows on this CPU (`RULES`, or the `rules` given)."""
+    r = RULES if rules is None else rules
+    if not r.transposed_min_rows <= rows <= r.transposed_max_rows:
+        return False
+    return out_features > in_features or not r.transposed_needs_more_outputs
 
 
 def transposed_reason(rows: int) -> str:
-    return f"inference on {rows} rows with more outputs than inputs: the weight stored transposed is faster (transposed_wins)"
+    return f"inference on {rows} rows: the weight stored transposed is faster for this shape ({RULES.name}; transposed_wins)"
 
 
-# Below this many rows per call MKL's sgemm (F.linear) beats oneDNN's `_linear_pointwise`:
-# measured 1.66x at 1 row, 1.38x at 32 rows, equal at 128 and 512 ((M, 256) x (256, 1024),
-# one thread, shared EPYC Zen 5 with AVX-512); a whole batch-1 greedy decode ran 1.6x faster.
-# oneDNN's lead there is on the large products of training and of encoders (thousands of rows).
-ONEDNN_MIN_ROWS = 128
+@dataclass(frozen=True)
+class InferenceRules:
+    """Which kernel an inference product takes, as measured on one kind of CPU (one thread,
+    16 weights of a shape in rotation, as a decode step streams its weights;
+    `benchmarks/results/linear_layouts.md`, docs/speed.md)."""
 
-# On a CPU without AVX-512 both libraries run AVX2 code and MKL is as fast or faster at every
-# inference size measured: 1.03-1.31x from 128 to 4096 rows, 1.3-1.7x at 1-32 rows ((M, 256) x
-# (256, 768 | 1024) and (M, 1024) x (1024, 256), one thread, 2-core AMD EPYC with AVX2 only,
-# 2026-12-01; benchmarks/results/translation_engines.md). Training keeps oneDNN there (its
-# backward products were not re-measured).
+    name: str
+    onednn_min_rows: float  # inference products with at least this many rows run on oneDNN, fewer on MKL
+    transposed_min_rows: int  # the transposed weight is read for rows in [min, max] ...
+    transposed_max_rows: float
+    transposed_needs_more_outputs: bool  # ... and only for weights with out > in when True
+    measured: str
+
+
+# MKL on an AMD CPU runs its AVX2 code. On the 2-core AVX2-only EPYC (2026-12-01), time of the
+# transposed layout over F.linear's: 0.43-0.70 at 1 row when out > in, 1.1-1.8 when in > out;
+# 0.63-0.85 at 32 rows for (768 | 2000, 256), up to 1.08 for (1024, 256); 0.7-1.1 at 128 rows.
+# MKL was as fast as oneDNN or faster at every inference size there (1.03-1.31x from 128 to
+# 4096 rows, 1.3-1.7x at 1-32 rows).
+AMD_AVX2 = InferenceRules("MKL's AVX2 code, AVX2-only AMD CPU", float("inf"), 1, 32, True,
+                          "2-core AMD EPYC, AVX2 only, 2026-12-01")
+# The same MKL code on an AMD CPU with AVX-512, where oneDNN's AVX-512 code wins from 128 rows
+# (1.66x MKL at 1 row, 1.38x at 32, equal at 128 and 512 for (M, 256) x (256, 1024); shared EPYC
+# Zen 5). The layout rule is the AVX2 one: it is MKL's code that reads the layout.
+AMD_AVX512 = InferenceRules("MKL's AVX2 code, AMD CPU with AVX-512", 128, 1, 32, True,
+                            "2-core AMD EPYC Zen 5 (oneDNN rows); layout as on the AVX2 EPYC")
+# MKL's own AVX-512 code on an Intel Xeon (2-core, AVX-512 + AMX, 2026-12-01, two runs): F.linear
+# reads (out, in) at full speed with 1-4 rows (the transposed copy 0.63-1.03 for out > in) and
+# the transposed copy wins from 32 rows for every shape but (1024, 256) (1.05-1.39 at 32 rows,
+# 0.84 for that one; 1.10-1.23 at 128; a tie, 1.01-1.05, at 512 and 4096). oneDNN never wins an
+# inference product there (0.44-0.74 at 1-32 rows, 0.82-1.00 at 128, 0.92-1.05 at 512-4096).
+INTEL = InferenceRules("MKL's AVX-512 code, Intel CPU", float("inf"), 32, 256, False,
+                       "2-core Intel Xeon, AVX-512 + AMX, 2026-12-01")
+
+
+def _cpu_vendor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def rules_for(vendor: str, capability: str) -> InferenceRules:
+    """The measured rules for a CPU vendor (`/proc/cpuinfo`'s vendor_id) and torch's capability."""
+    if "Intel" in vendor:
+        return INTEL
+    return AMD_AVX512 if capability.startswith(("AVX512", "AMX")) else AMD_AVX2
+
+
 _AVX512 = torch.backends.cpu.get_cpu_capability().startswith(("AVX512", "AMX"))
+RULES = rules_for(_cpu_vendor(), torch.backends.cpu.get_cpu_capability())
+ONEDNN_MIN_ROWS = 128  # AMD_AVX512's threshold (kept as a name for readers of earlier notes)
 
 
 def inference_min_rows() -> float:
     """Inference products with fewer rows than this run on MKL (`F.linear`), the rest on oneDNN."""
-    return ONEDNN_MIN_ROWS if _AVX512 else float("inf")
+    return RULES.onednn_min_rows
 
 
 def inference_mkl_reason(rows: int) -> str:
-    if not _AVX512:
-        return "inference on a CPU without AVX-512: MKL's sgemm is as fast or faster there at every size"
-    return f"inference on fewer than {ONEDNN_MIN_ROWS} rows: MKL's sgemm is faster there"
+    if RULES.onednn_min_rows == float("inf"):
+        return f"inference on this CPU ({RULES.name}): MKL's sgemm is as fast or faster at every size"
+    return f"inference on fewer than {RULES.onednn_min_rows} rows: MKL's sgemm is faster there ({RULES.name})"
 
 
 def projection(module: nn.Module, sample: torch.Tensor | None = None, rows: int | None = None):
@@ -265,7 +310,7 @@ def _planned(weight: torch.Tensor, bias: torch.Tensor | None, sample: torch.Tens
                 and not torch.is_autocast_enabled("cpu") and _transposed_for(weight, rows):
             weight_t = transposed_copy(weight) if full_weight is None else transposed_copy(full_weight)[:, columns]
             return lambda x: matmul_transposed(x, weight_t, bias)  # (in, out): faster for this shape
-        return lambda x: F.linear(x, weight, bias)  # MKL wins here (see ONEDNN_MIN_ROWS, _AVX512)
+        return lambda x: F.linear(x, weight, bias)  # MKL wins here (RULES)
     if onednn_blocker(sample, weight) is None:
         kernel = _KERNEL
         return lambda x: kernel(x, weight, bias, "none", [], "")

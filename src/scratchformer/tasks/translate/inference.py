@@ -12,7 +12,7 @@ from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text, inside
-from ...nn.quant import check_quantize, quantize_int8
+from ...nn.quant import Int8Linear, check_quantize, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
@@ -58,6 +58,7 @@ class Translator:
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
         self.last_precision: str | None = None  # what the last batch decoded in, and why
         self.precision_reason: str | None = None
+        self.quantized = any(isinstance(m, Int8Linear) for m in self.model.modules())
 
     @classmethod
     def load(cls, run_dir: str | Path, weights: str | None = None,
@@ -123,7 +124,10 @@ class Translator:
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], getattr(self.src_tok, "pad_id", PAD_ID))
             precision = cfg.precision
-            if precision == "auto":
+            if precision == "auto" and self.quantized:
+                precision, self.precision_reason = "fp32", ("the projections are int8 (they take float32 "
+                                                            "activations): bf16 would only add casts")
+            elif precision == "auto":
                 d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
                     else self.model.cfg.transformer.d_model
                 precision, self.precision_reason = choose_precision(len(chunk) * cfg.beam, d)
