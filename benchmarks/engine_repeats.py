@@ -17,7 +17,7 @@ from . import common
 from .translation_engines import TARGET_PAIRS, goal_for
 
 # the target pairs, and ours under bf16 autocast (no goal of its own: what precision="auto" may pick)
-PAIRS = {**TARGET_PAIRS, "ours_bf16/ct2_fp32": "ours bf16 autocast / CTranslate2 fp32"}
+PAIRS = {**TARGET_PAIRS, "ours_bf16/ct2_fp32": "ours bf16 / CTranslate2 fp32"}
 
 
 def summarize(paths: list[Path]) -> tuple[dict, str]:

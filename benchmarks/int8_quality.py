@@ -8,7 +8,7 @@ Each run is loaded twice (`quantize=None` and `quantize='int8'`), both evaluate 
 split (translation: the first N test sentences, the run's decode settings; classification: the
 whole test split); the two evaluations alternate (fp32, int8, fp32, int8) and the times are medians.
 Translation decodes the float model with `precision="fp32"` (not "auto", which may pick bf16 on a
-CPU with bf16 units) and, with `--bf16`, also with `precision="bf16"` (bfloat16 autocast): what
+CPU with bf16 units) and, with `--bf16`, also with `precision="bf16"` (a bfloat16 copy of the model): what
 "auto" would give there, and at what BLEU.
 The runs are whatever the caller trained: say in the notes how (a short recipe is not the full one).
 """
@@ -86,7 +86,7 @@ def to_markdown(res: dict) -> str:
                       f"{r['fp32']['chrf']:.1f} / {r['bf16']['chrf']:.1f}", f"{r['bf16_speedup']:.2f}×"]
                      for name in ("hsk", "enfr") for r in res.get(name) or [] if "bf16" in r]
         if bf16_rows:
-            parts.append("### bfloat16 autocast against float32\n\n" + common.md_table(
+            parts.append("### bfloat16 (a bf16 copy of the model) against float32\n\n" + common.md_table(
                 ["test set", "sentences", "BLEU fp32", "BLEU bf16", "Δ BLEU", "chrF fp32 / bf16", "bf16 speed-up"],
                 bf16_rows))
         sig = next(res[n][0]["fp32"]["signature"] for n in ("hsk", "enfr") if res.get(n))
@@ -107,7 +107,7 @@ def main(argv=None):
     ap.add_argument("--thucnews")
     ap.add_argument("--sentences", type=int, default=400)
     ap.add_argument("--beam", type=int, default=None, help="default: the run's decode.beam")
-    ap.add_argument("--bf16", action="store_true", help="also decode the float model under bfloat16 autocast")
+    ap.add_argument("--bf16", action="store_true", help="also decode with precision=\"bf16\" (a bfloat16 copy of the model)")
     ap.add_argument("--note", default="", help="how the runs were trained (goes into the Markdown)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--shared-machine", action="store_true", help="say in the Markdown that other jobs ran")

@@ -312,12 +312,26 @@ def test_python_api_and_cli(run, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["n"] == 40 and rep["decode"]["beam"] == 1 and rep["bleu"] > 60
     assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--json", "--precision", "bf16"]) == 0
-    assert json.loads(capsys.readouterr().out)["decode"]["precision"] == "bf16"
+    rep16 = json.loads(capsys.readouterr().out)
+    assert rep16["decode"]["precision"] == "bf16" and rep16["bleu"] > 60
     png = d / "align.png"
     assert main(["align", str(out), "ab cd", "--out", str(png)]) == 0
     assert png.stat().st_size > 1000
     src, outs, weights, text = tr.align("ab cd")
     assert text == "AB CD" and weights[0].shape == (4, len(outs), len(src))
+
+
+def test_bf16_precision_decodes_a_bf16_copy_of_the_model(run):
+    """precision='bf16' decodes with a bfloat16 copy of the model, made once, the float32 model
+    untouched; int8 and bf16 together are a one-line UserError."""
+    d, out = run
+    tr = Translator.load(out)
+    assert tr.translate(["ab cd ef"], precision="bf16") == ["AB CD EF"] and tr.last_precision == "bf16"
+    m = tr.bf16_model()
+    assert m is tr.bf16_model() and all(p.dtype == torch.bfloat16 for p in m.parameters())
+    assert all(p.dtype == torch.float32 for p in tr.model.parameters())
+    with pytest.raises(UserError, match="^precision='bf16' and quantize='int8' do not combine"):
+        Translator.load(out, quantize="int8").translate(["ab cd"], precision="bf16")
 
 
 def test_ensemble_cli_and_tokenizer_check(run, tmp_path, capsys):

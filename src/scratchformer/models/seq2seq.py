@@ -196,7 +196,7 @@ class Seq2SeqStep:
         if pos is None:
             self.positions = None
         elif hasattr(pos, "table"):  # sinusoidal: the rows of every position this decode can reach
-            self.positions = pos.table(capacity, memory.device)  # (capacity, C)
+            self.positions = pos.table(capacity, memory.device).to(self.table.dtype)  # (capacity, C), the model's dtype
         else:  # learned
             self.positions = pos.embedding.weight
         self.out = projection(model.out_proj, memory, memory.shape[0] * beams)

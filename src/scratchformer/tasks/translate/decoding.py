@@ -59,7 +59,7 @@ class DecodeConfig(JsonConfig):
     early_stop: bool = True
     use_cache: bool = True
     batch_tokens: int = 4000  # source tokens (times beam) decoded together
-    # "bf16": the model under bfloat16 autocast (log-probs stay fp32); "auto": whichever a
+    # "bf16": a bfloat16 copy of the model (log-probs in fp32; `Translator.bf16_model`); "auto": whichever a
     # micro-probe on this CPU measures faster for the decode's size (`choose_precision`)
     precision: str = "auto"
     lean: bool = True  # the lean search and decode step (False: the readable reference)
@@ -93,8 +93,8 @@ _BANNED = (PAD_ID, BOS_ID, CLS_ID)
 # bf16 must win the probe by this much: a near-tie keeps fp32 (exact, and the same output on
 # every run of the same machine). On the 2-core AVX2 EPYC (no bf16 instructions) bf16 decoding
 # ran 0.61x at batch 1 and 0.26x at batch 32, and the probe picks fp32. On the 2-core Xeon with
-# AMX, bf16 decoding (hsk size, one thread) ran 0.39x fp32 at batch 1, 0.94x at 32 rows (batch 32
-# greedy) and 1.4x at 128 rows (batch 32, beam 4); the probe gave 0.34x, 1.04x and 1.82x there.
+# AMX, the bf16 model decoded (hsk size, one thread) at 0.68x fp32 at batch 1, 1.46x at 32 rows
+# (batch 32 greedy) and 1.63x at 128 rows (batch 32, beam 4).
 BF16_MIN_GAIN = 1.2
 
 
@@ -102,40 +102,37 @@ BF16_MIN_GAIN = 1.2
 def choose_precision(rows: int, d_model: int, device: str = "cpu") -> tuple[str, str]:
     """`(precision, why)` for decoding `rows` hypotheses at once with a model of width `d_model`:
     a micro-probe (a few ms, once per size bucket) times a post-LN block of a decode step on
-    `rows` rows (a fused-qkv-sized product, two layer norms, the feed-forward pair) in float32 and
-    under bfloat16 autocast, and keeps bf16 only when it is `BF16_MIN_GAIN` times faster.
-
-    The block, not a lone product: a bf16 product alone runs 2x fp32 at 32 rows on AMX, but
-    autocast's casts around every product and norm eat that gain there (a decode at 32 rows ran
-    0.94x). Its weights are parameters, so autocast casts them once per context, as it does a
-    model's in a decode."""
+    `rows` rows (a fused-qkv-sized product, two layer norms, the feed-forward pair) with float32
+    weights and activations and with bfloat16 ones (what `precision="bf16"` decodes with, a bf16
+    copy of the model), and keeps bf16 only when it is `BF16_MIN_GAIN` times faster. A block,
+    not a lone product: the norms and the small ops between the products count too."""
     if device != "cpu":
         return "fp32", f"device {device}: the probe is for the CPU (use precision='bf16' to choose it)"
     rows = 1 << max(0, (rows - 1).bit_length())  # power-of-two bucket: one probe per bucket
     g = torch.Generator().manual_seed(0)
     d = d_model
-    w_qkv, w_in, w_out = (torch.nn.Parameter(torch.randn(o, i, generator=g) / i ** 0.5)
-                          for o, i in ((3 * d, d), (4 * d, d), (d, 4 * d)))
-    norm_w, norm_b = torch.ones(d), torch.zeros(d)
+    weights = [torch.randn(o, i, generator=g) / i ** 0.5 for o, i in ((3 * d, d), (4 * d, d), (d, 4 * d))]
+    norm = (torch.ones(d), torch.zeros(d))
     x = torch.randn(rows, d, generator=g)
 
-    def block(h: torch.Tensor) -> torch.Tensor:  # (rows, d) -> (rows, d)
+    def block(h, w_qkv, w_in, w_out, norm_w, norm_b):  # (rows, d) -> (rows, d)
         h = F.layer_norm(h + F.linear(h, w_qkv)[:, :d], (d,), norm_w, norm_b)
         return F.layer_norm(h + F.linear(F.relu(F.linear(h, w_in)), w_out), (d,), norm_w, norm_b)
 
-    def timed(bf16: bool) -> float:
+    def timed(dtype: torch.dtype) -> float:
+        args = [t.to(dtype) for t in (x, *weights, *norm)]
         best = float("inf")
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            block(x)  # warm-up (bf16 kernels, the weight casts of this context)
+        with torch.inference_mode():
+            block(*args)  # warm-up (kernel creation)
             for _ in range(5):
                 t0 = time.perf_counter()
                 for _ in range(4):
-                    block(x)
+                    block(*args)
                 best = min(best, time.perf_counter() - t0)
         return best
 
-    timed(True)  # warm-up
-    gain = timed(False) / timed(True)
+    timed(torch.bfloat16)  # warm-up
+    gain = timed(torch.float32) / timed(torch.bfloat16)
     choice = "bf16" if gain >= BF16_MIN_GAIN else "fp32"
     return choice, f"probe at {rows} rows x d_model {d_model}: bf16 {gain:.2f}x the speed of fp32 -> {choice}"
 
