@@ -73,11 +73,15 @@ def full_range_wins(error_7bit: float, error_8bit: float) -> bool:
     return error_8bit <= FULL_RANGE_MAX_ERROR_RATIO * error_7bit
 
 
-@functools.lru_cache(maxsize=None)
 def activation_bits(engine: str | None = None) -> tuple[int, str]:
     """`(bits, why)`: 8 when this CPU's int8 kernels sum without saturating (VNNI), else 7.
-    Measured once per engine on a fixed random `(32, 256) x (256, 1024)` product (a few ms)."""
-    engine = engine or torch.backends.quantized.engine
+    Measured once per engine (default: the current one) on a fixed random `(32, 256) x (256, 1024)`
+    product (a few ms)."""
+    return _activation_bits(engine or torch.backends.quantized.engine)
+
+
+@functools.lru_cache(maxsize=None)
+def _activation_bits(engine: str) -> tuple[int, str]:
     previous = torch.backends.quantized.engine
     try:
         torch.backends.quantized.engine = engine
@@ -110,12 +114,15 @@ def _prepack(w: torch.Tensor, bias: torch.Tensor | None, engine: str):
         torch.backends.quantized.engine = previous
 
 
-@functools.lru_cache(maxsize=None)
 def wide_engine(engine: str | None = None) -> tuple[str | None, str]:
     """`(engine or None, why)`: another quantized engine for products of `WIDE_MIN_ROWS` rows or
     more, when a probe on a `(128, 256) x (256, 1024)` product finds it `WIDE_MIN_GAIN` times
-    faster than `engine` (the default one); None keeps the default for every size."""
-    engine = engine or torch.backends.quantized.engine
+    faster than `engine` (default: the current one); None keeps that one for every size."""
+    return _wide_engine(engine or torch.backends.quantized.engine)
+
+
+@functools.lru_cache(maxsize=None)
+def _wide_engine(engine: str) -> tuple[str | None, str]:
     other = "onednn"
     if other == engine or other not in torch.backends.quantized.supported_engines:
         return None, f"int8: one engine ({engine}) for every size"
