@@ -143,6 +143,14 @@ def fmt_stat(s: dict | None, digits: int = 3, suffix: str = "") -> str:
     return f"{fmt_num(s['median'], digits)}{suffix} ({fmt_num(s['min'], digits)}–{fmt_num(s['max'], digits)})"
 
 
+def load_note(loads: list[float], busy_tail: str = ".", quiet_tail: str = ".") -> str:
+    """One sentence on the machine's load average over a benchmark (the 1-minute values its
+    cells recorded): "shared" above 2 on these 2 cores, else the range."""
+    if loads and max(loads) > 2.0:
+        return f"**The machine was shared with other jobs** (load average up to {max(loads):.1f} on 2 cores){busy_tail}"
+    return f"Load average {min(loads, default=0):.1f}–{max(loads, default=0):.1f} on 2 cores{quiet_tail}"
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]

@@ -132,7 +132,7 @@ def to_markdown(res: dict) -> str:
                               f"Encoder d_model {s['d_model']}, {s['n_heads']} heads, d_ff {s['d_ff']}, {s['n_layers']} "
                               f"layers; ONNX Runtime {res['onnxruntime']} on the same weights (exported), one thread each, "
                               f"interleaved, medians (min–max), timed by the {res.get('clock', 'wall clock')}. "
-                              + _load_note(res))]
+                              + common.load_note([x for r in res["rows"] for x in r.get("loadavg_1min", [])]))]
     parts.append("## Targets\n\n" + common.targets_md(res["targets"]))
     rows = [[f"{r['batch']} × {r['tokens']}", common.fmt_stat(r["tokens_per_s"]["ours"]),
              common.fmt_stat(r["tokens_per_s"]["onnxruntime"]), common.fmt_stat(r["ours_vs_ort"], 3, "×"),
@@ -147,13 +147,6 @@ def to_markdown(res: dict) -> str:
                                                       "bf16 max abs diff from fp32", "ours bf16 weights",
                                                       "bf16 weights / ORT", "its max abs diff", "load (1 min)"], rows))
     return "\n\n".join(parts)
-
-
-def _load_note(res: dict) -> str:
-    loads = [x for r in res["rows"] for x in r.get("loadavg_1min", [])]
-    if loads and max(loads) > 2.0:
-        return f"**The machine was shared with other jobs** (load average up to {max(loads):.1f} on 2 cores)."
-    return f"Load average {min(loads, default=0):.1f}–{max(loads, default=0):.1f} on 2 cores."
 
 
 def main(argv=None):

@@ -265,12 +265,9 @@ def goal_for(pair: str, batch: int) -> float | None:
 
 
 def _load_note(res: dict) -> str:
-    loads = [x for c in res["cells"] for x in c.get("loadavg_1min", [])]
-    if loads and max(loads) > 2.0:
-        return ("**The machine was shared with other jobs** (load average up to "
-                f"{max(loads):.1f} on 2 cores): absolute rates are low and noisy, the per-repetition ratios are what to read.")
-    return (f"Load average {min(loads, default=0):.1f}–{max(loads, default=0):.1f} on 2 cores; single runs still move "
-            "by ±20% (benchmarks/engine_repeats.py summarises several).")
+    return common.load_note([x for c in res["cells"] for x in c.get("loadavg_1min", [])],
+                            ": absolute rates are low and noisy, the per-repetition ratios are what to read.",
+                            "; single runs still move by ±20% (benchmarks/engine_repeats.py summarises several).")
 
 
 def to_markdown(res: dict) -> str:

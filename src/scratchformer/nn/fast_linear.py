@@ -260,9 +260,8 @@ def rules_for(vendor: str, capability: str) -> InferenceRules:
     return AMD_AVX512 if capability.startswith(("AVX512", "AMX")) else AMD_AVX2
 
 
-_AVX512 = torch.backends.cpu.get_cpu_capability().startswith(("AVX512", "AMX"))
 RULES = rules_for(_cpu_vendor(), torch.backends.cpu.get_cpu_capability())
-ONEDNN_MIN_ROWS = 128  # AMD_AVX512's threshold (kept as a name for readers of earlier notes)
+_ROWS_IF_UNKNOWN = 128  # a projection planned without a row count is taken as a large product
 
 
 def inference_min_rows() -> float:
@@ -305,7 +304,7 @@ def _planned(weight: torch.Tensor, bias: torch.Tensor | None, sample: torch.Tens
     sample = weight if sample is None else sample
     if torch.is_grad_enabled() and (weight.requires_grad or sample.requires_grad):
         return lambda x: linear(x, weight, bias)  # autograd: the per-call path
-    if (rows if rows is not None else ONEDNN_MIN_ROWS) < inference_min_rows():
+    if (rows if rows is not None else _ROWS_IF_UNKNOWN) < inference_min_rows():
         if rows is not None and sample.device.type == "cpu" and sample.dtype == torch.float32 \
                 and not torch.is_autocast_enabled("cpu") and _transposed_for(weight, rows):
             weight_t = transposed_copy(weight) if full_weight is None else transposed_copy(full_weight)[:, columns]

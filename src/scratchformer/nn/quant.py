@@ -158,7 +158,7 @@ class Int8Linear(nn.Module):
         w = weight.detach().float().contiguous()
         self.out_features, self.in_features = w.shape
         self.weight, self.bias = w, None if bias is None else bias.detach().float().contiguous()
-        self._packed = torch.ops.quantized.linear_prepack(_per_channel_int8(w), self.bias)
+        self._packed = _prepack(w, self.bias, torch.backends.quantized.engine)
         self.reduce_range = activation_bits()[0] == 7  # 7-bit activations where 8 would saturate
         wide = wide_engine()[0]
         self._packed_wide = None if wide is None else _prepack(w, self.bias, wide)  # many-row products
