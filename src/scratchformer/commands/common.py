@@ -93,12 +93,11 @@ def run_folder_guard(args) -> Iterator[None]:
         yield
 
 
-def _recipe_class(args):
-    if args.verb == "pretrain":
-        from ..tasks.mlm import MLMRecipe
-        return MLMRecipe
-    from ..experiments.identity import recipe_class
-    return recipe_class(getattr(args, "task", "classify"))
+def _face(args):
+    """The face of a train verb's task: `train TASK`, or `pretrain OBJECTIVE` (`pretrain mlm`)."""
+    from ..tasks.faces import face
+
+    return face(getattr(args, "objective", None) or getattr(args, "task", None) or "classify")
 
 
 def _check_source(option: str, value: str, pairs: bool = False) -> None:
@@ -117,23 +116,15 @@ def check_train_inputs(args) -> None:
     """What a `train` verb reads, checked before `--overwrite` removes the old run: the
     --config, every --set, and the data files (or registered names) the recipe and the flags
     name, --teacher and --init. Only existence and form: reading a file's lines comes later."""
-    cls = _recipe_class(args)
-    base, flags = None, {}
-    if cls.__name__ == "ClassifyRecipe":
-        flags = {"time_budget": getattr(args, "time_budget", None)}
-        if not args.config:  # the adaptive default's base: a time budget, as many members as fit
-            from ..tasks.classify.auto import DEFAULT_BUDGET_MIN
-
-            nulled = any(k.strip() == "time_budget" and v.strip().lower() in ("null", "none")
-                         for k, _, v in (x.partition("=") for x in args.set))  # as adaptive_recipe reads it
-            base = cls() if nulled else cls(time_budget=DEFAULT_BUDGET_MIN, ensemble=0)
-    recipe = resolve_recipe(cls, args.config, args.set, flags, base=base)
+    face = _face(args)
+    flags = {"time_budget": args.time_budget} if getattr(args, "time_budget", None) is not None else {}
+    recipe = face.train_recipe(args.config, args.set, flags)  # the task's own start (classify: its adaptive base)
     data = getattr(recipe, "data", None)
-    pairs = cls.__name__ == "TranslateRecipe"
+    pairs = face.data_form == "pair"
     for option, value in (("--data", getattr(args, "data", None)), ("--valid", getattr(args, "valid", None)),
                           ("--test", getattr(args, "test", None))):
         for v in (value if isinstance(value, list) else [value] if value else []):
-            for item in (v.split(",") if args.verb == "pretrain" else [v]):
+            for item in (v.split(",") if face.data_form == "list" else [v]):
                 _check_source(option, item.strip(), pairs)
     if data is not None and not getattr(args, "data", None):
         for name in ([getattr(data, "dataset", None)] + list(getattr(data, "datasets", None) or [])):

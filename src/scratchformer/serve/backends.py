@@ -15,8 +15,6 @@ from typing import Any, Callable, Hashable, Sequence
 from ..errors import UserError
 
 CLASSIFY, TRANSLATE, EMBEDDINGS, COMPLETIONS = "/v1/classify", "/v1/translate", "/v1/embeddings", "/v1/completions"
-TASK_WORDS = {"classify": "a classifier", "translate": "a translator", "lm": "a language model",
-              "embed": "an embedding model"}
 
 
 class Served:
@@ -171,10 +169,10 @@ class PretrainedEmbedder(Served):
     task, routes = "embed", (EMBEDDINGS,)
 
     def __init__(self, name: str, source: str, quantize: str = "none"):
-        from ..interop.hf_bert import load_hf_bert
+        from ..tasks.faces import face
 
         super().__init__(name, source)
-        self.model, self.tok = load_hf_bert(source, quantize=quantize)
+        self.model, self.tok = face("embed").load(source, quantize=quantize)
 
     def count_tokens(self, texts):
         return [len(self.tok.encode(t, add_special_tokens=False)) for t in texts]
@@ -285,14 +283,17 @@ def load_backend(spec: ModelSpec, backend: str = "torch", quantize: str = "none"
         return PretrainedEmbedder(spec.name, spec.source, quantize)  # e.g. `minilm`
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file() and not _is_run(path):
         return PretrainedEmbedder(spec.name, spec.source, quantize)  # a Hugging Face BERT folder
-    from ..tasks.runs import RunDir
+    from ..tasks.faces import faces, task_of
 
     check_finished(path)
-    task = RunDir(path).task_name()
-    kinds = {"classify": ClassifierBackend, "translate": TranslatorBackend, "lm": LanguageModelBackend}
-    if task not in kinds:
-        raise UserError(f"{path} holds a {task!r} run; serve knows {', '.join(kinds)} runs")
-    return kinds[task](spec.name, path, quantize)
+    face = task_of(path)  # a backend answers routes; the run's face says which routes its task has
+    runs = (ClassifierBackend, TranslatorBackend, LanguageModelBackend)
+    served = [b for b in runs if b.routes == face.routes]
+    if not served:
+        able = [f.name for f in faces().values() if any(b.routes == f.routes for b in runs)]
+        raise UserError(f"{path} holds a {face.name!r} run, which has no serve routes; serve knows "
+                        f"{', '.join(able)} runs")
+    return served[0](spec.name, path, quantize)
 
 
 def check_finished(path: Path) -> None:
