@@ -101,8 +101,9 @@ def translate(args) -> int:
                               "finished": h.finished}, ensure_ascii=False))
         else:
             print(out)
-    if tr.precision_reason and (getattr(args, "precision", None) in (None, "auto")):
-        print(f"precision: {tr.last_precision} ({tr.precision_reason})", file=sys.stderr)
+    if getattr(args, "precision", None) in (None, "auto"):
+        for precision, why in dict.fromkeys((h.precision, h.precision_reason) for h in hyps):  # each batch's own
+            print(f"precision: {precision} ({why})", file=sys.stderr)
     if args.quantize == "int8":
         from ..nn.quant import activation_bits
 

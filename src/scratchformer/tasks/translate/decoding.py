@@ -84,6 +84,10 @@ class Hypothesis:
     score: float  # sum of the log-probabilities of the tokens (and of <eos> when finished)
     finished: bool = True  # False: stopped at the length limit without <eos>
     normalized: float = field(default=0.0)  # the score beam search ranked it by
+    # what its batch was decoded in ("fp32" / "bf16") and why: a value of this call, set by
+    # `Translator.hypotheses` (never stored on the shared translator); not part of equality
+    precision: str | None = field(default=None, compare=False)
+    precision_reason: str | None = field(default=None, compare=False)
 
 
 # Ids a decoder must never emit: padding, <bos> and <cls> are not outputs.

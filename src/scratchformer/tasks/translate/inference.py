@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -57,10 +59,35 @@ class Translator:
 
     def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe):
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
-        self.last_precision: str | None = None  # what the last batch decoded in, and why
-        self.precision_reason: str | None = None
+        self._last = threading.local()  # the deprecated last_precision / precision_reason, per thread
         self.quantized = any(isinstance(m, Int8Linear) for m in self.model.modules())
         self._bf16: torch.nn.Module | None = None
+
+    @property
+    def last_precision(self) -> str | None:
+        """Deprecated: what the last batch decoded by the reading thread ran in. Each
+        `Hypothesis` says what its own batch ran in: `h.precision`, `h.precision_reason`."""
+        warnings.warn("Translator.last_precision is deprecated (state on a translator shared by threads): read "
+                      "Hypothesis.precision of your own call's hypotheses", DeprecationWarning, stacklevel=2)
+        return getattr(self._last, "choice", (None, None))[0]
+
+    @property
+    def precision_reason(self) -> str | None:
+        """Deprecated: why (see `last_precision`); read `Hypothesis.precision_reason`."""
+        warnings.warn("Translator.precision_reason is deprecated (state on a translator shared by threads): read "
+                      "Hypothesis.precision_reason of your own call's hypotheses", DeprecationWarning, stacklevel=2)
+        return getattr(self._last, "choice", (None, None))[1]
+
+    def choose_precision(self, rows: int, asked: str = "auto") -> tuple[str, str]:
+        """What a batch of `rows` decoder rows (sentences x beam) runs in, and why: `asked`
+        unless it is "auto", which measures (`decoding.choose_precision`). Nothing is stored."""
+        if asked != "auto":
+            return asked, f"precision={asked!r} was asked for"
+        if self.quantized:
+            return "fp32", "the projections are int8 (they take float32 activations): bf16 would only add casts"
+        d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
+            else self.model.cfg.transformer.d_model
+        return choose_precision(rows, d)
 
     def bf16_model(self) -> torch.nn.Module:
         """The model with its weights in bfloat16 (made once, kept beside the float32 one): what
@@ -137,19 +164,10 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], getattr(self.src_tok, "pad_id", PAD_ID))
-            precision = cfg.precision
-            if precision == "auto" and self.quantized:
-                precision, self.precision_reason = "fp32", ("the projections are int8 (they take float32 "
-                                                            "activations): bf16 would only add casts")
-            elif precision == "auto":
-                d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
-                    else self.model.cfg.transformer.d_model
-                precision, self.precision_reason = choose_precision(len(chunk) * cfg.beam, d)
-            else:
-                self.precision_reason = f"precision={precision!r} was asked for"
-            self.last_precision = precision
+            precision, why = self._last.choice = self.choose_precision(len(chunk) * cfg.beam, cfg.precision)
             hyps = decode(self.bf16_model() if precision == "bf16" else self.model, src, cfg)
             for i, h in zip(chunk, hyps):
+                h.precision, h.precision_reason = precision, why
                 out[i] = h
             start = end
         return out  # type: ignore[return-value]
