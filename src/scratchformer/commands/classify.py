@@ -5,7 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_recipe_args, positive_int, recipe_for_run, read_inputs
+from .common import (add_compute_type, add_recipe_args, compute_type, positive_int, read_inputs, recipe_for_run,
+                     say_compute)
 
 
 def register(cli) -> None:
@@ -36,7 +37,7 @@ def register(cli) -> None:
     p.add_argument("--json", action="store_true", help="JSON lines with all probabilities")
     p.add_argument("--top", type=positive_int, default=3, help="probabilities shown per text")
     p.add_argument("--no-blend", action="store_true", help="ours alone, without the run's blend with TF-IDF")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
+    add_compute_type(p)
     p.set_defaults(func=predict)
 
     p = cli.verb("blend", help="average a finished classification run with the TF-IDF baseline "
@@ -131,7 +132,8 @@ def blend(args) -> int:
 def predict(args) -> int:
     from ..tasks.classify import Classifier
 
-    clf = Classifier.load(args.run_dir, blend=not args.no_blend, quantize=getattr(args, "quantize", None))
+    clf = Classifier.load(args.run_dir, blend=not args.no_blend, compute_type=compute_type(args))
+    say_compute(clf, args)
     texts = read_inputs(args.texts, args.file)
     for text, res in zip(texts, clf.predict(texts)):
         if args.json:
@@ -152,7 +154,8 @@ def evaluate(args) -> int:
 
     if getattr(args, "context", None) is not None:
         raise UserError("--context is for language-model runs; for a classifier use --max-len N")
-    clf = Classifier.load(args.run_dir, blend=not args.no_blend, quantize=getattr(args, "quantize", None))
+    clf = Classifier.load(args.run_dir, blend=not args.no_blend, compute_type=compute_type(args))
+    say_compute(clf, args)
     trained_max_len = clf.recipe.data.max_len
     if args.max_len is not None:
         clf = clf.with_max_len(args.max_len)

@@ -55,6 +55,48 @@ def read_inputs(texts: list[str], file: str | None) -> list[str]:
     return lines
 
 
+COMPUTE_TYPES = ("auto", "float32", "bfloat16", "int8")  # CTranslate2's names (nn/compute.py)
+
+
+def add_compute_type(p, default: str = "float32") -> None:
+    """--compute-type, and the deprecated --quantize that it replaces (skipped where a shared
+    parser already has them)."""
+    if "--compute-type" in p._option_string_actions:  # noqa: SLF001 - argparse has no public query
+        return
+    p.add_argument("--compute-type", choices=COMPUTE_TYPES, default=None,
+                   help=f"what inference computes in (default {default}): float32; bfloat16 (a bf16 copy of "
+                        "the model); int8 (int8 projections, CPU); auto (per batch, what a probe measures "
+                        "faster on this CPU; it says what it chose and why). See docs/speed.md")
+    p.add_argument("--quantize", choices=["none", "int8"], default=None,
+                   help="deprecated: --compute-type int8")
+
+
+def compute_type(args) -> str | None:
+    """--compute-type, or the deprecated --quantize int8 / --precision (a warning on stderr);
+    None: the task's default."""
+    given = getattr(args, "compute_type", None)
+    old = []
+    if getattr(args, "quantize", None) not in (None, "none"):
+        old.append(("--quantize int8", "int8"))
+    precision = getattr(args, "precision", None)
+    if precision is not None:
+        old.append((f"--precision {precision}", {"fp32": "float32", "bf16": "bfloat16", "auto": "auto"}[precision]))
+    for flag, value in old:
+        print(f"warning: {flag} is deprecated; use --compute-type {value}", file=sys.stderr)
+        if given is not None and given != value:
+            raise UserError(f"--compute-type {given} and {flag} disagree; pass --compute-type only")
+        given = value
+    return given
+
+
+def say_compute(model, args) -> None:
+    """With --compute-type auto, what a typical batch computes in and why (on stderr): the
+    loaded model's own answer (`compute_choice`)."""
+    if getattr(args, "compute_type", None) == "auto":
+        kind, why = model.compute_choice()
+        print(f"compute type: {kind} ({why})", file=sys.stderr)
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 (`--top`, `--max-new-tokens`, ...)."""
     try:

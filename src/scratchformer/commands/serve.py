@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
+from .common import add_compute_type, compute_type
 
 
 def register(cli) -> None:
@@ -28,8 +29,7 @@ def register(cli) -> None:
     p.add_argument("--backend", choices=["torch", "onnxruntime", "ctranslate2"], default="torch",
                    help="onnxruntime: serve folders written by `scratchformer export --format onnx`; "
                         "ctranslate2: folders written by `scratchformer export --format ctranslate2`")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none",
-                   help="int8: load the runs with int8 projections (dynamic quantization, CPU; see docs/speed.md)")
+    add_compute_type(p, "each task's: auto for translation, float32 for the others")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on inference routes (or set {API_KEY_ENV})")
     p.add_argument("--no-batching", action="store_true", help="run every request alone (no dynamic batching)")
@@ -80,7 +80,7 @@ def run_serve(args) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
         print(f"warning: listening on {args.host} without --api-key: anyone who reaches it can use the models",
               flush=True)
-    return serve(specs, cfg, args.host, args.port, args.backend, quantize=args.quantize)
+    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute_type(args))
 
 
 def run_export(args) -> int:

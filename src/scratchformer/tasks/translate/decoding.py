@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +45,7 @@ import torch.nn.functional as F
 from ...data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
 from ...errors import UserError
 from ...config import JsonConfig
+from ...nn.compute import BF16_MIN_GAIN, choose_compute  # noqa: F401  (BF16_MIN_GAIN: its old address)
 
 
 @dataclass
@@ -94,51 +94,12 @@ class Hypothesis:
 _BANNED = (PAD_ID, BOS_ID, CLS_ID)
 
 
-# bf16 must win the probe by this much: a near-tie keeps fp32 (exact, and the same output on
-# every run of the same machine). On the 2-core AVX2 EPYC (no bf16 instructions) bf16 decoding
-# ran 0.61x at batch 1 and 0.26x at batch 32, and the probe picks fp32. On the 2-core Xeon with
-# AMX, the bf16 model decoded (hsk size, one thread) at 0.68x fp32 at batch 1, 1.46x at 32 rows
-# (batch 32 greedy) and 1.63x at 128 rows (batch 32, beam 4).
-BF16_MIN_GAIN = 1.2
-
-
-@functools.lru_cache(maxsize=64)
 def choose_precision(rows: int, d_model: int, device: str = "cpu") -> tuple[str, str]:
     """`(precision, why)` for decoding `rows` hypotheses at once with a model of width `d_model`:
-    a micro-probe (a few ms, once per size bucket) times a post-LN block of a decode step on
-    `rows` rows (a fused-qkv-sized product, two layer norms, the feed-forward pair) with float32
-    weights and activations and with bfloat16 ones (what `precision="bf16"` decodes with, a bf16
-    copy of the model), and keeps bf16 only when it is `BF16_MIN_GAIN` times faster. A block,
-    not a lone product: the norms and the small ops between the products count too."""
-    if device != "cpu":
-        return "fp32", f"device {device}: the probe is for the CPU (use precision='bf16' to choose it)"
-    rows = 1 << max(0, (rows - 1).bit_length())  # power-of-two bucket: one probe per bucket
-    g = torch.Generator().manual_seed(0)
-    d = d_model
-    weights = [torch.randn(o, i, generator=g) / i ** 0.5 for o, i in ((3 * d, d), (4 * d, d), (d, 4 * d))]
-    norm = (torch.ones(d), torch.zeros(d))
-    x = torch.randn(rows, d, generator=g)
-
-    def block(h, w_qkv, w_in, w_out, norm_w, norm_b):  # (rows, d) -> (rows, d)
-        h = F.layer_norm(h + F.linear(h, w_qkv)[:, :d], (d,), norm_w, norm_b)
-        return F.layer_norm(h + F.linear(F.relu(F.linear(h, w_in)), w_out), (d,), norm_w, norm_b)
-
-    def timed(dtype: torch.dtype) -> float:
-        args = [t.to(dtype) for t in (x, *weights, *norm)]
-        best = float("inf")
-        with torch.inference_mode():
-            block(*args)  # warm-up (kernel creation)
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(4):
-                    block(*args)
-                best = min(best, time.perf_counter() - t0)
-        return best
-
-    timed(torch.bfloat16)  # warm-up
-    gain = timed(torch.float32) / timed(torch.bfloat16)
-    choice = "bf16" if gain >= BF16_MIN_GAIN else "fp32"
-    return choice, f"probe at {rows} rows x d_model {d_model}: bf16 {gain:.2f}x the speed of fp32 -> {choice}"
+    "bf16" where `nn.compute.choose_compute` (bf16 matrix units, then a micro-probe of one block,
+    once per size bucket) says the bf16 copy is `BF16_MIN_GAIN` times faster, else "fp32"."""
+    kind, why = choose_compute(rows, d_model, device)
+    return ("bf16" if kind == "bfloat16" else "fp32"), why
 
 
 def length_limits(src: torch.Tensor, cfg: DecodeConfig, pad_id: int = PAD_ID) -> torch.Tensor:

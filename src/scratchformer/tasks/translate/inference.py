@@ -15,7 +15,8 @@ from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text, inside
-from ...nn.quant import Int8Linear, check_quantize, quantize_int8
+from ...nn.compute import compute_type_from
+from ...nn.quant import Int8Linear, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
@@ -49,6 +50,10 @@ def _final_weights(final: Path) -> str:
     return weights
 
 
+# compute_type (CTranslate2's names) -> the decode's precision; int8 decodes its int8 projections in fp32
+_PRECISION = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16", "int8": "fp32"}
+
+
 class Translator:
     """A trained translator, loaded from its run directory.
 
@@ -57,8 +62,11 @@ class Translator:
     ['I love you.']
     """
 
-    def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe):
+    def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe,
+                 compute_type: str | None = None):
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
+        # None: the recipe's decode.precision decides (auto by default), as before compute_type
+        self.compute_type = compute_type
         self._last = threading.local()  # the deprecated last_precision / precision_reason, per thread
         self.quantized = any(isinstance(m, Int8Linear) for m in self.model.modules())
         self._bf16: torch.nn.Module | None = None
@@ -77,6 +85,12 @@ class Translator:
         warnings.warn("Translator.precision_reason is deprecated (state on a translator shared by threads): read "
                       "Hypothesis.precision_reason of your own call's hypotheses", DeprecationWarning, stacklevel=2)
         return getattr(self._last, "choice", (None, None))[1]
+
+    def int8_note(self) -> str:
+        """How the int8 projections quantize their activations here (`quant.activation_bits`)."""
+        from ...nn.quant import activation_bits
+
+        return activation_bits()[1]
 
     def choose_precision(self, rows: int, asked: str = "auto") -> tuple[str, str]:
         """What a batch of `rows` decoder rows (sentences x beam) runs in, and why: `asked`
@@ -103,20 +117,24 @@ class Translator:
 
     @classmethod
     def load(cls, run_dir: str | Path, weights: str | None = None,
-             ensemble: Sequence[str | Path] = (), quantize: str | None = None) -> "Translator":
+             ensemble: Sequence[str | Path] = (), quantize: str | None = None,
+             compute_type: str | None = None) -> "Translator":
         """`weights`: a file name in `run_dir`; default: the one final.json names (best or
         averaged), else model.safetensors. `ensemble`: more run directories trained with the
         same tokenizers (usually the same recipe, other seeds); their models are decoded
         together with this one (`Seq2SeqEnsemble`), each with its final.json weights.
-        `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
-        quantize = check_quantize(quantize)
+        `compute_type`: auto (the default: per batch, what a probe measures faster), float32,
+        bfloat16 (a bf16 copy of the model) or int8 (int8 projections, CPU); `nn/compute.py`.
+        `quantize='int8'` is the deprecated spelling of compute_type='int8'."""
+        compute_type = compute_type_from(compute_type, quantize, default=None)
+        quantize = "int8" if compute_type == "int8" else "none"
         run_dir = Path(run_dir)
         if RunDir(run_dir).is_ensemble:  # a `train_ensemble` run
             if weights is not None:
                 raise UserError(f"{run_dir} is an ensemble run: each member uses its own final weights")
             n = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (), "translation").ensemble
             dirs = [RunDir(run_dir).member(i).path for i in range(n)]
-            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble], quantize=quantize)
+            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble], compute_type=compute_type)
         recipe, model = _load_run_model(run_dir, weights, quantize)
         src_tok, tgt_tok = Tokenizer.load(run_dir / SRC_TOK), Tokenizer.load(run_dir / TGT_TOK)
         if ensemble:
@@ -129,7 +147,7 @@ class Translator:
                                         "(the same data and tokenizer settings)")
                 members.append(_load_run_model(other, None, quantize)[1])
             model = Seq2SeqEnsemble(members)
-        return cls(model, src_tok, tgt_tok, recipe)
+        return cls(model, src_tok, tgt_tok, recipe, compute_type)
 
     def decode_config(self, **overrides) -> DecodeConfig:
         """The recipe's decoding settings with `overrides` (None values ignored)."""
@@ -153,6 +171,12 @@ class Translator:
     def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:
         """The best `Hypothesis` for each text, in order. Overrides: any `DecodeConfig` field
         (beam, length_penalty, max_len_ratio, early_stop, use_cache, ...)."""
+        asked = overrides.get("precision")
+        if asked is not None:
+            warnings.warn("precision= per decode is deprecated: load with compute_type= (auto, float32, bfloat16, "
+                          "int8), the one precision knob", DeprecationWarning, stacklevel=3)
+        elif self.compute_type is not None:
+            overrides = {**overrides, "precision": _PRECISION[self.compute_type]}
         cfg = self.decode_config(**overrides)
         ids = self.encode(texts, cfg)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
