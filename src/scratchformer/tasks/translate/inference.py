@@ -149,6 +149,18 @@ class Translator:
             model = Seq2SeqEnsemble(members)
         return cls(model, src_tok, tgt_tok, recipe, compute_type)
 
+    def _precision(self, overrides: dict, warn: bool = False) -> dict:
+        """The decode's precision from the compute type chosen at load; a `precision=` override
+        (the deprecated per-decode spelling) wins, with a warning."""
+        if overrides.get("precision") is not None:
+            if warn:
+                warnings.warn("precision= per decode is deprecated: load with compute_type= (auto, float32, "
+                              "bfloat16, int8), the one precision knob", DeprecationWarning, stacklevel=4)
+            return overrides
+        if self.compute_type is None:
+            return overrides
+        return {**overrides, "precision": _PRECISION[self.compute_type]}
+
     def decode_config(self, **overrides) -> DecodeConfig:
         """The recipe's decoding settings with `overrides` (None values ignored)."""
         return self.recipe.decode.replace(**{k: v for k, v in overrides.items() if v is not None})
@@ -171,13 +183,7 @@ class Translator:
     def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:
         """The best `Hypothesis` for each text, in order. Overrides: any `DecodeConfig` field
         (beam, length_penalty, max_len_ratio, early_stop, use_cache, ...)."""
-        asked = overrides.get("precision")
-        if asked is not None:
-            warnings.warn("precision= per decode is deprecated: load with compute_type= (auto, float32, bfloat16, "
-                          "int8), the one precision knob", DeprecationWarning, stacklevel=3)
-        elif self.compute_type is not None:
-            overrides = {**overrides, "precision": _PRECISION[self.compute_type]}
-        cfg = self.decode_config(**overrides)
+        cfg = self.decode_config(**self._precision(overrides, warn=True))
         ids = self.encode(texts, cfg)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: list[Hypothesis | None] = [None] * len(ids)
@@ -208,7 +214,7 @@ class Translator:
         """BLEU and chrF (sacrebleu, with signatures) of translating the sources of `pairs`;
         writes `<name>_metrics.json` and `<name>_hyps.txt` into `out_dir` when given."""
         srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
-        cfg = self.decode_config(**overrides)
+        cfg = self.decode_config(**self._precision(overrides))  # what the decode below runs with
         t0 = time.perf_counter()
         hyps = self.translate(srcs, **overrides)
         elapsed = time.perf_counter() - t0
