@@ -5,7 +5,10 @@ as tests/nn/test_house.py reads nn/:
    the one arrow up is experiments/child.py -> cli (a sweep's cell runs through the front door).
 2. serve/ knows no model internals: it imports no models/, nn/, interop/, train/ or data/; it
    reaches a task through the task's public API and its face (tasks/faces.py).
-3. Commands hold no policy about tasks, and the rooms above tasks/ never dispatch on a task's
+3. No file-level import circle anywhere in the package (a package's `__init__.py` hands names on
+   and is not followed, as farm-studio draws it): the task registry (tasks/faces.py) imports the
+   task packages' face.py files, and those import only the record (tasks/slots.py).
+4. Commands hold no policy about tasks, and the rooms above tasks/ never dispatch on a task's
    name: in commands/, serve/, diagnostics/, cli.py and experiments/identity.py no comparison
    with a task's name, no dict keyed by task names, no `__name__ ==` test and no
    `import_module(f"...{task}...")`: they ask `task_of(run_dir)` / `face(name)`. commands/ also
@@ -61,6 +64,73 @@ def test_every_room_has_a_floor_and_every_arrow_points_down():
             if FLOOR[other] >= FLOOR[mine]:
                 up.add((str(p.relative_to(PKG)), other))
     assert up == UP_ON_PURPOSE, f"arrows that do not point down: {sorted(up - UP_ON_PURPOSE)}"
+
+
+def file_graph(pkg: Path) -> dict[str, set[str]]:
+    """module -> the modules of the package it imports (dotted, relative to the package)."""
+    mods = {".".join(p.relative_to(pkg).with_suffix("").parts): p for p in pkg.rglob("*.py")}
+
+    def resolve(parts):
+        name = ".".join(parts)
+        return name if name in mods else name + ".__init__" if name + ".__init__" in mods else None
+
+    graph = {}
+    for name, path in mods.items():
+        me, out = name.split("."), set()
+        graph[name] = out
+        if me[-1] == "__init__":
+            continue  # a package's face: it hands names on
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("scratchformer")):
+                base = me[:len(me) - node.level] if node.level else []
+                mod = node.module.split(".")[(0 if node.level else 1):] if node.module else []
+                out.update(t for a in node.names if (t := resolve(base + mod + [a.name]) or resolve(base + mod)))
+            elif isinstance(node, ast.Import):
+                out.update(t for a in node.names if a.name.startswith("scratchformer.") and
+                           (t := resolve(a.name.split(".")[1:])))
+        out.discard(name)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph` (strongly connected groups of two or more modules)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_file_of_the_package_is_in_an_import_circle():
+    graph = file_graph(PKG)
+    assert "tasks.faces" in graph and "tasks.classify.face" in graph["tasks.faces"]  # the scan sees lazy imports
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_sees_a_planted_circle(tmp_path):
+    (tmp_path / "a.py").write_text("from .b import x\n")
+    (tmp_path / "b.py").write_text("def f():\n    from .a import y\n")
+    (tmp_path / "c.py").write_text("from .a import x\n")
+    assert circles(file_graph(tmp_path)) == [["a", "b"]]
 
 
 def test_serve_imports_no_model_internals():

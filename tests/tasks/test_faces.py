@@ -7,7 +7,7 @@ import json
 import pytest
 
 from scratchformer.errors import UserError
-from scratchformer.tasks.faces import DATA_FORMS, Export, Face, Unavailable, face, faces, task_of, words
+from scratchformer.tasks.faces import DATA_FORMS, Export, Face, Unavailable, export_of, face, faces, task_of, words
 from scratchformer.tasks.runs import Recipe
 
 SLOTS = {f.name for f in dataclasses.fields(Face)}
@@ -74,12 +74,14 @@ def test_task_of_reads_the_run_and_names_an_unknown_task(tmp_path):
     assert words("translate") == "a translator" and words("nothing") == "nothing"
 
 
-def test_a_format_a_task_lacks_names_who_has_it():
+def test_a_format_a_task_lacks_names_who_has_it(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"task": "mlm"}))
     with pytest.raises(UserError) as e:
-        face("mlm").export("onnx", "runs/p")
-    assert str(e.value) == ("runs/p holds a 'mlm' run; --format onnx exports classify and lm runs "
+        export_of(tmp_path, "onnx")
+    assert str(e.value) == (f"{tmp_path} holds a 'mlm' run; --format onnx exports classify and lm runs "
                             "(translation runs: --format transformers or ctranslate2)")
-    assert face("translate").export("ctranslate2", "x") is face("translate").exports["ctranslate2"]
+    (tmp_path / "config.json").write_text(json.dumps({"task": "translate"}))
+    assert export_of(tmp_path, "ctranslate2") is face("translate").exports["ctranslate2"]
 
 
 def test_the_classify_face_starts_from_the_adaptive_base_without_config():

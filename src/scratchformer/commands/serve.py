@@ -84,9 +84,9 @@ def run_serve(args) -> int:
 
 
 def run_export(args) -> int:
-    from ..tasks.faces import task_of
+    from ..tasks.faces import export_of
 
-    export = task_of(args.run_dir).export(args.format, args.run_dir)  # a format the run's task lacks: one line naming who has it
+    export = export_of(args.run_dir, args.format)  # a format the run's task lacks: one line naming who has it
     report = export.run(args.run_dir, args.out, check=not args.no_check)
     print(f"wrote {args.out}/ ({export.files})")
     for line in export.parity(report):

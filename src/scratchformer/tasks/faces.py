@@ -1,4 +1,5 @@
-"""The face of a task: everything the house may ask of a task, declared once in its package.
+"""The registry of faces. A task's face is everything the house may ask of the task, declared
+once in its package (`tasks/<task>/face.py`, a `Face` record of tasks/slots.py).
 
 The rooms above `tasks/` (commands, serve, diagnostics, experiments) never test a task's name:
 they find a run's task with `task_of(run_dir)` (its config.json "task") or a verb's with
@@ -16,7 +17,7 @@ they find a run's task with `task_of(run_dir)` (its config.json "task") or a ver
                 is read (the adaptive default of classify, for instance)  the checks before --overwrite
     load        (run_dir, **options) -> the inference object            Python users, serve, evaluate
     inspect     (run_dir) -> an Inspector (tasks/inspection.py)         attention, doctor, serve's page
-    exports     format -> Export                                        `export --format`
+    exports     format -> Export                                        `export --format` (`export_of`)
     noun        how "... runs" names its runs ("translation runs")      messages
     routes      the HTTP routes a served run answers                   serve
 
@@ -26,84 +27,10 @@ or the other (tests/tasks/test_faces.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
 
 from ..errors import UserError
-
-# the serve routes (the same strings serve/backends.py answers; tests/tasks/test_faces.py checks)
-CLASSIFY, TRANSLATE, EMBEDDINGS, COMPLETIONS = "/v1/classify", "/v1/translate", "/v1/embeddings", "/v1/completions"
-DATA_FORMS = ("file", "pair", "list")
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """A slot a task does not fill, with the reason a person reads when it is asked for anyway."""
-
-    reason: str
-
-    def __call__(self, *args: Any, **kw: Any):
-        raise UserError(self.reason)
-
-    def __bool__(self) -> bool:
-        return False
-
-
-@dataclass(frozen=True)
-class Export:
-    """One `export --format` of a task: `run(run_dir, out_dir, check=True) -> report`, the files
-    the folder holds (for the "wrote DIR/ (...)" line) and `parity(report)`: the lines that say how
-    close the export is to our model (none when the check was skipped)."""
-
-    run: Callable[..., Any]
-    files: str
-    parity: Callable[[Any], list[str]] = field(default=lambda report: [])
-
-
-@dataclass(frozen=True)
-class Face:
-    name: str
-    words: str
-    recipe: type | Unavailable
-    data_form: str
-    train: Callable[..., Any]
-    train_recipe: Callable[..., Any]
-    load: Callable[..., Any]
-    inspect: Callable[..., Any]
-    exports: Mapping[str, Export]
-    routes: tuple[str, ...]
-    noun: str = ""  # how "... runs" names the task's runs ("translation runs"); default: its name
-
-    def __post_init__(self):
-        if not self.noun:
-            object.__setattr__(self, "noun", self.name)
-
-    def export(self, fmt: str, run_dir: str | Path) -> Export:
-        """The export `fmt` of this task; a format the task lacks is one line naming the tasks
-        that have it and what the others export."""
-        if fmt in self.exports:
-            return self.exports[fmt]
-        able = [f.noun for f in faces().values() if fmt in f.exports]
-        others: dict[tuple[str, ...], list[str]] = {}
-        for f in faces().values():
-            if f.exports and fmt not in f.exports:
-                others.setdefault(tuple(f.exports), []).append(f.noun)
-        elsewhere = "; ".join(f"{' and '.join(nouns)} runs: --format {' or '.join(fmts)}"
-                              for fmts, nouns in others.items())
-        raise UserError(f"{run_dir} holds a {self.name!r} run; --format {fmt} exports "
-                        f"{' and '.join(able) or 'no'} runs ({elsewhere})")
-
-
-def recipe_from(cls) -> Callable[..., Any]:
-    """The `train_recipe` slot of a task whose train run starts from its defaults."""
-
-    def train_recipe(config: str | None, sets: list[str], flags: dict | None = None):
-        from .runs import resolve_recipe
-
-        return resolve_recipe(cls, config, sets, flags)
-
-    return train_recipe
+from .slots import DATA_FORMS, Export, Face, Unavailable  # noqa: F401  (the record, for callers of the registry)
 
 
 # the task packages that declare a face (tasks/<package>/face.py holds FACE): the one list of tasks
@@ -152,3 +79,19 @@ def words(name: str) -> str:
     """How a sentence names a model of task `name` ("a classifier"); an unknown name as itself."""
     known = faces()
     return known[name].words if name in known else name
+
+
+def export_of(run_dir: str | Path, fmt: str) -> Export:
+    """The export `fmt` of the run in `run_dir`; a format its task lacks is one line naming the
+    tasks that have it and what the others export."""
+    face = task_of(run_dir)
+    if fmt in face.exports:
+        return face.exports[fmt]
+    able = [f.noun for f in faces().values() if fmt in f.exports]
+    others: dict[tuple[str, ...], list[str]] = {}
+    for f in faces().values():
+        if f.exports and fmt not in f.exports:
+            others.setdefault(tuple(f.exports), []).append(f.noun)
+    elsewhere = "; ".join(f"{' and '.join(nouns)} runs: --format {' or '.join(fmts)}" for fmts, nouns in others.items())
+    raise UserError(f"{run_dir} holds a {face.name!r} run; --format {fmt} exports {' and '.join(able) or 'no'} runs "
+                    f"({elsewhere})")

@@ -1,7 +1,7 @@
 """The face of classification (see tasks/faces.py): what the house may ask of a classify run."""
 from __future__ import annotations
 
-from ..faces import CLASSIFY, EMBEDDINGS, Export, Face
+from ..slots import CLASSIFY, EMBEDDINGS, Export, Face
 from .recipe import ClassifyRecipe
 
 

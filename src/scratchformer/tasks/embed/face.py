@@ -3,7 +3,7 @@ embed run folder: the encoder is a pretrained checkpoint (`minilm`, or a Hugging
 folder), so only `load` and the serve route are filled."""
 from __future__ import annotations
 
-from ..faces import EMBEDDINGS, Face, Unavailable
+from ..slots import EMBEDDINGS, Face, Unavailable
 
 _TRAIN = ("embeddings come from a pretrained encoder and are not trained here: fine-tune one with "
           "`scratchformer train classify --init minilm ...`")

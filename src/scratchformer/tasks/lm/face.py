@@ -1,7 +1,7 @@
 """The face of language modelling (see tasks/faces.py): what the house may ask of an lm run."""
 from __future__ import annotations
 
-from ..faces import COMPLETIONS, Export, Face, recipe_from
+from ..slots import COMPLETIONS, Export, Face, recipe_from
 from .recipe import LMRecipe
 
 

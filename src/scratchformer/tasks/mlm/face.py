@@ -2,7 +2,7 @@
 classifiers from, so it has no inference API, no export and no serve route of its own."""
 from __future__ import annotations
 
-from ..faces import Face, Unavailable, recipe_from
+from ..slots import Face, Unavailable, recipe_from
 from .recipe import MLMRecipe
 
 

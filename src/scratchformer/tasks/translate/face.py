@@ -1,7 +1,7 @@
 """The face of translation (see tasks/faces.py): what the house may ask of a translate run."""
 from __future__ import annotations
 
-from ..faces import TRANSLATE, Export, Face, recipe_from
+from ..slots import TRANSLATE, Export, Face, recipe_from
 from .recipe import TranslateRecipe
 
 
