@@ -12,7 +12,7 @@ as tests/nn/test_house.py reads nn/:
    name: in commands/, serve/, diagnostics/, cli.py and experiments/identity.py no comparison
    with a task's name, no dict keyed by task names, no `__name__ ==` test and no
    `import_module(f"...{task}...")`: they ask `task_of(run_dir)` / `face(name)`. commands/ also
-   imports no models/ (no model code in a verb).
+   imports no models/ and no nn/ (no model code and no kernel choice in a verb).
 """
 import ast
 from pathlib import Path
@@ -178,9 +178,9 @@ def test_the_rooms_above_tasks_never_dispatch_on_a_task_name():
     assert found == []
 
 
-def test_commands_import_no_models():
+def test_commands_import_no_models_and_no_nn():
     for p in (PKG / "commands").glob("*.py"):
-        assert "models" not in imported_rooms(p), p.name
+        assert imported_rooms(p) & {"models", "nn"} == set(), p.name
 
 
 def test_the_scanners_see_what_they_look_for(tmp_path):
