@@ -3,13 +3,12 @@ bf16 gives fp32's labels and close numbers on tiny runs, `auto` stays float32 (b
 the probe finds no bf16 matrix units, the old spellings (`quantize=`, `--quantize`, `--precision`)
 still work with a deprecation warning, and every verb takes `--compute-type`."""
 import json
-import random
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from toy_data import headlines, train_toy_translator, write_tsv
+from toy_data import train_toy_classifier, train_toy_lm, train_toy_translator
 
 from scratchformer.cli import main
 from scratchformer.errors import UserError
@@ -21,35 +20,17 @@ from scratchformer.tasks.lm import LanguageModel
 from scratchformer.tasks.translate import Translator
 
 TEXTS = ["央行宣布下调存款准备金率", "火箭客场击败湖人", "新款手机发布", "股市今日大涨"]
-SMALL = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=4", "--set", "model.encoder.d_ff=64",
-         "--set", "model.encoder.n_layers=2", "--set", "train.progress=false"]
 
 
 @pytest.fixture(scope="module")
 def clf_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ct-clf")
-    write_tsv(d / "train.tsv", headlines(240, 0))
-    write_tsv(d / "test.tsv", headlines(40, 1))
-    out = d / "run"
-    assert main(["train", "classify", "--data", str(d / "train.tsv"), "--test", str(d / "test.tsv"), "--out", str(out),
-                 "--set", "ensemble=1", "--set", "model.encoder.dropout=0.0", "--set", "train.epochs=5",
-                 "--set", "train.lr=3e-3", "--set", "data.batch_size=16", "--set", "model.bigram_buckets=64",
-                 "--set", "data.max_len=24", "--no-baseline"] + SMALL) == 0
-    return out
+    return train_toy_classifier(tmp_path_factory.mktemp("ct-clf"))
 
 
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("ct-lm")
-    rng = random.Random(0)
-    (d / "text.txt").write_text("\n".join("".join(rng.choice("天地人和春夏秋冬") for _ in range(30)) for _ in range(60)),
-                                encoding="utf-8")
-    out = d / "run"
-    assert main(["train", "lm", "--data", str(d / "text.txt"), "--out", str(out), "--set", "data.context=16",
-                 "--set", "data.batch_size=8", "--set", "data.eval_windows=10", "--set", "train.max_steps=30",
-                 "--set", "train.eval_every=30", "--set", "train.warmup_steps=2", "--set", "model.encoder.n_heads=2"]
-                + SMALL[:2] + SMALL[4:]) == 0
-    return out, d / "text.txt"
+    return train_toy_lm(d, steps=30), d / "text.txt"
 
 
 @pytest.fixture(scope="module")

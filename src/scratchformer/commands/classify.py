@@ -77,17 +77,9 @@ def train(args) -> int:
         given = {"data.dataset": args.data, "data.valid_file": args.valid, "data.test_file": args.test, **flags}
         recipe = adaptive_recipe(args.set, {k: v for k, v in given.items() if v is not None})
         log(f"recipe (adaptive default; --config FILE to choose your own): {describe(recipe)}")
-    candidate = None
-    from ..tasks.classify.auto import E5_MIN_BUDGET
+    from ..tasks.classify.auto import e5_candidate  # the adaptive default also considers e5
 
-    if not (args.config or args.resume or args.init or args.teacher) and (recipe.time_budget or 0) >= E5_MIN_BUDGET:
-        from ..tasks.classify.auto import E5_SHARE, e5_decision, e5_recipe  # the adaptive default considers e5
-        from ..tasks.classify.data import load_classification
-
-        data = load_classification(recipe.data)
-        est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log,
-                          n_valid=len(data.valid))
-        candidate = e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None
+    candidate = e5_candidate(recipe, log, chosen=bool(args.config or args.resume or args.init or args.teacher))
     if candidate is not None:
         from ..tasks.classify.pipeline import train_with_candidate
 
