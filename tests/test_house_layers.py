@@ -178,6 +178,15 @@ def test_the_rooms_above_tasks_never_dispatch_on_a_task_name():
     assert found == []
 
 
+def test_no_room_outside_interop_imports_the_e5_module():
+    """Models are named by the pretrained zoo (interop/zoo.py: how each entry materialises itself,
+    its input prefixes), so a room above interop/ needs no `is_e5` of its own."""
+    graph = file_graph(PKG)
+    assert "interop.e5" in graph["interop.zoo"]  # the scan sees the zoo's own arrow
+    users = sorted(m for m, deps in graph.items() if "interop.e5" in deps and not m.startswith("interop."))
+    assert users == []
+
+
 def test_commands_import_no_models_and_no_nn():
     for p in (PKG / "commands").glob("*.py"):
         assert imported_rooms(p) & {"models", "nn"} == set(), p.name

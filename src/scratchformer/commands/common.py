@@ -179,9 +179,9 @@ def check_train_inputs(args) -> None:
     if teacher and not (Path(teacher) / "config.json").is_file():
         raise UserError(f"--teacher {teacher} is not a finished run folder (no config.json); nothing was removed")
     init = getattr(args, "init", None)
-    from ..interop.e5 import is_e5
+    from ..interop.zoo import entry
 
-    if init and init != "minilm" and not is_e5(init) and not Path(init).is_dir():
+    if init and entry(init) is None and not Path(init).is_dir():
         raise UserError(f"--init {init}: no such folder (give a `pretrain mlm` run, 'minilm', 'e5' or a BERT folder); "
                         "nothing was removed")
 

@@ -59,17 +59,17 @@ def _load(name: str, compute: str | None = None, say: bool = False):
 
 def _prefixes(name: str, tok, prefix: str | None) -> list[str]:
     """[prefix of the first text, prefix of the others]; `prefix` None: the model's default."""
-    from ..data.bert_tokenizer import XLMRTokenizer
-    from ..interop.e5 import PREFIXES, is_e5
+    from ..interop.zoo import input_prefixes
 
-    e5 = is_e5(name) or isinstance(tok, XLMRTokenizer)
+    prefixes = input_prefixes(name, tok)  # the zoo says which prefixes a model was trained with
     if prefix is None:
-        prefix = "query" if e5 else "none"
-    if prefix != "none" and not e5:
-        raise UserError(f"--prefix {prefix} is e5's input convention; {name} takes none (drop --prefix)")
+        prefix = "query" if prefixes else "none"
+    if prefix != "none" and not prefixes:
+        raise UserError(f"--prefix {prefix} is an input convention {name} was not trained with; it takes none "
+                        "(drop --prefix)")
     first, rest = {"query": ("query", "query"), "passage": ("passage", "passage"),
                    "retrieval": ("query", "passage"), "none": (None, None)}[prefix]
-    return [PREFIXES.get(first, ""), PREFIXES.get(rest, "")]
+    return [prefixes.get(first, ""), prefixes.get(rest, "")]
 
 
 def _read_lines(path: Path) -> list[str]:
