@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import torch
 from torch import nn
 
 KINDS = ("fused", "window")
@@ -59,7 +60,10 @@ def path_reasons() -> Iterator[PathReasons]:
 
 def decided(module: nn.Module, kind: str, reason: str | None) -> str | None:
     """Called by the module that decided: hands `reason` to the caller's open record (if any)
-    and to the reading thread's last-reason table; returns `reason`."""
+    and to the reading thread's last-reason table; returns `reason`. Under torch.compile nothing
+    is recorded (Dynamo traces no ContextVar; the compiled graph decided once, at tracing)."""
+    if torch.compiler.is_compiling():
+        return reason
     record = _open.get()
     if record is not None:
         getattr(record, kind).append((module, reason))
