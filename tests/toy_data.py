@@ -35,6 +35,39 @@ def write_reviews_tsv(path, n, seed=0, words_per_text=(6, 6), filler=("the", "mo
     path.write_text("\n".join(lines) + "\n")
 
 
+TINY_ENCODER = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=4", "--set",
+                "model.encoder.d_ff=64", "--set", "model.encoder.n_layers=2", "--set", "train.progress=false"]
+
+
+def train_toy_classifier(d):
+    """A tiny two-topic classifier (`headlines`) trained in `d/run` in seconds; returns the run."""
+    from scratchformer.cli import main
+
+    write_tsv(d / "train.tsv", headlines(240, 0))
+    write_tsv(d / "test.tsv", headlines(40, 1))
+    out = d / "run"
+    assert main(["train", "classify", "--data", str(d / "train.tsv"), "--test", str(d / "test.tsv"), "--out", str(out),
+                 "--set", "ensemble=1", "--set", "model.encoder.dropout=0.0", "--set", "train.epochs=5",
+                 "--set", "train.lr=3e-3", "--set", "data.batch_size=16", "--set", "model.bigram_buckets=64",
+                 "--set", "data.max_len=24", "--no-baseline"] + TINY_ENCODER) == 0
+    return out
+
+
+def train_toy_lm(d, steps=10):
+    """A tiny character LM on `d/text.txt` (random 天地人和春夏秋冬 lines) trained in `d/run`; returns the run."""
+    from scratchformer.cli import main
+
+    rng = random.Random(0)
+    (d / "text.txt").write_text("\n".join("".join(rng.choice("天地人和春夏秋冬") for _ in range(30)) for _ in range(60)),
+                                encoding="utf-8")
+    out = d / "run"
+    assert main(["train", "lm", "--data", str(d / "text.txt"), "--out", str(out), "--set", "data.context=16",
+                 "--set", "data.batch_size=8", "--set", "data.eval_windows=10", "--set", f"train.max_steps={steps}",
+                 "--set", f"train.eval_every={steps}", "--set", "train.warmup_steps=2", "--set",
+                 "model.encoder.n_heads=2"] + TINY_ENCODER[:2] + TINY_ENCODER[4:]) == 0
+    return out
+
+
 def train_toy_translator(d):
     """A tiny word-level translator (copy in upper case) trained in `d/run` from 200 toy pairs; returns the run."""
     from scratchformer.cli import main

@@ -50,6 +50,8 @@ class CLI:
         ev.add_argument("--split", default="test", choices=["train", "valid", "test"])
         ev.add_argument("--data", help="evaluate on this file instead of a split")
         ev.add_argument("--json", action="store_true", help="print metrics as JSON")
+        ev.add_argument("--compute-type", choices=["auto", "float32", "bfloat16", "int8"], default=None,
+                        help="what the evaluation computes in (see `predict --help`); default: the task's")
         ev.set_defaults(func=self._evaluate)
 
     def verb(self, name: str, **kw) -> argparse.ArgumentParser:

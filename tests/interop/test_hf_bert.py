@@ -293,7 +293,7 @@ def test_minilm_export_round_trip(minilm, hf_bert, tmp_path):
 @pytest.mark.network
 def test_cli_embed_and_similarity(minilm, tmp_path, capsys, monkeypatch):
     model, tok, folder = minilm
-    monkeypatch.setattr(embed_cmd, "_load", lambda name: (model, tok))  # no second load
+    monkeypatch.setattr(embed_cmd, "_load", lambda name, *options: (model, tok))  # no second load
     cli = CLI()
     embed_cmd.register(cli)
 
@@ -317,3 +317,22 @@ def test_cli_embed_and_similarity(minilm, tmp_path, capsys, monkeypatch):
     assert abs(sim - float(expected[1] @ expected[2])) < 1e-4 and sim > 0.5
     with pytest.raises(UserError, match="--out must end in"):
         run("embed", "x", "--out", str(tmp_path / "v.csv"))
+
+
+def test_minilm_bf16_embeddings_are_close_and_auto_without_bf16_units_is_float32(minilm, monkeypatch):
+    """compute_type at load (nn/compute.py): the bf16 model's sentence embeddings point where the
+    float32 ones do (cosine > 0.99); `auto` on a CPU without bf16 units is the float32 model."""
+    from scratchformer.interop.hf_bert import compute_choice
+    from scratchformer.nn import compute
+
+    model, tok, folder = minilm
+    texts = ["A cat sits on the mat.", "Stocks fell sharply today.", "混合 text with 中文字符"]
+    want = model.embed(texts, tok)
+    bf16, _ = load_hf_bert(folder, compute_type="bfloat16")
+    got = bf16.embed(texts, tok)
+    assert got.dtype == torch.float32 and float((want * got).sum(-1).min()) > 0.99
+    assert compute_choice(bf16) == ("bfloat16", "bf16 weights")
+    monkeypatch.setattr(compute, "bf16_units", lambda: (False, "forced"))
+    auto, _ = load_hf_bert(folder, compute_type="auto")
+    assert torch.equal(auto.embed(texts, tok), want)
+    assert compute_choice(auto, "auto") == ("float32", "this CPU has no bf16 matrix units (forced): float32")

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scratchformer.nn import (MultiHeadAttention, causal_mask, local_window_mask, merge_masks,
-                              padding_mask, padding_mask_from_ids, scaled_dot_product_attention)
+from scratchformer.nn import (MultiHeadAttention, causal_mask, local_window_mask, merge_masks, padding_mask,
+                              padding_mask_from_ids, path_reasons, scaled_dot_product_attention)
 
 shapes = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 9), st.integers(1, 9),
                    st.sampled_from([4, 8, 16]))
@@ -109,10 +109,10 @@ def test_grouped_query_attention_equals_repeated_heads():
 def test_fast_path_reason_is_reported():
     mha = MultiHeadAttention(16, 2)
     x = torch.randn(1, 3, 16)
-    mha(x)
-    assert mha.last_path_reason is None
-    mha(x, need_weights=True)
-    assert "need_weights" in mha.last_path_reason
+    with path_reasons() as why:
+        mha(x)
+        mha(x, need_weights=True)
+    assert why.of(mha)[0] is None and "need_weights" in why.of(mha)[1] and len(why.fused) == 2
     with pytest.raises(ValueError, match="cannot return attention weights"):
         scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], need_weights=True, impl="fused")
 
@@ -124,12 +124,14 @@ def test_bf16_on_cpu_takes_the_math_path_for_short_keys_and_matches_fused():
         x = torch.randn(2, T, 64)
         mask = torch.ones(2, T, dtype=torch.bool)
         mask[1, T // 2:] = False
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16), path_reasons() as why:
             auto, _ = mha(x, padding_mask=mask, is_causal=True)
-            reason = mha.last_path_reason
+            reason = why.of(mha)[0]
             mha.impl = "fused"
             fused, _ = mha(x, padding_mask=mask, is_causal=True)
             mha.impl = "auto"
         assert (reason is not None and "bfloat16" in reason) == expect_math, reason
         assert (auto.float() - fused.float()).abs().max() < 3e-2  # bf16 rounding of two kernels
-    assert mha(torch.randn(2, 20, 64))[0].dtype == torch.float32 and mha.last_path_reason is None  # fp32: fused
+    with path_reasons() as why:
+        assert mha(torch.randn(2, 20, 64))[0].dtype == torch.float32
+    assert why.of(mha) == [None]  # fp32: fused

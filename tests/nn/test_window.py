@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from scratchformer.nn import (Encoder, LearnedPositionalEmbedding, Transformer, TransformerConfig,
-                              local_window_mask, padding_mask, scaled_dot_product_attention)
+from scratchformer.nn import (Encoder, LearnedPositionalEmbedding, Transformer, TransformerConfig, local_window_mask,
+                              padding_mask, path_reasons, scaled_dot_product_attention)
 from scratchformer.nn.cache import KVCache, RollingKVCache
 from scratchformer.nn.window import blocked_window_attention
 
@@ -86,19 +86,22 @@ def test_encoder_window_blocked_equals_band_forward_and_backward(causal, positio
     assert (a[m] - b[m]).abs().max() < 1e-5
     assert max(float((u - w).abs().max()) for u, w in zip(ga, gb)) < 1e-4
     attn = blocked.layers[0].self_attn
-    assert attn.last_window_reason is None  # the blocked path ran
-    assert "band" in band.layers[0].self_attn.last_window_reason
+    with path_reasons() as why:
+        blocked(x, m, is_causal=causal)
+        band(x, m, is_causal=causal)
+    assert why.of(attn, "window") == [None]  # the blocked path ran
+    assert "band" in why.of(band.layers[0].self_attn, "window")[0]
 
 
 def test_window_falls_back_to_the_band_mask_and_says_why():
     blocked, _ = _pair()
     attn = blocked.layers[0].self_attn
-    blocked(torch.randn(1, 23, 32), need_weights=True)
-    assert "need_weights" in attn.last_window_reason
-    blocked(torch.randn(1, 4, 32))
-    assert "one block" in attn.last_window_reason
-    blocked(torch.randn(1, 23, 32), attn_mask=torch.ones(23, 23, dtype=torch.bool))
-    assert "attn_mask" in attn.last_window_reason
+    with path_reasons() as why:
+        blocked(torch.randn(1, 23, 32), need_weights=True)
+        blocked(torch.randn(1, 4, 32))
+        blocked(torch.randn(1, 23, 32), attn_mask=torch.ones(23, 23, dtype=torch.bool))
+    first, short, masked = why.of(attn, "window")
+    assert "need_weights" in first and "one block" in short and "attn_mask" in masked
 
 
 class TinyLM(nn.Module):

@@ -326,12 +326,44 @@ def test_bf16_precision_decodes_a_bf16_copy_of_the_model(run):
     untouched; int8 and bf16 together are a one-line UserError."""
     d, out = run
     tr = Translator.load(out)
-    assert tr.translate(["ab cd ef"], precision="bf16") == ["AB CD EF"] and tr.last_precision == "bf16"
+    (h,) = tr.hypotheses(["ab cd ef"], precision="bf16")
+    assert tr.tgt_tok.decode(h.tokens) == "AB CD EF" and h.precision == "bf16"
+    assert h.precision_reason == "precision='bf16' was asked for"
     m = tr.bf16_model()
     assert m is tr.bf16_model() and all(p.dtype == torch.bfloat16 for p in m.parameters())
     assert all(p.dtype == torch.float32 for p in tr.model.parameters())
     with pytest.raises(UserError, match="^precision='bf16' and quantize='int8' do not combine"):
         Translator.load(out, quantize="int8").translate(["ab cd"], precision="bf16")
+
+
+def test_one_translator_from_two_threads_each_call_says_its_own_precision(run):
+    """The precision a batch ran in, and why, is a value of the call (Hypothesis.precision), not
+    state on the shared translator: two threads decoding at once each read their own."""
+    import threading
+
+    _, out = run
+    tr = Translator.load(out)
+    barrier, got = threading.Barrier(2), {}
+
+    def worker(precision):
+        seen = []
+        for _ in range(6):
+            barrier.wait()
+            seen += [(h.precision, h.precision_reason) for h in tr.hypotheses(["ab cd ef", "cd"], precision=precision)]
+        got[precision] = set(seen)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in ("bf16", "fp32")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {"bf16": {("bf16", "precision='bf16' was asked for")},
+                   "fp32": {("fp32", "precision='fp32' was asked for")}}
+    with pytest.warns(DeprecationWarning, match="Translator.last_precision is deprecated"):
+        assert tr.last_precision is None  # the old spelling is per thread: this one decoded nothing yet
+    tr.translate(["ab"], precision="fp32")
+    with pytest.warns(DeprecationWarning, match="Translator.precision_reason is deprecated"):
+        assert tr.precision_reason == "precision='fp32' was asked for"
 
 
 def test_ensemble_cli_and_tokenizer_check(run, tmp_path, capsys):

@@ -5,7 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_recipe_args, positive_int, recipe_for_run, read_inputs
+from .common import (add_compute_type, add_recipe_args, compute_type, positive_int, read_inputs, recipe_for_run,
+                     say_compute)
 
 
 def register(cli) -> None:
@@ -36,7 +37,7 @@ def register(cli) -> None:
     p.add_argument("--json", action="store_true", help="JSON lines with all probabilities")
     p.add_argument("--top", type=positive_int, default=3, help="probabilities shown per text")
     p.add_argument("--no-blend", action="store_true", help="ours alone, without the run's blend with TF-IDF")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
+    add_compute_type(p)
     p.set_defaults(func=predict)
 
     p = cli.verb("blend", help="average a finished classification run with the TF-IDF baseline "
@@ -76,17 +77,9 @@ def train(args) -> int:
         given = {"data.dataset": args.data, "data.valid_file": args.valid, "data.test_file": args.test, **flags}
         recipe = adaptive_recipe(args.set, {k: v for k, v in given.items() if v is not None})
         log(f"recipe (adaptive default; --config FILE to choose your own): {describe(recipe)}")
-    candidate = None
-    from ..tasks.classify.auto import E5_MIN_BUDGET
+    from ..tasks.classify.auto import e5_candidate  # the adaptive default also considers e5
 
-    if not (args.config or args.resume or args.init or args.teacher) and (recipe.time_budget or 0) >= E5_MIN_BUDGET:
-        from ..tasks.classify.auto import E5_SHARE, e5_decision, e5_recipe  # the adaptive default considers e5
-        from ..tasks.classify.data import load_classification
-
-        data = load_classification(recipe.data)
-        est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log,
-                          n_valid=len(data.valid))
-        candidate = e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None
+    candidate = e5_candidate(recipe, log, chosen=bool(args.config or args.resume or args.init or args.teacher))
     if candidate is not None:
         from ..tasks.classify.pipeline import train_with_candidate
 
@@ -131,7 +124,8 @@ def blend(args) -> int:
 def predict(args) -> int:
     from ..tasks.classify import Classifier
 
-    clf = Classifier.load(args.run_dir, blend=not args.no_blend, quantize=getattr(args, "quantize", None))
+    clf = Classifier.load(args.run_dir, blend=not args.no_blend, compute_type=compute_type(args))
+    say_compute(clf, args)
     texts = read_inputs(args.texts, args.file)
     for text, res in zip(texts, clf.predict(texts)):
         if args.json:
@@ -152,7 +146,8 @@ def evaluate(args) -> int:
 
     if getattr(args, "context", None) is not None:
         raise UserError("--context is for language-model runs; for a classifier use --max-len N")
-    clf = Classifier.load(args.run_dir, blend=not args.no_blend, quantize=getattr(args, "quantize", None))
+    clf = Classifier.load(args.run_dir, blend=not args.no_blend, compute_type=compute_type(args))
+    say_compute(clf, args)
     trained_max_len = clf.recipe.data.max_len
     if args.max_len is not None:
         clf = clf.with_max_len(args.max_len)

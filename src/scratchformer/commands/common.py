@@ -55,6 +55,48 @@ def read_inputs(texts: list[str], file: str | None) -> list[str]:
     return lines
 
 
+COMPUTE_TYPES = ("auto", "float32", "bfloat16", "int8")  # CTranslate2's names (nn/compute.py)
+
+
+def add_compute_type(p, default: str = "float32") -> None:
+    """--compute-type, and the deprecated --quantize that it replaces (skipped where a shared
+    parser already has them)."""
+    if "--compute-type" in p._option_string_actions:  # noqa: SLF001 - argparse has no public query
+        return
+    p.add_argument("--compute-type", choices=COMPUTE_TYPES, default=None,
+                   help=f"what inference computes in (default {default}): float32; bfloat16 (a bf16 copy of "
+                        "the model); int8 (int8 projections, CPU); auto (per batch, what a probe measures "
+                        "faster on this CPU; it says what it chose and why). See docs/speed.md")
+    p.add_argument("--quantize", choices=["none", "int8"], default=None,
+                   help="deprecated: --compute-type int8")
+
+
+def compute_type(args) -> str | None:
+    """--compute-type, or the deprecated --quantize int8 / --precision (a warning on stderr);
+    None: the task's default."""
+    given = getattr(args, "compute_type", None)
+    old = []
+    if getattr(args, "quantize", None) not in (None, "none"):
+        old.append(("--quantize int8", "int8"))
+    precision = getattr(args, "precision", None)
+    if precision is not None:
+        old.append((f"--precision {precision}", {"fp32": "float32", "bf16": "bfloat16", "auto": "auto"}[precision]))
+    for flag, value in old:
+        print(f"warning: {flag} is deprecated; use --compute-type {value}", file=sys.stderr)
+        if given is not None and given != value:
+            raise UserError(f"--compute-type {given} and {flag} disagree; pass --compute-type only")
+        given = value
+    return given
+
+
+def say_compute(model, args) -> None:
+    """With --compute-type auto, what a typical batch computes in and why (on stderr): the
+    loaded model's own answer (`compute_choice`)."""
+    if getattr(args, "compute_type", None) == "auto":
+        kind, why = model.compute_choice()
+        print(f"compute type: {kind} ({why})", file=sys.stderr)
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 (`--top`, `--max-new-tokens`, ...)."""
     try:
@@ -93,12 +135,11 @@ def run_folder_guard(args) -> Iterator[None]:
         yield
 
 
-def _recipe_class(args):
-    if args.verb == "pretrain":
-        from ..tasks.mlm import MLMRecipe
-        return MLMRecipe
-    from ..experiments.identity import recipe_class
-    return recipe_class(getattr(args, "task", "classify"))
+def _face(args):
+    """The face of a train verb's task: `train TASK`, or `pretrain OBJECTIVE` (`pretrain mlm`)."""
+    from ..tasks.faces import face
+
+    return face(getattr(args, "objective", None) or getattr(args, "task", None) or "classify")
 
 
 def _check_source(option: str, value: str, pairs: bool = False) -> None:
@@ -117,23 +158,15 @@ def check_train_inputs(args) -> None:
     """What a `train` verb reads, checked before `--overwrite` removes the old run: the
     --config, every --set, and the data files (or registered names) the recipe and the flags
     name, --teacher and --init. Only existence and form: reading a file's lines comes later."""
-    cls = _recipe_class(args)
-    base, flags = None, {}
-    if cls.__name__ == "ClassifyRecipe":
-        flags = {"time_budget": getattr(args, "time_budget", None)}
-        if not args.config:  # the adaptive default's base: a time budget, as many members as fit
-            from ..tasks.classify.auto import DEFAULT_BUDGET_MIN
-
-            nulled = any(k.strip() == "time_budget" and v.strip().lower() in ("null", "none")
-                         for k, _, v in (x.partition("=") for x in args.set))  # as adaptive_recipe reads it
-            base = cls() if nulled else cls(time_budget=DEFAULT_BUDGET_MIN, ensemble=0)
-    recipe = resolve_recipe(cls, args.config, args.set, flags, base=base)
+    face = _face(args)
+    flags = {"time_budget": args.time_budget} if getattr(args, "time_budget", None) is not None else {}
+    recipe = face.train_recipe(args.config, args.set, flags)  # the task's own start (classify: its adaptive base)
     data = getattr(recipe, "data", None)
-    pairs = cls.__name__ == "TranslateRecipe"
+    pairs = face.data_form == "pair"
     for option, value in (("--data", getattr(args, "data", None)), ("--valid", getattr(args, "valid", None)),
                           ("--test", getattr(args, "test", None))):
         for v in (value if isinstance(value, list) else [value] if value else []):
-            for item in (v.split(",") if args.verb == "pretrain" else [v]):
+            for item in (v.split(",") if face.data_form == "list" else [v]):
                 _check_source(option, item.strip(), pairs)
     if data is not None and not getattr(args, "data", None):
         for name in ([getattr(data, "dataset", None)] + list(getattr(data, "datasets", None) or [])):
@@ -146,9 +179,9 @@ def check_train_inputs(args) -> None:
     if teacher and not (Path(teacher) / "config.json").is_file():
         raise UserError(f"--teacher {teacher} is not a finished run folder (no config.json); nothing was removed")
     init = getattr(args, "init", None)
-    from ..interop.e5 import is_e5
+    from ..interop.zoo import entry
 
-    if init and init != "minilm" and not is_e5(init) and not Path(init).is_dir():
+    if init and entry(init) is None and not Path(init).is_dir():
         raise UserError(f"--init {init}: no such folder (give a `pretrain mlm` run, 'minilm', 'e5' or a BERT folder); "
                         "nothing was removed")
 

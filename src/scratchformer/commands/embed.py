@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..fileio import atomic_write_bytes, atomic_write_text
-from .common import read_inputs
+from .common import add_compute_type, compute_type, read_inputs
 
 MODEL_HELP = ("a model name (minilm, e5) or a folder with config.json + model.safetensors "
               "(default: minilm)")
@@ -33,7 +33,7 @@ def register(cli) -> None:
     p.add_argument("--file", type=Path, help="also embed each non-empty line of this file ('-' = stdin)")
     p.add_argument("--out", type=Path, help="write to X.npy (float32 matrix) or X.jsonl instead of printing")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
+    add_compute_type(p)
     p.add_argument("--max-length", type=int, default=None,
                    help="truncate to this many tokens (default: the model's setting, 256 for minilm)")
     p.add_argument("--prefix", choices=("query", "passage", "none"), default=None, help=PREFIX_HELP)
@@ -48,25 +48,28 @@ def register(cli) -> None:
     s.set_defaults(func=run_similarity)
 
 
-def _load(name: str):
-    from ..interop.hf_bert import load_hf_bert
+def _load(name: str, compute: str | None = None, say: bool = False):
+    from ..interop.hf_bert import compute_choice, load_hf_bert
 
-    return load_hf_bert(name)
+    model, tok = load_hf_bert(name, compute_type=compute)
+    if say:  # --compute-type auto: what it chose (for a 32 x 128 batch) and why
+        print("compute type: {} ({})".format(*compute_choice(model, "auto")), file=sys.stderr)
+    return model, tok
 
 
 def _prefixes(name: str, tok, prefix: str | None) -> list[str]:
     """[prefix of the first text, prefix of the others]; `prefix` None: the model's default."""
-    from ..data.bert_tokenizer import XLMRTokenizer
-    from ..interop.e5 import PREFIXES, is_e5
+    from ..interop.zoo import input_prefixes
 
-    e5 = is_e5(name) or isinstance(tok, XLMRTokenizer)
+    prefixes = input_prefixes(name, tok)  # the zoo says which prefixes a model was trained with
     if prefix is None:
-        prefix = "query" if e5 else "none"
-    if prefix != "none" and not e5:
-        raise UserError(f"--prefix {prefix} is e5's input convention; {name} takes none (drop --prefix)")
+        prefix = "query" if prefixes else "none"
+    if prefix != "none" and not prefixes:
+        raise UserError(f"--prefix {prefix} is an input convention {name} was not trained with; it takes none "
+                        "(drop --prefix)")
     first, rest = {"query": ("query", "query"), "passage": ("passage", "passage"),
                    "retrieval": ("query", "passage"), "none": (None, None)}[prefix]
-    return [PREFIXES.get(first, ""), PREFIXES.get(rest, "")]
+    return [prefixes.get(first, ""), prefixes.get(rest, "")]
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -87,12 +90,8 @@ def run_embed(args) -> int:
     suffix = args.out.suffix.lower() if args.out else None
     if suffix not in (None, ".npy", ".jsonl"):
         raise UserError(f"--out must end in .npy or .jsonl, got {args.out.name}")
-    model, tok = _load(args.model)
+    model, tok = _load(args.model, compute_type(args), getattr(args, "compute_type", None) == "auto")
     prefix, _ = _prefixes(args.model, tok, args.prefix)
-    if args.quantize == "int8":  # what load_hf_bert(name, quantize="int8") does
-        from ..nn.quant import quantize_int8
-
-        quantize_int8(model)
     _check_max_length(args.max_length, tok)
     vectors = model.embed(texts, tok.with_prefix(prefix), batch_size=args.batch_size,
                           max_length=args.max_length).numpy()

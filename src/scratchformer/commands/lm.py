@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import add_recipe_args, positive_int, recipe_for_run
+from .common import add_compute_type, add_recipe_args, compute_type, positive_int, recipe_for_run, say_compute
 
 
 def register(cli) -> None:
@@ -29,7 +29,7 @@ def register(cli) -> None:
                    help="tokens the model sees (default: the training context)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole window at each step (slow)")
     p.add_argument("--no-echo", action="store_true", help="print only the continuation, not the prompt")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
+    add_compute_type(p)
     p.set_defaults(func=generate)
 
     ev = cli.verbs.choices["evaluate"]
@@ -59,7 +59,8 @@ def train(args) -> int:
 def generate(args) -> int:
     from ..tasks.lm import LanguageModel, check_sampling
 
-    lm = LanguageModel.load(args.run_dir, quantize=getattr(args, "quantize", None))
+    lm = LanguageModel.load(args.run_dir, compute_type=compute_type(args))
+    say_compute(lm, args)
 
     def stream(piece: str) -> None:
         sys.stdout.write(piece)
@@ -94,7 +95,8 @@ def evaluate(args) -> int:
         raise UserError("--max-len is for classification runs; for a language model use --context N")
     if args.context is None and (args.rope_scaling or args.max_windows):
         raise UserError("--rope-scaling and --max-windows go with --context N")
-    lm = LanguageModel.load(args.run_dir, quantize=getattr(args, "quantize", None))
+    lm = LanguageModel.load(args.run_dir, compute_type=compute_type(args))
+    say_compute(lm, args)
     if args.context is not None:
         from ..tasks.lm.context import check_context
 

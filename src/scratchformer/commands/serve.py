@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
+from .common import add_compute_type, compute_type
 
 
 def register(cli) -> None:
@@ -28,8 +29,7 @@ def register(cli) -> None:
     p.add_argument("--backend", choices=["torch", "onnxruntime", "ctranslate2"], default="torch",
                    help="onnxruntime: serve folders written by `scratchformer export --format onnx`; "
                         "ctranslate2: folders written by `scratchformer export --format ctranslate2`")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none",
-                   help="int8: load the runs with int8 projections (dynamic quantization, CPU; see docs/speed.md)")
+    add_compute_type(p, "each task's: auto for translation, float32 for the others")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on inference routes (or set {API_KEY_ENV})")
     p.add_argument("--no-batching", action="store_true", help="run every request alone (no dynamic batching)")
@@ -80,53 +80,15 @@ def run_serve(args) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
         print(f"warning: listening on {args.host} without --api-key: anyone who reaches it can use the models",
               flush=True)
-    return serve(specs, cfg, args.host, args.port, args.backend, quantize=args.quantize)
+    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute_type(args))
 
 
 def run_export(args) -> int:
-    from ..tasks.runs import RunDir
+    from ..tasks.faces import export_of
 
-    task = RunDir(args.run_dir).task_name()
-    if args.format != "onnx":
-        return _export_translation(args, task)
-    if task == "lm":
-        from ..tasks.lm.export import export_lm_onnx
-
-        report = export_lm_onnx(args.run_dir, args.out, check=not args.no_check)
-        print(f"wrote {args.out}/ (model.onnx: one decoding step, KV cache in and out; tokenizer.json, export.json)")
-        if report:
-            print(f"parity with our model over {report['steps']} greedy steps: max |Δ logits| = "
-                  f"{report['max_abs_diff']:.2e}, tokens equal: {report['greedy_equal']}")
-        return 0
-    if task != "classify":
-        raise UserError(f"{args.run_dir} holds a {task!r} run; --format onnx exports classify and lm runs "
-                        "(translation runs: --format transformers or ctranslate2)")
-    from ..tasks.classify.export import export_onnx
-
-    report = export_onnx(args.run_dir, args.out, check=not args.no_check)
-    print(f"wrote {args.out}/ (model.onnx, tokenizer.json, preprocess.py, labels.json, export.json, README.md)")
-    if report.get("max_abs_diff") is not None:
-        print(f"parity with our model on {report['n_texts']} texts: max |Δ logits| = {report['max_abs_diff']:.2e}")
-    return 0
-
-
-def _export_translation(args, task: str) -> int:
-    if task != "translate":
-        raise UserError(f"{args.run_dir} holds a {task!r} run; --format {args.format} exports translation runs "
-                        "(classify and lm runs: --format onnx)")
-    from ..tasks.translate import export
-
-    if args.format == "transformers":
-        report = export.export_transformers(args.run_dir, args.out, check=not args.no_check)
-        print(f"wrote {args.out}/ (config.json, model.safetensors, tokenizer files, export.json)")
-        parts = [("transformers", report)] if report else []
-    else:
-        report = export.export_ctranslate2(args.run_dir, args.out, check=not args.no_check)
-        print(f"wrote {args.out}/ (CTranslate2 model.bin, vocabularies, tokenizer files, export.json)")
-        parts = [("transformers", report["transformers"]), ("ctranslate2", report["ctranslate2"])] if report else []
-    for name, r in parts:
-        logits = f"max |Δ logits| = {r['max_abs_diff']:.2e}, " if "max_abs_diff" in r else ""
-        print(f"parity with our model ({name}, {r['n_sentences']} test sentences): {logits}greedy tokens equal: "
-              f"{r['greedy_equal']}, beam {r['beam']} equal: {r['beam_sentences_equal']}/{r['n_sentences']} "
-              f"(all {r['beam_finished_sentences']} that end with <eos>: {r['beam_equal_where_finished']})")
+    export = export_of(args.run_dir, args.format)  # a format the run's task lacks: one line naming who has it
+    report = export.run(args.run_dir, args.out, check=not args.no_check)
+    print(f"wrote {args.out}/ ({export.files})")
+    for line in export.parity(report):
+        print(line)
     return 0

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .common import add_recipe_args, recipe_for_run, read_inputs
+from .common import add_compute_type, add_recipe_args, compute_type, recipe_for_run, read_inputs
 
 
 def _decode_args(p) -> None:
@@ -17,8 +17,7 @@ def _decode_args(p) -> None:
     add("--length-penalty", type=float, help="beam ranking: score / length**PENALTY")
     add("--max-len-ratio", type=float, help="output limit: RATIO * source tokens + offset")
     add("--no-cache", action="store_true", help="recompute the whole prefix at every step (slow; for checking)")
-    add("--precision", choices=["fp32", "bf16", "auto"],
-        help="bf16: decode under bfloat16 autocast; auto (the default): whichever a quick probe measures faster here")
+    add("--precision", choices=["fp32", "bf16", "auto"], help="deprecated: --compute-type float32|bfloat16|auto")
     add("--ensemble", action="append", type=Path, default=[], metavar="RUN",
         help="another run trained with the same tokenizers, decoded together with RUN_DIR "
              "(next-token probabilities averaged); repeat for more")
@@ -49,7 +48,7 @@ def register(cli) -> None:
     p.add_argument("--file", help="one sentence per line")
     p.add_argument("--json", action="store_true", help="JSON lines with score and length-limit flag")
     p.add_argument("--weights", help="weights file in the run (default: the one final.json chose)")
-    p.add_argument("--quantize", choices=["none", "int8"], default="none", help="int8: the projections in int8 (dynamic quantization, CPU; see docs/speed.md)")
+    add_compute_type(p, "auto")
     _decode_args(p)
     p.set_defaults(func=translate)
 
@@ -69,7 +68,7 @@ def register(cli) -> None:
 def _overrides(args) -> dict:
     beam = 1 if getattr(args, "greedy", False) else getattr(args, "beam", None)
     out = {"beam": beam, "length_penalty": getattr(args, "length_penalty", None),
-           "max_len_ratio": getattr(args, "max_len_ratio", None), "precision": getattr(args, "precision", None)}
+           "max_len_ratio": getattr(args, "max_len_ratio", None)}  # --precision: compute_type(args)
     if getattr(args, "no_cache", False):
         out["use_cache"] = False
     return {k: v for k, v in out.items() if v is not None}
@@ -91,7 +90,7 @@ def train(args) -> int:
 def translate(args) -> int:
     from ..tasks.translate import Translator
 
-    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, quantize=args.quantize)
+    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, compute_type=compute_type(args))
     texts = read_inputs(args.texts, args.file)
     hyps = tr.hypotheses(texts, **_overrides(args))
     for text, h in zip(texts, hyps):
@@ -101,12 +100,11 @@ def translate(args) -> int:
                               "finished": h.finished}, ensure_ascii=False))
         else:
             print(out)
-    if tr.precision_reason and (getattr(args, "precision", None) in (None, "auto")):
-        print(f"precision: {tr.last_precision} ({tr.precision_reason})", file=sys.stderr)
-    if args.quantize == "int8":
-        from ..nn.quant import activation_bits
-
-        print(f"quantize: int8 ({activation_bits()[1]})", file=sys.stderr)
+    if tr.compute_type in (None, "auto"):
+        for precision, why in dict.fromkeys((h.precision, h.precision_reason) for h in hyps):  # each batch's own
+            print(f"precision: {precision} ({why})", file=sys.stderr)
+    if tr.compute_type == "int8":
+        print(f"compute type: int8 ({tr.int8_note()})", file=sys.stderr)
     return 0
 
 
@@ -117,7 +115,7 @@ def evaluate(args) -> int:
                         ("--rope-scaling", getattr(args, "rope_scaling", None))):
         if value is not None:
             raise UserError(f"{flag} is for language-model or classification runs, not translation")
-    tr = Translator.load(args.run_dir, ensemble=args.ensemble)
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args))
     if args.data:
         pairs, name = read_parallel_spec(args.data), Path(args.data.split(",")[0]).stem
     else:
@@ -151,7 +149,7 @@ def align(args) -> int:
         raise UserError(f"align --out {path} is a folder; give the path of a .png file")
     if not path.parent.is_dir():
         raise UserError(f"align --out {path}: the folder {path.parent} does not exist")
-    tr = Translator.load(args.run_dir, ensemble=args.ensemble)
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args))
     src, out, weights, translation = tr.align(args.text, **_overrides(args))
     plot_view(AttentionView("cross-attention", out, src, weights), path, mean_column=True,
               title=f"cross-attention (rows: output, columns: source): {args.text} -> {translation}")

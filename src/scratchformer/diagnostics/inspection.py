@@ -1,19 +1,18 @@
 """The one thing `attention` and `doctor` ask of a task: its inspect slot.
 
-Every task package that can be inspected has `tasks/<task>/inspect.py` with `load(run_dir)`,
-which returns an `Inspector`. This package finds it by the run's task name (config.json "task"),
+Every task that can be inspected fills the `inspect` slot of its face (tasks/faces.py):
+`inspect(run_dir)` returns an `Inspector`. This package finds it through `task_of(run_dir)`,
 so a new task brings its own slot and nothing here changes. The records an inspector returns
 (`AttentionResult`, `Subject`, ...) are defined in `tasks/inspection.py`, below both.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Protocol
 
 from ..errors import UserError
+from ..tasks.faces import task_of
 from ..tasks.inspection import AttentionResult, Subject
-from ..tasks.runs import RunDir
 
 
 class Inspector(Protocol):
@@ -30,12 +29,8 @@ class Inspector(Protocol):
 def load(run_dir: str | Path) -> Inspector:
     """The inspector of the run in `run_dir`, from its task's inspect slot."""
     run_dir = Path(run_dir)
-    task = RunDir(run_dir).task_name()
-    try:
-        slot = importlib.import_module(f"scratchformer.tasks.{task}.inspect")
-    except ModuleNotFoundError as e:
-        if e.name not in (f"scratchformer.tasks.{task}", f"scratchformer.tasks.{task}.inspect"):
-            raise
-        raise UserError(f"{run_dir} holds a {task!r} run, and that task has no inspect slot "
-                        f"(tasks/{task}/inspect.py): attention and doctor cannot read it") from None
-    return slot.load(run_dir)
+    face = task_of(run_dir)
+    if not face.inspect:
+        raise UserError(f"{run_dir} holds a {face.name!r} run, and that task has no inspect slot: "
+                        "attention and doctor cannot read it")
+    return face.inspect(run_dir)

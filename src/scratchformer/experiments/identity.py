@@ -23,14 +23,10 @@ _OWN = ("train.seed", "train.progress")
 
 
 def recipe_class(task: str):
-    if task == "classify":
-        from ..tasks.classify.recipe import ClassifyRecipe
-        return ClassifyRecipe
-    if task == "translate":
-        from ..tasks.translate.recipe import TranslateRecipe
-        return TranslateRecipe
-    from ..tasks.lm.recipe import LMRecipe
-    return LMRecipe
+    """The recipe class of `task`, from its face (tasks/faces.py)."""
+    from ..tasks.faces import face
+
+    return face(task).recipe
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, Any]:

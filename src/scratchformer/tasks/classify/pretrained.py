@@ -112,11 +112,11 @@ def load_init(name: str) -> InitSource:
                           mlm.model.vocab_size, mlm.model.bigram_buckets, mlm.model.encoder)
     if task:
         raise UserError(f"--init {name}: that run is not a `pretrain mlm` run (nor a BERT checkpoint)")
-    from ...interop.e5 import PREFIXES, is_e5
     from ...interop.hf_bert import load_hf_bert
+    from ...interop.zoo import symmetric_prefix
 
     bert, tok = load_hf_bert(name)
-    if is_e5(name):  # the model card's prefix for classification-like (symmetric) tasks
-        tok = tok.with_prefix(PREFIXES["query"])
+    if symmetric_prefix(name):  # the model card's prefix for classification-like (symmetric) tasks
+        tok = tok.with_prefix(symmetric_prefix(name))
     state = {f"bert.{k}": v for k, v in bert.state_dict().items() if not k.startswith("pooler.")}
     return InitSource(str(name), "bert", tok, state, bert.config.vocab_size, 0, bert.config)

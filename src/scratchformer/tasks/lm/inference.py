@@ -10,7 +10,7 @@ import torch
 
 from ...data.tokenizers import NUM_SPECIALS, UNK_ID, Tokenizer
 from ...errors import UserError
-from ...nn.quant import check_quantize, quantize_int8
+from ...nn.compute import Compute, compute_type_from
 from ...models.language_model import DecoderLM
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
@@ -30,13 +30,21 @@ class LanguageModel:
     `model` is the `DecoderLM` (an `nn.Module`: ids `(B, T)` -> logits `(B, T, V)`).
     """
 
-    def __init__(self, model: DecoderLM, tokenizer: Tokenizer, recipe: LMRecipe):
+    def __init__(self, model: DecoderLM, tokenizer: Tokenizer, recipe: LMRecipe, compute: Compute | None = None):
         self.model, self.tokenizer, self.recipe = model.eval(), tokenizer, recipe
+        self.compute = compute or Compute(model, "float32", recipe.model.transformer.d_model)
+
+    @property
+    def compute_type(self) -> str:
+        return self.compute.compute_type
 
     @classmethod
-    def load(cls, run_dir: str | Path, quantize: str | None = None) -> "LanguageModel":
-        """`quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
-        quantize = check_quantize(quantize)
+    def load(cls, run_dir: str | Path, quantize: str | None = None,
+             compute_type: str | None = None) -> "LanguageModel":
+        """`compute_type`: float32 (default), bfloat16 (a bf16 copy of the model), int8 (int8
+        projections, CPU) or auto (per batch, what a probe measures faster; `nn/compute.py`).
+        `quantize='int8'` is the deprecated spelling of compute_type='int8'."""
+        compute_type = compute_type_from(compute_type, quantize)
         run_dir = Path(run_dir)
         recipe = RunDir(run_dir).load_recipe(LMRecipe, "lm", ("tokenizer.json", "model.safetensors"), "language-model")
         tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
@@ -44,9 +52,12 @@ class LanguageModel:
             raise UserError(f"{run_dir / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but {run_dir / 'config.json'} "
                             f"(and model.safetensors) {recipe.model.vocab_size}: the run folder is inconsistent")
         model = build_checked(lambda: DecoderLM(recipe.model), run_dir / "model.safetensors", run_dir / "config.json")
-        if quantize == "int8":
-            quantize_int8(model)
-        return cls(model, tokenizer, recipe)
+        return cls(model, tokenizer, recipe, Compute(model, compute_type, recipe.model.transformer.d_model))
+
+    def compute_choice(self, rows: int = 1) -> tuple[str, str]:
+        """What `rows` token rows at once compute in (generation: one a step), and why; nothing
+        is stored (`nn/compute.py`)."""
+        return self.compute.choose(rows)
 
     @property
     def context(self) -> int:
@@ -100,7 +111,7 @@ class LanguageModel:
             gen.seed()
         else:
             gen.manual_seed(int(seed))
-        model = self.model
+        model = self.compute.model_for(1)[0]  # one row a step: the float model, or its bf16 copy
         seq = list(ids)
         out: list[int] = []
         keep = max(1, window - window // 4)  # tokens kept when the cached path crops
@@ -122,7 +133,7 @@ class LanguageModel:
         for step in range(max_new_tokens):
             if caches is None:
                 logits = next_logits_uncached()
-            logits = logits.clone()
+            logits = logits.float().clone()  # sampled in float32 whatever the model computes in
             logits[:, :NUM_SPECIALS] = float("-inf")  # never emit specials
             token = int(sample_next(logits, temperature, top_k, top_p, gen)[0])
             seq.append(token)
@@ -182,8 +193,10 @@ class LanguageModel:
         ctx = self.context
         if len(ids) <= ctx + 1:
             raise UserError(f"the text has {len(ids)} tokens; evaluation needs more than one window of {ctx}")
-        task = LMTask(self.model, self.recipe, self.tokenizer, chars_per_token(self.tokenizer, text, ids))
-        batches = fixed_windows(ids, ctx, batch_size or self.recipe.data.eval_batch_size, max_windows)
+        batch_size = batch_size or self.recipe.data.eval_batch_size
+        model = self.compute.model_for(batch_size * ctx)[0]
+        task = LMTask(model, self.recipe, self.tokenizer, chars_per_token(self.tokenizer, text, ids))
+        batches = fixed_windows(ids, ctx, batch_size, max_windows)
         res = evaluate_windows(task, batches)
         res["unk_rate"] = float(np.mean(ids == UNK_ID))
         return res

@@ -22,22 +22,21 @@ has `beam` finished hypotheses (fairseq); `early_stop=False` continues until no 
 can still beat the best finished one (an exact bound, since log-probabilities only fall).
 Sentences that are done leave the batch, so long sentences do not keep short ones busy.
 
-Two implementations of each search, tested to give identical tokens (tests/tasks/test_lean_decoding.py):
-  - the readable one (`lean=False`): `Hypothesis` lists per sentence, the model's `decode`
-    with a `DecoderCache`, the prefix grown by concatenation;
-  - the lean one (`lean=True`, the default): the same search as tensor bookkeeping over the
-    whole beam x batch (per sentence only the best finished hypothesis, its score and its
-    count are kept, which is all the ranking needs), the tokens written into a preallocated
-    `(N, limit + 1)` buffer, and the model's `lean_step` (nn/lean.py: preallocated KV cache,
-    masks built and kernels chosen once per decode). A model without `lean_step`, or one
-    whose `lean_blocker()` names a reason, decodes through its `decode` inside the same
-    search.
+Each search is written once, over a stepper (the interface: `step(prefix (N, t)) -> log-probs
+(N, V)` and `select(rows, sentences)`), as tensor bookkeeping over the whole beam x batch (per
+sentence only the best finished hypothesis, its score and its count are kept, which is all the
+ranking needs), the tokens written into a preallocated `(N, limit + 1)` buffer. Two steppers
+implement the interface, tested to give identical tokens (tests/tasks/test_lean_decoding.py):
+  - the lean step (`lean=True`, the default): the model's `lean_step` (nn/lean.py:
+    preallocated KV cache, masks built and kernels chosen once per decode). A model without
+    `lean_step`, or one whose `lean_blocker()` names a reason, steps through its `decode`;
+  - the readable step (`lean=False`, and `use_cache=False`): the model's `decode` with a
+    `DecoderCache` (or the whole prefix again without the cache), the reference.
 """
 from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +45,7 @@ import torch.nn.functional as F
 from ...data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
 from ...errors import UserError
 from ...config import JsonConfig
+from ...nn.compute import BF16_MIN_GAIN, choose_compute  # noqa: F401  (BF16_MIN_GAIN: its old address)
 
 
 @dataclass
@@ -84,57 +84,22 @@ class Hypothesis:
     score: float  # sum of the log-probabilities of the tokens (and of <eos> when finished)
     finished: bool = True  # False: stopped at the length limit without <eos>
     normalized: float = field(default=0.0)  # the score beam search ranked it by
+    # what its batch was decoded in ("fp32" / "bf16") and why: a value of this call, set by
+    # `Translator.hypotheses` (never stored on the shared translator); not part of equality
+    precision: str | None = field(default=None, compare=False)
+    precision_reason: str | None = field(default=None, compare=False)
 
 
 # Ids a decoder must never emit: padding, <bos> and <cls> are not outputs.
 _BANNED = (PAD_ID, BOS_ID, CLS_ID)
 
 
-# bf16 must win the probe by this much: a near-tie keeps fp32 (exact, and the same output on
-# every run of the same machine). On the 2-core AVX2 EPYC (no bf16 instructions) bf16 decoding
-# ran 0.61x at batch 1 and 0.26x at batch 32, and the probe picks fp32. On the 2-core Xeon with
-# AMX, the bf16 model decoded (hsk size, one thread) at 0.68x fp32 at batch 1, 1.46x at 32 rows
-# (batch 32 greedy) and 1.63x at 128 rows (batch 32, beam 4).
-BF16_MIN_GAIN = 1.2
-
-
-@functools.lru_cache(maxsize=64)
 def choose_precision(rows: int, d_model: int, device: str = "cpu") -> tuple[str, str]:
     """`(precision, why)` for decoding `rows` hypotheses at once with a model of width `d_model`:
-    a micro-probe (a few ms, once per size bucket) times a post-LN block of a decode step on
-    `rows` rows (a fused-qkv-sized product, two layer norms, the feed-forward pair) with float32
-    weights and activations and with bfloat16 ones (what `precision="bf16"` decodes with, a bf16
-    copy of the model), and keeps bf16 only when it is `BF16_MIN_GAIN` times faster. A block,
-    not a lone product: the norms and the small ops between the products count too."""
-    if device != "cpu":
-        return "fp32", f"device {device}: the probe is for the CPU (use precision='bf16' to choose it)"
-    rows = 1 << max(0, (rows - 1).bit_length())  # power-of-two bucket: one probe per bucket
-    g = torch.Generator().manual_seed(0)
-    d = d_model
-    weights = [torch.randn(o, i, generator=g) / i ** 0.5 for o, i in ((3 * d, d), (4 * d, d), (d, 4 * d))]
-    norm = (torch.ones(d), torch.zeros(d))
-    x = torch.randn(rows, d, generator=g)
-
-    def block(h, w_qkv, w_in, w_out, norm_w, norm_b):  # (rows, d) -> (rows, d)
-        h = F.layer_norm(h + F.linear(h, w_qkv)[:, :d], (d,), norm_w, norm_b)
-        return F.layer_norm(h + F.linear(F.relu(F.linear(h, w_in)), w_out), (d,), norm_w, norm_b)
-
-    def timed(dtype: torch.dtype) -> float:
-        args = [t.to(dtype) for t in (x, *weights, *norm)]
-        best = float("inf")
-        with torch.inference_mode():
-            block(*args)  # warm-up (kernel creation)
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(4):
-                    block(*args)
-                best = min(best, time.perf_counter() - t0)
-        return best
-
-    timed(torch.bfloat16)  # warm-up
-    gain = timed(torch.float32) / timed(torch.bfloat16)
-    choice = "bf16" if gain >= BF16_MIN_GAIN else "fp32"
-    return choice, f"probe at {rows} rows x d_model {d_model}: bf16 {gain:.2f}x the speed of fp32 -> {choice}"
+    "bf16" where `nn.compute.choose_compute` (bf16 matrix units, then a micro-probe of one block,
+    once per size bucket) says the bf16 copy is `BF16_MIN_GAIN` times faster, else "fp32"."""
+    kind, why = choose_compute(rows, d_model, device)
+    return ("bf16" if kind == "bfloat16" else "fp32"), why
 
 
 def length_limits(src: torch.Tensor, cfg: DecodeConfig, pad_id: int = PAD_ID) -> torch.Tensor:
@@ -147,7 +112,11 @@ def length_limits(src: torch.Tensor, cfg: DecodeConfig, pad_id: int = PAD_ID) ->
 
 
 class _Stepper:
-    """One decoding state: memory, its mask, the cache; `step` gives next-token log-probs.
+    """The readable decoding state: memory, its mask, the cache; `step(prefix)` gives next-token
+    log-probs through the model's `decode` (with the cache: the last token; without: the whole
+    prefix again). The stepper interface the one search runs over (`_LeanStepper` is the other):
+        step(prefix (N, t)) -> log-probs (N, V)      prefix = <bos> and the tokens so far
+        select(rows (N',), sentences=None)           keep these rows, in this order
 
     An ensemble (a model with `members`, e.g. `Seq2SeqEnsemble`) keeps one state per member
     and mixes their probabilities: log(mean_i p_i(y | prefix))."""
@@ -178,8 +147,9 @@ class _Stepper:
         logp[:, list(_BANNED)] = float("-inf")
         return logp
 
-    def select(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (in that order): finished sentences leave, beams are reordered."""
+    def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        """Keep rows `index` (in that order): finished sentences leave, beams are reordered
+        (one memory row per hypothesis here: `sentences` is not needed)."""
         for i, cache in enumerate(self.caches):
             if cache is not None:
                 cache.reorder(index)  # cross-attention K/V follow their rows; nothing recomputed
@@ -197,114 +167,36 @@ def check_sources(lengths: list[int], cfg: DecodeConfig) -> None:
                             "split it into shorter sentences (or raise decode.max_input_len)")
 
 
+def _stepper(model, src: torch.Tensor, cfg: DecodeConfig, capacity: int, expand: int = 1):
+    """The state the search steps: the lean step (`cfg.lean` with the cache) or the readable
+    one (`_Stepper`: the model's own `decode`, the reference the lean step is tested against).
+    Both implement the stepper interface, so the search below is written once for both."""
+    if cfg.lean and cfg.use_cache:
+        return _LeanStepper(model, src, capacity, expand=expand, compiled=cfg.compile)
+    return _Stepper(model, src, cfg.use_cache, expand=expand)
+
+
 @torch.no_grad()
 def greedy_decode(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> list[Hypothesis]:
     """src `(B, S)` ids (right-padded) -> one `Hypothesis` per row: the argmax at every step."""
     cfg = cfg or DecodeConfig(beam=1)
-    if cfg.lean and cfg.use_cache:
-        return _greedy_lean(model, src, cfg)
-    B = src.shape[0]
     limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
-    state = _Stepper(model, src, cfg.use_cache)
-    prefix = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
-    alive = torch.arange(B, device=src.device)  # sentence of each live row
-    scores = torch.zeros(B, dtype=torch.float64, device=src.device)
-    out: list[Hypothesis | None] = [None] * B
-    for t in range(1, int(limits.max()) + 1):  # t = output tokens after this step
-        logp = state.step(prefix)  # (n, V)
-        best, tok = logp.max(-1)  # (n,)
-        scores = scores + best.double()
-        prefix = torch.cat([prefix, tok[:, None]], 1)  # (n, t + 1)
-        is_eos = tok == EOS_ID
-        ended = is_eos | (limits[alive] <= t)
-        if bool(ended.any()):
-            for r in ended.nonzero()[:, 0].tolist():
-                toks = prefix[r, 1:].tolist()
-                fin = bool(is_eos[r])
-                out[int(alive[r])] = Hypothesis(toks[:-1] if fin else toks, float(scores[r]), fin, float(scores[r]))
-            keep = (~ended).nonzero()[:, 0]
-            if keep.numel() == 0:
-                break
-            state.select(keep)
-            prefix, alive, scores = prefix[keep], alive[keep], scores[keep]
-    return out  # type: ignore[return-value]
-
-
-def _norm(score: float, length: int, penalty: float) -> float:
-    return score / (length ** penalty) if penalty else score
+    return _greedy(_stepper(model, src, cfg, int(limits.max()) + 1), limits)
 
 
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, cfg: DecodeConfig | None = None) -> list[Hypothesis]:
     """src `(B, S)` ids -> the best `Hypothesis` of each row (see the module docstring)."""
     cfg = cfg or DecodeConfig()
-    if cfg.lean and cfg.use_cache:
-        return _beam_lean(model, src, cfg)
-    K = cfg.beam
-    B, dev = src.shape[0], src.device
     limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
-    state = _Stepper(model, src, cfg.use_cache, expand=K)
-    prefix = torch.full((B * K, 1), BOS_ID, dtype=torch.long, device=dev)
-    scores = torch.zeros(B, K, dtype=torch.float64, device=dev)
-    scores[:, 1:] = float("-inf")  # all beams start equal: keep only the first at step 1
-    alive = torch.arange(B, device=dev)  # sentence of each live group of K rows
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    out: list[Hypothesis | None] = [None] * B
-    lp = cfg.length_penalty
-    for t in range(1, int(limits.max()) + 1):
-        n = alive.numel()
-        logp = state.step(prefix)  # (n K, V)
-        V = logp.shape[-1]
-        cand = scores[:, :, None] + logp.view(n, K, V).double()  # (n, K, V)
-        top, idx = cand.view(n, K * V).topk(min(2 * K, K * V), dim=-1)  # (n, 2K)
-        beam_of, tok = idx // V, idx % V
-        is_eos = tok == EOS_ID
-        # <eos> among the best K candidates ends a hypothesis (at most one <eos> per beam,
-        # so at least K of the 2K candidates are not <eos>)
-        ends = is_eos & (torch.arange(top.shape[1], device=dev) < K) & torch.isfinite(top)
-        for i, j in ends.nonzero().tolist():
-            row = i * K + int(beam_of[i, j])
-            s = float(top[i, j])
-            finished[int(alive[i])].append(Hypothesis(prefix[row, 1:].tolist(), s, True, _norm(s, t, lp)))
-        # the best K non-<eos> candidates live on
-        order = (is_eos.long() * top.shape[1] + torch.arange(top.shape[1], device=dev)).argsort(-1)[:, :K]
-        new_scores = top.gather(1, order)  # (n, K)
-        new_beam = beam_of.gather(1, order)
-        new_tok = tok.gather(1, order)
-        rows = (torch.arange(n, device=dev)[:, None] * K + new_beam).view(-1)  # (n K,) rows to keep
-        prefix = torch.cat([prefix[rows], new_tok.view(-1, 1)], 1)  # (n K, t + 1)
-        done = torch.zeros(n, dtype=torch.bool)
-        for i in range(n):
-            b = int(alive[i])
-            fin = finished[b]
-            if int(limits[b]) <= t:  # the length limit: the best finished, else the best cut-off
-                if not fin:
-                    s = float(new_scores[i, 0])
-                    fin.append(Hypothesis(prefix[i * K, 1:].tolist(), s, False, _norm(s, t, lp)))
-                done[i] = True
-            elif fin:
-                if cfg.early_stop:
-                    done[i] = len(fin) >= K
-                else:  # can any live hypothesis still end above the best finished one?
-                    best_live = float(new_scores[i, 0])
-                    length = int(limits[b]) + 1 if lp >= 0 else t + 1
-                    done[i] = _norm(best_live, length, lp) <= max(h.normalized for h in fin)
-            if done[i]:
-                out[b] = max(fin, key=lambda h: (h.finished, h.normalized))
-        keep = (~done).nonzero()[:, 0].to(dev)
-        if keep.numel() == 0:
-            break
-        scores = new_scores[keep]
-        sel = (keep[:, None] * K + torch.arange(K, device=dev)).view(-1)
-        state.select(rows[sel])  # reorder the beams and drop the sentences that are done
-        prefix, alive = prefix[sel], alive[keep]
-    return out  # type: ignore[return-value]
+    return _beam(_stepper(model, src, cfg, int(limits.max()) + 1, expand=cfg.beam), limits, cfg)
 
 
 class _LeanStepper:
     """The lean decoding state: per model (each ensemble member) its `lean_step` when it has
     one and `lean_blocker()` finds nothing against it, else its readable `decode` with a
-    `DecoderCache`; `step(tokens (N,))` gives next-token log-probs `(N, V)`. With `expand` = K (beam search) the rows are the K
+    `DecoderCache`; `step(prefix (N, t))` gives next-token log-probs `(N, V)` from the last token
+    (the stepper interface of `_Stepper`). With `expand` = K (beam search) the rows are the K
     hypotheses of each sentence side by side; a lean step keeps one memory per sentence."""
 
     def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, compiled: bool = False):
@@ -323,7 +215,9 @@ class _LeanStepper:
                 memory, mask = memory.repeat_interleave(expand, 0), mask.repeat_interleave(expand, 0)
             self.steps.append(_ReadableStep(m, memory, mask, capacity))
 
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+    def step(self, prefix: torch.Tensor) -> torch.Tensor:
+        """prefix `(N, t)` -> log-probs `(N, V)`: each step object reads only the last token."""
+        tokens = prefix[:, -1]  # (N,)
         if self.compiled:
             logps = [F.log_softmax(_compiled_call(s, tokens).float(), dim=-1) for s in self.steps]
         else:
@@ -372,12 +266,10 @@ def _hypotheses(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tenso
             zip(tokens.tolist(), lengths.tolist(), scores.tolist(), norms.tolist(), finished.tolist())]
 
 
-def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
-    """`greedy_decode` with tensor bookkeeping and the lean step (same tokens, tested)."""
-    B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
+def _greedy(state, limits: torch.Tensor) -> list[Hypothesis]:
+    """The greedy search over a stepper (`_stepper`), as tensor bookkeeping over the batch."""
+    B, dev = limits.shape[0], limits.device
     L = int(limits.max())
-    state = _LeanStepper(model, src, L + 1, compiled=cfg.compile)
     buf = torch.full((B, L + 1), BOS_ID, dtype=torch.long, device=dev)  # <bos>, then the outputs
     alive = torch.arange(B, device=dev)  # sentence of each live row
     lim = limits.clone()
@@ -389,12 +281,12 @@ def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis
     for t in range(1, L + 1):  # t = output tokens after this step
         # the (N, V) log_softmax stays: argmax of the logits and `logit - logsumexp` would
         # skip it, but torch's logsumexp costs more than log_softmax (1.7-3.6x, measured)
-        best, tok = state.step(buf[:, t - 1]).max(-1)  # (n,)
+        best, tok = state.step(buf[:, :t]).max(-1)  # (n,)
         scores += best.double()
         buf[:, t] = tok
         is_eos = tok == EOS_ID
         ended = is_eos | (lim <= t)
-        if bool(ended.any()):  # one host sync per step, as in the readable search
+        if bool(ended.any()):  # one host sync per step
             rows, sent = ended.nonzero()[:, 0], alive[ended]
             out_tok[sent] = buf[rows]
             out_fin[sent] = is_eos[rows]
@@ -408,24 +300,21 @@ def _greedy_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis
     return _hypotheses(out_tok[:, 1:], out_len, out_score, out_score, out_fin)
 
 
-def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
-    """`beam_search` as tensor bookkeeping over the whole beam x batch, with the lean step.
-
-    Per sentence it keeps the best finished hypothesis (tokens, score, normalised score) and
-    the number finished so far: the readable search keeps them all, but returns the first
-    best by (finished, normalised score) and stops on the count, so the two agree (tested)."""
+def _beam(state, limits: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
+    """The beam search over a stepper (`_stepper`), as tensor bookkeeping over the whole beam x
+    batch. Per sentence it keeps the best finished hypothesis (tokens, score, normalised score),
+    the first best by (finished, normalised score), and the number finished so far (early_stop
+    stops on the count). Written once: the lean and the readable step both run through it."""
     K, lp = cfg.beam, cfg.length_penalty
-    B, dev = src.shape[0], src.device
-    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
+    B, dev = limits.shape[0], limits.device
     L = int(limits.max())
-    state = _LeanStepper(model, src, L + 1, expand=K, compiled=cfg.compile)
     buf = torch.full((B * K, L + 1), BOS_ID, dtype=torch.long, device=dev)
     scores = torch.zeros(B, K, dtype=torch.float64, device=dev)
     scores[:, 1:] = float("-inf")  # all beams start equal: keep only the first at step 1
     alive = torch.arange(B, device=dev)  # sentence of each live group of K rows
     lim = limits.clone()
-    # the exact bound of early_stop=False: _norm(score, limit + 1) uses (limit + 1) ** lp,
-    # computed once per sentence in Python floats like the readable search does at every step
+    # the exact bound of early_stop=False: score / (limit + 1) ** lp, the power computed once per
+    # sentence in Python floats
     lim_pow = torch.tensor([float((n + 1) ** lp) for n in limits.tolist()], dtype=torch.float64, device=dev)
     n_fin = torch.zeros(B, dtype=torch.long, device=dev)
     best_tok = torch.full((B, L + 1), PAD_ID, dtype=torch.long, device=dev)
@@ -438,7 +327,7 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
     beams = torch.arange(K, device=dev)
     for t in range(1, L + 1):
         n = alive.numel()
-        logp = state.step(buf[:, t - 1])  # (n K, V)
+        logp = state.step(buf[:, :t])  # (n K, V)
         V = logp.shape[-1]
         # the best 2K extensions of all K beams are among each beam's best 2K: take those in
         # float32 first, then rank n x K x 2K candidates in float64 (same values and order as
@@ -451,7 +340,7 @@ def _beam_lean(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
         beam_of, tok = idx // w, lp_tok.view(n, K * w).gather(1, idx)
         is_eos = tok == EOS_ID
         ends = is_eos & (cols[:W] < K) & torch.isfinite(top)  # (n, 2K): hypotheses finished now
-        # the best of them (first on ties, as the readable search's max over its list)
+        # the best of them (first on ties)
         normed = top / (t ** lp) if lp else top
         step_best, j = torch.where(ends, normed, float("-inf")).max(-1)  # (n,)
         better = ends.any(-1) & (~has_best[alive] | (step_best > best_norm[alive]))

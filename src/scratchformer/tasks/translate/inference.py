@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,7 +15,8 @@ from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text, inside
-from ...nn.quant import Int8Linear, check_quantize, quantize_int8
+from ...nn.compute import compute_type_from
+from ...nn.quant import Int8Linear, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
@@ -47,6 +50,10 @@ def _final_weights(final: Path) -> str:
     return weights
 
 
+# compute_type (CTranslate2's names) -> the decode's precision; int8 decodes its int8 projections in fp32
+_PRECISION = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16", "int8": "fp32"}
+
+
 class Translator:
     """A trained translator, loaded from its run directory.
 
@@ -55,12 +62,46 @@ class Translator:
     ['I love you.']
     """
 
-    def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe):
+    def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe,
+                 compute_type: str | None = None):
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
-        self.last_precision: str | None = None  # what the last batch decoded in, and why
-        self.precision_reason: str | None = None
+        # None: the recipe's decode.precision decides (auto by default), as before compute_type
+        self.compute_type = compute_type
+        self._last = threading.local()  # the deprecated last_precision / precision_reason, per thread
         self.quantized = any(isinstance(m, Int8Linear) for m in self.model.modules())
         self._bf16: torch.nn.Module | None = None
+
+    @property
+    def last_precision(self) -> str | None:
+        """Deprecated: what the last batch decoded by the reading thread ran in. Each
+        `Hypothesis` says what its own batch ran in: `h.precision`, `h.precision_reason`."""
+        warnings.warn("Translator.last_precision is deprecated (state on a translator shared by threads): read "
+                      "Hypothesis.precision of your own call's hypotheses", DeprecationWarning, stacklevel=2)
+        return getattr(self._last, "choice", (None, None))[0]
+
+    @property
+    def precision_reason(self) -> str | None:
+        """Deprecated: why (see `last_precision`); read `Hypothesis.precision_reason`."""
+        warnings.warn("Translator.precision_reason is deprecated (state on a translator shared by threads): read "
+                      "Hypothesis.precision_reason of your own call's hypotheses", DeprecationWarning, stacklevel=2)
+        return getattr(self._last, "choice", (None, None))[1]
+
+    def int8_note(self) -> str:
+        """How the int8 projections quantize their activations here (`quant.activation_bits`)."""
+        from ...nn.quant import activation_bits
+
+        return activation_bits()[1]
+
+    def choose_precision(self, rows: int, asked: str = "auto") -> tuple[str, str]:
+        """What a batch of `rows` decoder rows (sentences x beam) runs in, and why: `asked`
+        unless it is "auto", which measures (`decoding.choose_precision`). Nothing is stored."""
+        if asked != "auto":
+            return asked, f"precision={asked!r} was asked for"
+        if self.quantized:
+            return "fp32", "the projections are int8 (they take float32 activations): bf16 would only add casts"
+        d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
+            else self.model.cfg.transformer.d_model
+        return choose_precision(rows, d)
 
     def bf16_model(self) -> torch.nn.Module:
         """The model with its weights in bfloat16 (made once, kept beside the float32 one): what
@@ -76,20 +117,24 @@ class Translator:
 
     @classmethod
     def load(cls, run_dir: str | Path, weights: str | None = None,
-             ensemble: Sequence[str | Path] = (), quantize: str | None = None) -> "Translator":
+             ensemble: Sequence[str | Path] = (), quantize: str | None = None,
+             compute_type: str | None = None) -> "Translator":
         """`weights`: a file name in `run_dir`; default: the one final.json names (best or
         averaged), else model.safetensors. `ensemble`: more run directories trained with the
         same tokenizers (usually the same recipe, other seeds); their models are decoded
         together with this one (`Seq2SeqEnsemble`), each with its final.json weights.
-        `quantize='int8'`: the projections run in int8 (`nn/quant.py`, CPU inference)."""
-        quantize = check_quantize(quantize)
+        `compute_type`: auto (the default: per batch, what a probe measures faster), float32,
+        bfloat16 (a bf16 copy of the model) or int8 (int8 projections, CPU); `nn/compute.py`.
+        `quantize='int8'` is the deprecated spelling of compute_type='int8'."""
+        compute_type = compute_type_from(compute_type, quantize, default=None)
+        quantize = "int8" if compute_type == "int8" else "none"
         run_dir = Path(run_dir)
         if RunDir(run_dir).is_ensemble:  # a `train_ensemble` run
             if weights is not None:
                 raise UserError(f"{run_dir} is an ensemble run: each member uses its own final weights")
             n = RunDir(run_dir).load_recipe(TranslateRecipe, "translate", (), "translation").ensemble
             dirs = [RunDir(run_dir).member(i).path for i in range(n)]
-            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble], quantize=quantize)
+            return cls.load(dirs[0], ensemble=[*dirs[1:], *ensemble], compute_type=compute_type)
         recipe, model = _load_run_model(run_dir, weights, quantize)
         src_tok, tgt_tok = Tokenizer.load(run_dir / SRC_TOK), Tokenizer.load(run_dir / TGT_TOK)
         if ensemble:
@@ -102,7 +147,19 @@ class Translator:
                                         "(the same data and tokenizer settings)")
                 members.append(_load_run_model(other, None, quantize)[1])
             model = Seq2SeqEnsemble(members)
-        return cls(model, src_tok, tgt_tok, recipe)
+        return cls(model, src_tok, tgt_tok, recipe, compute_type)
+
+    def _precision(self, overrides: dict, warn: bool = False) -> dict:
+        """The decode's precision from the compute type chosen at load; a `precision=` override
+        (the deprecated per-decode spelling) wins, with a warning."""
+        if overrides.get("precision") is not None:
+            if warn:
+                warnings.warn("precision= per decode is deprecated: load with compute_type= (auto, float32, "
+                              "bfloat16, int8), the one precision knob", DeprecationWarning, stacklevel=4)
+            return overrides
+        if self.compute_type is None:
+            return overrides
+        return {**overrides, "precision": _PRECISION[self.compute_type]}
 
     def decode_config(self, **overrides) -> DecodeConfig:
         """The recipe's decoding settings with `overrides` (None values ignored)."""
@@ -126,7 +183,7 @@ class Translator:
     def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:
         """The best `Hypothesis` for each text, in order. Overrides: any `DecodeConfig` field
         (beam, length_penalty, max_len_ratio, early_stop, use_cache, ...)."""
-        cfg = self.decode_config(**overrides)
+        cfg = self.decode_config(**self._precision(overrides, warn=True))
         ids = self.encode(texts, cfg)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out: list[Hypothesis | None] = [None] * len(ids)
@@ -137,19 +194,10 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], getattr(self.src_tok, "pad_id", PAD_ID))
-            precision = cfg.precision
-            if precision == "auto" and self.quantized:
-                precision, self.precision_reason = "fp32", ("the projections are int8 (they take float32 "
-                                                            "activations): bf16 would only add casts")
-            elif precision == "auto":
-                d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
-                    else self.model.cfg.transformer.d_model
-                precision, self.precision_reason = choose_precision(len(chunk) * cfg.beam, d)
-            else:
-                self.precision_reason = f"precision={precision!r} was asked for"
-            self.last_precision = precision
+            precision, why = self._last.choice = self.choose_precision(len(chunk) * cfg.beam, cfg.precision)
             hyps = decode(self.bf16_model() if precision == "bf16" else self.model, src, cfg)
             for i, h in zip(chunk, hyps):
+                h.precision, h.precision_reason = precision, why
                 out[i] = h
             start = end
         return out  # type: ignore[return-value]
@@ -166,7 +214,7 @@ class Translator:
         """BLEU and chrF (sacrebleu, with signatures) of translating the sources of `pairs`;
         writes `<name>_metrics.json` and `<name>_hyps.txt` into `out_dir` when given."""
         srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
-        cfg = self.decode_config(**overrides)
+        cfg = self.decode_config(**self._precision(overrides))  # what the decode below runs with
         t0 = time.perf_counter()
         hyps = self.translate(srcs, **overrides)
         elapsed = time.perf_counter() - t0

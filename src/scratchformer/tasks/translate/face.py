@@ -1,0 +1,60 @@
+"""The face of translation (see tasks/faces.py): what the house may ask of a translate run."""
+from __future__ import annotations
+
+from ..slots import TRANSLATE, Export, Face, recipe_from
+from .recipe import TranslateRecipe
+
+
+def _train(recipe, out_dir, resume: bool = False, log=print):
+    from .pipeline import train_translator
+
+    return train_translator(recipe, out_dir, resume=resume, log=log)
+
+
+def _load(run_dir, **options):
+    from .inference import Translator
+
+    return Translator.load(run_dir, **options)
+
+
+def _inspect(run_dir):
+    from .inspect import load
+
+    return load(run_dir)
+
+
+def _transformers(run_dir, out_dir, check: bool = True):
+    from .export import export_transformers
+
+    return export_transformers(run_dir, out_dir, check=check)
+
+
+def _ctranslate2(run_dir, out_dir, check: bool = True):
+    from .export import export_ctranslate2
+
+    return export_ctranslate2(run_dir, out_dir, check=check)
+
+
+def _parity_lines(parts) -> list[str]:
+    lines = []
+    for name, r in parts:
+        logits = f"max |Δ logits| = {r['max_abs_diff']:.2e}, " if "max_abs_diff" in r else ""
+        lines.append(f"parity with our model ({name}, {r['n_sentences']} test sentences): {logits}greedy tokens "
+                     f"equal: {r['greedy_equal']}, beam {r['beam']} equal: {r['beam_sentences_equal']}/"
+                     f"{r['n_sentences']} (all {r['beam_finished_sentences']} that end with <eos>: "
+                     f"{r['beam_equal_where_finished']})")
+    return lines
+
+
+FACE = Face(
+    name="translate", words="a translator", recipe=TranslateRecipe, data_form="pair",
+    train=_train, train_recipe=recipe_from(TranslateRecipe), load=_load, inspect=_inspect,
+    exports={
+        "transformers": Export(_transformers, "config.json, model.safetensors, tokenizer files, export.json",
+                               lambda r: _parity_lines([("transformers", r)] if r else [])),
+        "ctranslate2": Export(_ctranslate2, "CTranslate2 model.bin, vocabularies, tokenizer files, export.json",
+                              lambda r: _parity_lines([("transformers", r["transformers"]),
+                                                       ("ctranslate2", r["ctranslate2"])] if r else [])),
+    },
+    routes=(TRANSLATE,), noun="translation",
+)
