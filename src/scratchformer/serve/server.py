@@ -13,6 +13,7 @@ byte (or of the connection, for one that sends nothing), else the connection is 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import signal
 import socket
@@ -54,6 +55,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
     def __init__(self, *args, header_timeout: float = 10.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.header_timeout, self._header_timer = header_timeout, None
+        self._reading_headers = False  # a request has begun and its headers are not complete
 
     def _arm(self) -> None:
         self._disarm()
@@ -80,15 +82,18 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._reading_headers = True
         self._arm()
 
     def on_headers_complete(self) -> None:
+        self._reading_headers = False
         self._disarm()
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._disarm()  # between requests, uvicorn's keep-alive timeout holds
+        if not self._reading_headers:  # between requests, uvicorn's keep-alive timeout holds
+            self._disarm()
 
     def connection_lost(self, exc) -> None:
         self._disarm()
@@ -133,6 +138,9 @@ def serve(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1",
     print(f"serving {', '.join(s.name for s in specs)} on http://{host}:{sock.getsockname()[1]} "
           f"(page: /, API docs: /docs; /ready says when the models are loaded)", flush=True)
     server.run(sockets=[sock])
+    # the interpreter's last garbage collection walks every object the models made (seconds on
+    # a loaded server); the process is ending, so spare it: SIGTERM exits within 2 s when idle
+    gc.freeze()
     state = getattr(app.state, "serve", None)
     if state is not None and state.load_error is not None:
         e = state.load_error

@@ -62,7 +62,7 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None, *
     enters (the CLI's flags, the server's request fields, the Python API), so that a bad one
     is a one-line `UserError` naming the value and its range instead of a traceback mid-way."""
     if not _is_number(temperature) or not (
-            temperature == 0 or MIN_TEMPERATURE <= _as_float32(temperature) <= MAX_TEMPERATURE):
+            temperature == 0 or _as_float32(MIN_TEMPERATURE) <= _as_float32(temperature) <= _as_float32(MAX_TEMPERATURE)):
         shown = temperature if not _is_number(temperature) else f"{temperature:g}{_in_float32(temperature)}"
         raise UserError(f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE:g} and {MAX_TEMPERATURE:g} "
                         f"(the float32 logits are divided by it), got {shown}")
