@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import wait_ready
+from conftest import running, wait_ready
 from safetensors.torch import load_file, save_file
 
 from scratchformer.cli import main
@@ -37,41 +37,14 @@ from scratchformer.serve import app as app_module
 from scratchformer.serve import site
 from scratchformer.serve.app import ServeConfig, check_api_key, create_app
 from scratchformer.serve.backends import ClassifierBackend, LanguageModelBackend, ModelSpec, load_backend
-from scratchformer.serve.server import DrainingServer, uvicorn_config
 
 TEXTS = ["股市涨跌银行", "球赛队胜负", "今日消息", "银行利率基金涨"]
 JSON = {"content-type": "application/json"}
 
 
-@contextlib.contextmanager
-def serving(app, cfg=None):
-    """`app` under uvicorn with the server's own settings (`uvicorn_config`: header timeout,
-    drain timeout) on a free loopback port, in a thread; yields the base URL once /health answers."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn_config(app, cfg or ServeConfig(drain_timeout=5), "127.0.0.1", port, "warning")
-    server = DrainingServer(config, app)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
 def start(backends, **cfg):
     models = list(backends)
-    cfg = ServeConfig(**cfg)
+    cfg = ServeConfig(**{"drain_timeout": 5, **cfg})
     return create_app(lambda: models, cfg), cfg
 
 
@@ -95,7 +68,7 @@ def clf(clf_run):
 @pytest.fixture(scope="module")
 def url(lm, clf):
     app, cfg = start([lm, clf], max_new_tokens=64)
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         yield u
 
@@ -175,7 +148,7 @@ def test_a_stream_that_fails_after_it_started_ends_with_an_openai_error_event(lm
     from openai import APIError, OpenAI
 
     app, cfg = start([Breaks(lm, error)])
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         with httpx.stream("POST", u + "/v1/completions", json={"model": "lm", "prompt": "天", "max_tokens": 9,
                                                                "stream": True}, timeout=30) as r:
@@ -218,7 +191,7 @@ def test_keys_are_stripped_on_both_sides_and_compared_as_utf8_bytes(clf):
         ("clé-密钥", ["Bearer clé-密钥".encode("utf-8")], ["Bearer clé-密钥".encode("latin-1", "replace"), b"Bearer cl"]),
     ]:
         app, cfg = start([clf], api_key=server_key)
-        with serving(app, cfg) as u:
+        with running(app, cfg) as u:
             wait_ready(u)
             for header in good:
                 r = httpx.post(u + "/v1/classify", json={"input": "球赛"}, headers={"Authorization": header})
@@ -233,7 +206,7 @@ def test_every_route_but_the_open_ones_needs_the_key(clf, lm):
     open_paths = app_module.OPEN_PATHS | site.OPEN_PATHS
     assert open_paths == {"/health", "/ready", "/metrics", "/", "/docs", "/openapi.json", "/favicon.ico",
                           "/favicon.svg", "/docs/assets/swagger-ui-bundle.js", "/docs/assets/swagger-ui.css"}
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         seen = set()
         for route in app.routes:
@@ -302,7 +275,7 @@ def test_docs_are_served_from_the_package_with_no_cdn(url):
 def test_font_is_cached_bounded_and_guarded(clf):
     app, cfg = start([clf], api_key="k")
     key = {"Authorization": "Bearer k"}
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         assert httpx.get(u + "/font", params={"text": "股市"}).status_code == 401
         first = httpx.get(u + "/font", params={"text": "股市股"}, headers=key, timeout=60)
@@ -361,7 +334,7 @@ def test_every_route_answers_from_the_weights_loaded_at_start(clf_run, tmp_path)
     run = _copy_run(clf_run, tmp_path / "run")
     served = load_backend(ModelSpec("c", str(run)))
     app, cfg = start([served])
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         before = _probs(httpx.post(u + "/v1/classify", json={"input": TEXTS[0]}))
         digest = httpx.get(u + "/v1/models").json()["data"][0]["weights"]["digest"]
@@ -437,7 +410,7 @@ def test_reload_swaps_atomically_with_zero_failed_requests_under_load(clf_run, t
                 r = c.post(u + "/v1/classify", json={"input": TEXTS[0]})
                 (answers if r.status_code == 200 else failures).append(r)
 
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         assert httpx.post(u + "/v1/reload").status_code == 401  # authenticated
         threads = [threading.Thread(target=client) for _ in range(8)]
@@ -470,7 +443,7 @@ def test_reload_swaps_atomically_with_zero_failed_requests_under_load(clf_run, t
 def test_reload_keeps_the_served_model_when_the_folder_is_unfinished(clf_run, tmp_path):
     run = _copy_run(clf_run, tmp_path / "run")
     app, cfg = start([load_backend(ModelSpec("c", str(run)))])
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         before = _probs(httpx.post(u + "/v1/classify", json={"input": TEXTS[1]}))
         _perturb(run, 0.5)
@@ -488,7 +461,7 @@ def test_reload_on_change_takes_a_newer_finished_model(clf_run, tmp_path):
 
     run = _copy_run(clf_run, tmp_path / "run")
     app, cfg = start([load_backend(ModelSpec("c", str(run)))], reload_on_change=True, reload_interval=0.1)
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         first = httpx.get(u + "/v1/models").json()["data"][0]["weights"]["digest"]
         _perturb(run, 0.5)
@@ -519,7 +492,7 @@ def _raw(port: int, data: bytes, wait: float) -> tuple[bytes, float]:
 
 def test_slow_headers_and_bodies_time_out(clf):
     app, cfg = start([clf], header_timeout=0.5, body_timeout=0.5)
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         port = int(u.rsplit(":", 1)[1])
         half_headers = b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: appl"
@@ -611,7 +584,7 @@ def test_a_client_that_leaves_a_stream_stops_its_generation_quietly(lm, caplog):
     counting = Counts(lm)
     app, cfg = start([counting], max_new_tokens=5000)
     caplog.set_level(logging.DEBUG)
-    with serving(app, cfg) as u:
+    with running(app, cfg) as u:
         wait_ready(u)
         for _ in range(2):
             with httpx.stream("POST", u + "/v1/completions", timeout=30, json={
