@@ -342,6 +342,8 @@ def test_every_route_answers_from_the_weights_loaded_at_start(clf_run, tmp_path)
         r = httpx.post(u + "/v1/attention", json={"input": TEXTS[0]}, timeout=60)  # its first call
         assert r.status_code == 200 and "<html" in r.text.lower()
         assert _probs(httpx.post(u + "/v1/classify", json={"input": TEXTS[0]})) == before
+        emb = httpx.post(u + "/v1/embeddings", json={"model": "c", "input": TEXTS[0], "encoding_format": "float"})
+        assert emb.status_code == 200 and abs(sum(x * x for x in emb.json()["data"][0]["embedding"]) - 1) < 1e-4
         _copy_run(clf_run, run)
         _perturb(run, 0.5)
         assert httpx.post(u + "/v1/attention", json={"input": TEXTS[1]}, timeout=60).status_code == 200
@@ -553,10 +555,10 @@ def test_sigterm_exits_fast_idle_and_with_a_half_sent_body_without_a_traceback(c
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(20) == 0
             took = time.monotonic() - t0
-            assert took < (2 if not half_body else 20), took
+            assert took < (2 if not half_body else 5), took  # the drain timeout is 20 s: not waited for
             if s is not None:
-                reply = s.recv(65536)
-                assert reply == b"" or reply.startswith(b"HTTP/1.1 503"), reply
+                reply = s.recv(65536)  # the half-sent body was answered at once, not held
+                assert reply.startswith(b"HTTP/1.1 503") and b"shutting down" in reply, reply
                 s.close()
             idle.close()
         finally:
