@@ -184,6 +184,12 @@ def test_an_empty_or_blank_key_refuses_to_start(clf_run, capsys, monkeypatch, ke
     assert "SCRATCHFORMER_API_KEY is empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--header-timeout", "--body-timeout", "--reload-interval"])
+def test_timeouts_and_the_reload_interval_must_be_positive(clf_run, capsys, flag):
+    assert main(["serve", str(clf_run), "--port", "0", flag, "0"]) == 2
+    assert capsys.readouterr().err == f"error: {flag} must be > 0 seconds, got 0.0\n"
+
+
 def test_keys_are_stripped_on_both_sides_and_compared_as_utf8_bytes(clf):
     assert check_api_key("  s3cret\n") == "s3cret" and check_api_key(None) is None
     for server_key, good, bad in [
