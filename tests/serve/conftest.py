@@ -29,15 +29,19 @@ def mt_run(tmp_path_factory):
 @contextlib.contextmanager
 def running(app, cfg=None):
     """`app` served by uvicorn on a free 127.0.0.1 port in a thread; yields the base URL once
-    /ready says 200 (or after 30 s, for tests of loading)."""
+    /health says 200 (or after 30 s, for tests of loading). With `cfg` (a ServeConfig), under the
+    server's own uvicorn settings (`uvicorn_config`: the header timeout, the drain timeout)."""
     import uvicorn
 
-    from scratchformer.serve.server import DrainingServer
+    from scratchformer.serve.server import DrainingServer, uvicorn_config
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    if cfg is None:
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    else:
+        config = uvicorn_config(app, cfg, "127.0.0.1", port, "warning")
     server = DrainingServer(config, app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

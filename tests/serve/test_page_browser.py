@@ -35,13 +35,14 @@ def test_page_types_submits_and_shows_label_and_attention(clf_run, tmp_path):
         try:
             driver.get(u + "/")
             wait = WebDriverWait(driver, 30)
-            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
-            driver.find_element(By.ID, "text").send_keys("股市涨跌银行利率")
-            driver.find_element(By.ID, "go").click()  # no key yet: the server's 401, shown
+            # no key yet: /v1/models is guarded (it lists run folders), the server's 401 is shown
             wait.until(lambda d: d.find_element(By.ID, "error").text)
             assert driver.find_element(By.ID, "error").text.startswith("401: missing or wrong API key")
+            assert not driver.find_elements(By.CSS_SELECTOR, "#model option")
+            driver.find_element(By.ID, "text").send_keys("股市涨跌银行利率")
             driver.find_element(By.ID, "key").send_keys("k")
-            driver.find_element(By.ID, "go").click()
+            driver.find_element(By.ID, "go").click()  # with the key: the models, then the answer
+            wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
             wait.until(lambda d: d.find_element(By.ID, "label").text)
             assert driver.find_element(By.ID, "label").text == want
             wait.until(lambda d: d.find_element(By.ID, "attention-box").is_displayed())

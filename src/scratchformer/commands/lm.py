@@ -71,7 +71,7 @@ def generate(args) -> int:
 
     # Validate everything before echoing the prompt, so an error prints nothing on stdout.
     lm.encode_prompt(args.prompt)
-    check_sampling(args.temperature, args.top_k, args.top_p)
+    check_sampling(args.temperature, args.top_k, args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens)
     lm.resolve_window(args.window)
     if not args.no_echo:
         stream(args.prompt)

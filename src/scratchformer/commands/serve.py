@@ -31,7 +31,8 @@ def register(cli) -> None:
                         "ctranslate2: folders written by `scratchformer export --format ctranslate2`")
     add_compute_type(p, "each task's: auto for translation, float32 for the others")
     p.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on inference routes (or set {API_KEY_ENV})")
+                   help=f"require 'Authorization: Bearer KEY' on every route but the probes, the page and the docs "
+                        f"(or set {API_KEY_ENV}); an empty key is refused")
     p.add_argument("--no-batching", action="store_true", help="run every request alone (no dynamic batching)")
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
                    help=f"padded tokens (inputs x longest) per batch (default {d.max_batch_tokens})")
@@ -47,6 +48,15 @@ def register(cli) -> None:
     p.add_argument("--max-streams", type=int, default=d.max_streams, help="generations running at once")
     p.add_argument("--drain-timeout", type=float, default=d.drain_timeout,
                    help="on SIGTERM, seconds the requests in flight get to finish")
+    p.add_argument("--header-timeout", type=float, default=d.header_timeout,
+                   help=f"seconds a request's headers may take to arrive; beyond: 408, closed (default {d.header_timeout:g})")
+    p.add_argument("--body-timeout", type=float, default=d.body_timeout,
+                   help=f"seconds a request's body may take to arrive; beyond: 408 (default {d.body_timeout:g})")
+    p.add_argument("--reload-on-change", action="store_true",
+                   help="watch the served folders and swap in a newer finished model when one appears (without "
+                        "it: only on POST /v1/reload)")
+    p.add_argument("--reload-interval", type=float, default=d.reload_interval,
+                   help=f"with --reload-on-change: seconds between looks at the folders (default {d.reload_interval:g})")
     p.set_defaults(func=run_serve)
 
     e = cli.verb("export", help="export a classify or lm run to ONNX (ONNX Runtime runs it alone), or a "
@@ -60,18 +70,25 @@ def register(cli) -> None:
 
 
 def run_serve(args) -> int:
-    from ..serve.app import API_KEY_ENV, ServeConfig
+    from ..serve.app import API_KEY_ENV, ServeConfig, check_api_key
     from ..serve.backends import parse_specs
     from ..serve.server import serve
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
-    key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    # secrets fail closed: a key given empty (`--api-key "$KEY"` with KEY unset, or the variable
+    # set to nothing) refuses to start instead of serving without a key
+    if args.api_key is not None:
+        key = check_api_key(args.api_key, "--api-key")
+    else:
+        key = check_api_key(os.environ.get(API_KEY_ENV), API_KEY_ENV)
     cfg = ServeConfig(api_key=key, batching=not args.no_batching, max_batch_tokens=args.max_batch_tokens,
                       max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                       max_items=args.max_items, max_input_tokens=args.max_input_tokens,
                       max_new_tokens=args.max_new_tokens, max_streams=args.max_streams,
-                      drain_timeout=args.drain_timeout)
+                      drain_timeout=args.drain_timeout, header_timeout=args.header_timeout,
+                      body_timeout=args.body_timeout, reload_on_change=args.reload_on_change,
+                      reload_interval=args.reload_interval)
     cfg.check()
     specs = parse_specs(args.runs)
     for s in specs:

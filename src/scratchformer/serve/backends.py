@@ -22,6 +22,8 @@ class Served:
 
     task: str = ""
     routes: tuple[str, ...] = ()
+    weights: dict | None = None  # what /v1/models says of the weights served (weights.identity)
+    reopen: Callable[[], "Served"] | None = None  # a fresh load of the same source (reload)
 
     def __init__(self, name: str, source: str):
         self.name, self.source = name, source
@@ -43,7 +45,7 @@ class Served:
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "owned_by": "scratchformer", "task": self.task,
-                "routes": list(self.routes), "source": self.source}
+                "routes": list(self.routes), "source": self.source, "weights": self.weights}
 
     # batch entry points (only those of `routes` are called)
     def classify(self, texts: list[str], key: Hashable) -> list[dict]:
@@ -59,12 +61,36 @@ class Served:
         raise UserError(f"model {self.name!r} has no attention page")
 
 
+def _inspector(run_dir: Path):
+    """The attention inspector of a run, loaded with the model at start (never at a first
+    request: the folder may hold another training by then, and a name serves one model)."""
+    from ..diagnostics import inspection
+
+    try:
+        return inspection.load(run_dir)
+    except UserError as e:  # served without a page; the page route says why
+        return e
+
+
+class _WithAttention(Served):
+    """A torch backend with the offline attention page of its run (loaded at start)."""
+
+    _attention: Any = None
+
+    def attention_page(self, text: str) -> str:
+        from ..diagnostics.attention_html import page
+
+        if isinstance(self._attention, UserError):
+            raise UserError(f"model {self.name!r} has no attention page: {self._attention}")
+        return page(self._attention.attention(text))
+
+
 def _probs_rows(labels: list[str], probs) -> list[dict]:
     return [{"label": labels[int(p.argmax())], "score": float(p.max()),
              "probs": {lab: float(x) for lab, x in zip(labels, p)}} for p in probs]
 
 
-class ClassifierBackend(Served):
+class ClassifierBackend(_WithAttention):
     """A classify run: /v1/classify (with the run's blend when it has one) and /v1/embeddings
     (the pooled encoder output, L2-normalised)."""
 
@@ -77,7 +103,7 @@ class ClassifierBackend(Served):
         self.run_dir = run_dir
         self.clf = Classifier.load(run_dir, compute_type=compute_type, quantize=quantize)
         self.labels = list(self.clf.labels)
-        self._attention = None
+        self._attention = _inspector(run_dir)
 
     def count_tokens(self, texts):
         return self.clf.count_tokens(texts)
@@ -91,16 +117,8 @@ class ClassifierBackend(Served):
     def describe(self):
         return {**super().describe(), "labels": self.labels}
 
-    def attention_page(self, text: str) -> str:
-        from ..diagnostics import inspection
-        from ..diagnostics.attention_html import page
 
-        if self._attention is None:
-            self._attention = inspection.load(self.run_dir)
-        return page(self._attention.attention(text))
-
-
-class TranslatorBackend(Served):
+class TranslatorBackend(_WithAttention):
     task, routes = "translate", (TRANSLATE,)
 
     def __init__(self, name: str, run_dir: Path, compute_type: str | None = None, quantize: str | None = None):
@@ -109,7 +127,7 @@ class TranslatorBackend(Served):
         super().__init__(name, str(run_dir))
         self.run_dir = run_dir
         self.tr = Translator.load(run_dir, compute_type=compute_type, quantize=quantize)
-        self._attention = None
+        self._attention = _inspector(run_dir)
 
     def count_tokens(self, texts):
         return self.tr.count_tokens(texts)
@@ -123,14 +141,6 @@ class TranslatorBackend(Served):
     def translate(self, texts, key):
         beam, max_len = key
         return self.tr.translate(texts, beam=beam, max_output_len=max_len)
-
-    def attention_page(self, text: str) -> str:
-        from ..diagnostics import inspection
-        from ..diagnostics.attention_html import page
-
-        if self._attention is None:
-            self._attention = inspection.load(self.run_dir)
-        return page(self._attention.attention(text))
 
 
 class LanguageModelBackend(Served):
@@ -148,13 +158,12 @@ class LanguageModelBackend(Served):
     def count_tokens(self, texts):
         return [self.lm.count_tokens(t) for t in texts]
 
-    def check(self, prompt: str, temperature: float, top_k, top_p, max_tokens: int) -> None:
+    def check(self, prompt: str, temperature: float, top_k, top_p, max_tokens: int, seed=None) -> None:
+        """Every sampler value range-checked before a stream starts (a UserError: the app's 422)."""
         from ..tasks.lm.sampling import check_sampling
 
-        check_sampling(temperature, top_k, top_p)
+        check_sampling(temperature, top_k, top_p, seed=seed, max_new_tokens=max_tokens)
         self.lm.encode_prompt(prompt)
-        if max_tokens < 0:
-            raise UserError(f"max_tokens must be >= 0, got {max_tokens}")
 
     def generate(self, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed,
                  on_piece: Callable[[str], None]) -> str:
@@ -261,11 +270,30 @@ def parse_specs(args: Sequence[str]) -> list[ModelSpec]:
 
 
 def load_backend(spec: ModelSpec, backend: str = "torch", compute_type: str | None = None,
-                 quantize: str | None = None) -> Served:
+                 quantize: str | None = None, attempts: int = 3) -> Served:
     """The backend for one spec, by the run's task (config.json), an export folder
     (export.json), or a pretrained encoder's name. `compute_type` (auto, float32, bfloat16, int8;
     None: each task's default): what the torch backends load with (the load APIs' `compute_type=`;
-    `quantize="int8"` its deprecated spelling; an export is served as exported)."""
+    `quantize="int8"` its deprecated spelling; an export is served as exported).
+
+    One model per name: the folder's identity (weights.identity) is taken before and after the
+    load, and a load during which the folder changed is tried again; the backend records the
+    identity it was loaded from (`weights`) and how to load its source again (`reopen`)."""
+    from .weights import identity
+
+    for _ in range(attempts):
+        before = identity(spec.source)
+        served = _open_backend(spec, backend, compute_type, quantize)
+        after = identity(spec.source)
+        if before == after:
+            served.weights = after
+            served.reopen = lambda: load_backend(spec, backend, compute_type, quantize, attempts)
+            return served
+    raise UserError(f"{spec.source} changed while it was being loaded ({attempts} tries): is a training writing "
+                    "into it? Serve it once the training has finished")
+
+
+def _open_backend(spec: ModelSpec, backend: str, compute_type: str | None, quantize: str | None) -> Served:
     path = Path(spec.source)
     if (path / "export.json").is_file():
         meta = json.loads((path / "export.json").read_text(encoding="utf-8"))

@@ -60,6 +60,14 @@ class Batcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"batch-{name}")
         self._seconds_per_request = 0.01  # running estimate, for Retry-After
         self.batches: list[int] = []  # requests per batch, most recent last (bounded): tests and benchmarks read it
+        self.owner: Any = None  # what the app made it for (the model it runs), and the route
+        self.route: str | None = None
+        self._busy = False  # a batch taken from the queue and not yet answered
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting and nothing running: stopping now drops no request."""
+        return not self._queue and not self._busy
 
     @property
     def depth(self) -> int:
@@ -116,38 +124,46 @@ class Batcher:
                 self._wake.clear()
                 await self._wake.wait()
             batch = [self._queue.popleft()]
-            if self.enabled:
-                deadline = batch[0].arrived + self.max_wait
-                while True:
+            self._busy = True
+            try:
+                await self._answer(batch, loop)
+            finally:
+                self._busy = False
+
+    async def _answer(self, batch: list[_Pending], loop) -> None:
+        """Gather company for `batch` (within `max_wait`), run it, set every request's result."""
+        if self.enabled:
+            deadline = batch[0].arrived + self.max_wait
+            while True:
+                while self._take(batch):
+                    pass
+                left = deadline - time.perf_counter()
+                if left <= 0 or self._cost(batch) >= self.max_tokens:
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), left)
+                except asyncio.TimeoutError:
                     while self._take(batch):
                         pass
-                    left = deadline - time.perf_counter()
-                    if left <= 0 or self._cost(batch) >= self.max_tokens:
-                        break
-                    self._wake.clear()
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), left)
-                    except asyncio.TimeoutError:
-                        while self._take(batch):
-                            pass
-                        break
-            batch = [r for r in batch if not r.future.done()]  # a client that went away
-            if not batch:
+                    break
+        batch = [r for r in batch if not r.future.done()]  # a client that went away
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        outcomes = await loop.run_in_executor(self._executor, self._run, batch)
+        seconds = time.perf_counter() - t0
+        self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * seconds / len(batch)
+        self.batches = (self.batches + [len(batch)])[-1000:]
+        if self.on_batch is not None:
+            self.on_batch(len(batch), sum(len(r.items) for r in batch), sum(sum(r.tokens) for r in batch), seconds)
+        for r, out in zip(batch, outcomes):
+            if r.future.done():
                 continue
-            t0 = time.perf_counter()
-            outcomes = await loop.run_in_executor(self._executor, self._run, batch)
-            seconds = time.perf_counter() - t0
-            self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * seconds / len(batch)
-            self.batches = (self.batches + [len(batch)])[-1000:]
-            if self.on_batch is not None:
-                self.on_batch(len(batch), sum(len(r.items) for r in batch), sum(sum(r.tokens) for r in batch), seconds)
-            for r, out in zip(batch, outcomes):
-                if r.future.done():
-                    continue
-                if isinstance(out, BaseException):
-                    r.future.set_exception(out)
-                else:
-                    r.future.set_result(out)
+            if isinstance(out, BaseException):
+                r.future.set_exception(out)
+            else:
+                r.future.set_result(out)
 
     def _run(self, batch: list[_Pending]) -> list[Any]:
         """Results (or the exception) per request. One call for the whole batch; when it

@@ -1,17 +1,26 @@
 """Running the app under uvicorn, with the graceful shutdown the app expects.
 
 On SIGTERM (or Ctrl-C): readiness fails at once (/ready -> 503, new inference requests on open
-connections -> 503), uvicorn stops accepting connections and waits up to `drain_timeout`
-seconds for the requests in flight to finish, then the batchers stop.
+connections -> 503, a body still arriving -> 503), uvicorn stops accepting connections and waits
+up to `drain_timeout` seconds for the requests in flight to finish, then the batchers stop and
+generations still running stop at their next token.
+
+Connections end: a request's headers must arrive within `header_timeout` seconds of its first
+byte (or of the connection, for one that sends nothing), else the connection is closed with a
+408 (`HeaderTimeoutProtocol`; uvicorn has no such timeout); its body within `body_timeout`
+(the app's BodyLimit); an idle keep-alive connection closes after uvicorn's keep-alive timeout.
 """
 from __future__ import annotations
 
+import functools
+import gc
 import logging
 import signal
 import socket
 from typing import Sequence
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import UserError
 from .app import ServeConfig, create_app
@@ -38,6 +47,69 @@ class DrainingServer(uvicorn.Server):
             self._captured_signals[:] = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline on each request's headers: armed when the
+    connection opens and at each request's first byte, disarmed when its headers are complete.
+    A client that sends half a request line and waits is answered 408 and closed."""
+
+    def __init__(self, *args, header_timeout: float = 10.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.header_timeout, self._header_timer = header_timeout, None
+        self._reading_headers = False  # a request has begun and its headers are not complete
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing():
+            return
+        body = (b'{"error": {"message": "the request headers did not arrive within %d s (the server\'s '
+                b'--header-timeout)", "type": "timeout", "code": 408}}' % round(self.header_timeout))
+        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                             b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        self.transport.close()
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reading_headers = True
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._reading_headers = False
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._reading_headers:  # between requests, uvicorn's keep-alive timeout holds
+            self._disarm()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def uvicorn_config(app, cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
+                   log_level: str = "info") -> uvicorn.Config:
+    """uvicorn's settings for the app: the header timeout, the drain timeout, lifespan on."""
+    # uvloop's event loop and httptools' parser (both pinned dependencies): about twice the
+    # requests/s of asyncio + h11 at one client (docs/serving.md)
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, loop="uvloop",
+                          http=functools.partial(HeaderTimeoutProtocol, header_timeout=cfg.header_timeout),
+                          timeout_graceful_shutdown=cfg.drain_timeout, lifespan="on")
+
+
 def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
                 backend: str = "torch", log_level: str = "info", compute_type: str | None = None) -> DrainingServer:
     """The app over `specs` under uvicorn (not started). A model that fails to load stops it."""
@@ -48,12 +120,7 @@ def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0
         holder[0].should_exit = True
 
     app = create_app(lambda: [load_backend(s, backend, compute_type) for s in specs], cfg, on_load_error=stop)
-    # uvloop's event loop and httptools' parser (both pinned dependencies): about twice the
-    # requests/s of asyncio + h11 at one client (docs/serving.md)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, loop="uvloop",
-                            http="httptools",
-                            timeout_graceful_shutdown=cfg.drain_timeout, lifespan="on")
-    holder.append(DrainingServer(config, app))
+    holder.append(DrainingServer(uvicorn_config(app, cfg, host, port, log_level), app))
     return holder[0]
 
 
@@ -71,6 +138,9 @@ def serve(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1",
     print(f"serving {', '.join(s.name for s in specs)} on http://{host}:{sock.getsockname()[1]} "
           f"(page: /, API docs: /docs; /ready says when the models are loaded)", flush=True)
     server.run(sockets=[sock])
+    # the interpreter's last garbage collection walks every object the models made (seconds on
+    # a loaded server); the process is ending, so spare it: SIGTERM exits within 2 s when idle
+    gc.freeze()
     state = getattr(app.state, "serve", None)
     if state is not None and state.load_error is not None:
         e = state.load_error

@@ -100,9 +100,7 @@ class LanguageModel:
         Special tokens (<pad> <unk> <bos> <eos> <cls>) are never generated. With the cache,
         `lean=True` runs each new token through the model's `lean_step` (nn/lean.py; the same
         tokens as the readable forward, tested) unless `model.lean_blocker()` names a reason."""
-        check_sampling(temperature, top_k, top_p)
-        if max_new_tokens < 0:
-            raise UserError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        check_sampling(temperature, top_k, top_p, seed=seed, max_new_tokens=max_new_tokens)
         if not ids:
             raise UserError("the prompt encodes to no tokens; give some text to continue")
         window = self.resolve_window(window)
