@@ -373,9 +373,9 @@ def test_a_load_during_which_the_folder_changed_is_done_again(clf_run, tmp_path,
     run = _copy_run(clf_run, tmp_path / "run")
     real, calls = backends._open_backend, []
 
-    def open_and_change(spec, backend, quantize):
+    def open_and_change(spec, backend, *load_args):
         calls.append(1)
-        served = real(spec, backend, quantize)
+        served = real(spec, backend, *load_args)
         if len(calls) == 1:
             _perturb(run, 0.9)  # written while the first load read the folder
         return served
@@ -384,9 +384,9 @@ def test_a_load_during_which_the_folder_changed_is_done_again(clf_run, tmp_path,
     served = load_backend(ModelSpec("c", str(run)))
     assert len(calls) == 2 and served.weights == __import__("scratchformer.serve.weights").serve.weights.identity(run)
 
-    def always_change(spec, backend, quantize):
+    def always_change(spec, backend, *load_args):
         _perturb(run, 1.01)
-        return real(spec, backend, quantize)
+        return real(spec, backend, *load_args)
 
     monkeypatch.setattr(backends, "_open_backend", always_change)
     with pytest.raises(UserError, match="changed while it was being loaded"):

@@ -60,7 +60,7 @@ def _digest(folder: Path, files: list[Path]) -> str:
 
 
 def _status_step(folder: Path) -> int | None:
-    from ..train.run_files import read_train_status
+    from ..tasks.runs import read_train_status  # serve reads run folders through tasks (house rule)
 
     for where in (folder, folder / "member0"):
         status = read_train_status(where)
