@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     from .commands.common import run_folder_guard
     from .fileio import disk_full, is_disk_full
 
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: one log and one result line, rank 0's
+        from .train.distributed import quiet_unless_main
+
+        quiet_unless_main()
+
     try:
         with run_folder_guard(args):
             return args.func(args) or 0

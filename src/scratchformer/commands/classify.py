@@ -85,7 +85,7 @@ def train(args) -> int:
 
         data = load_classification(recipe.data)
         est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log,
-                          n_valid=len(data.valid))
+                          n_valid=len(data.valid), sets=args.set)
         candidate = e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None
     if candidate is not None:
         from ..tasks.classify.pipeline import train_with_candidate
