@@ -37,6 +37,9 @@ def _torchrun(*args: str) -> list[str]:
 
 
 def test_two_nodes_on_loopback_write_one_run_folder_once(tmp_path):
+    """Two agents (`--nnodes 2`, one process each, c10d rendezvous on 127.0.0.1), the adaptive
+    default with a time budget and `train.strategy=fsdp`: one log, one plan, one result line, a
+    run folder written by rank 0 alone, and `predict` in one process on what it wrote."""
     data = tmp_path / "news.tsv"
     write_tsv(data, headlines(240, seed=1))
     run = tmp_path / "run"
@@ -46,7 +49,7 @@ def test_two_nodes_on_loopback_write_one_run_folder_once(tmp_path):
                     "-m", "scratchformer.cli", "train", "classify", "--data", str(data), "--out", str(run),
                     "--no-baseline", "--time-budget", "3", "--set", "model.encoder.n_layers=1",
                     "--set", "model.encoder.d_model=32", "--set", "model.encoder.d_ff=64",
-                    "--set", "model.bigram_buckets=0", "--set", "train.max_steps=6")
+                    "--set", "model.bigram_buckets=0", "--set", "train.max_steps=6", "--set", "train.strategy=fsdp")
     agents = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
                                cwd=tmp_path) for _ in range(2)]
     outs = []
@@ -71,6 +74,11 @@ def test_two_nodes_on_loopback_write_one_run_folder_once(tmp_path):
     assert status["finished"] is True and status["step"] == 6
     assert json.loads((run / "config.json").read_text())["ensemble"] == 1  # no members under torchrun
     assert not list(run.glob("member*")) and (run / "test_metrics.json").is_file()
+    # the sharded run's weights were gathered into one file: one process predicts with them
+    pred = subprocess.run([sys.executable, "-m", "scratchformer.cli", "predict", str(run), "球赛队胜", "--json"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, env=_env())
+    assert pred.returncode == 0, pred.stderr[-2000:]
+    assert json.loads(pred.stdout.splitlines()[0])["label"] in ("体育", "财经")
 
 
 def _elastic(run: Path, **env) -> subprocess.CompletedProcess:

@@ -108,6 +108,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     result: dict[str, Any] = {"train": summary}
     if not is_main():  # under torchrun the test, the baseline and the blend are rank 0's (one writer)
         return result
+    model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
     if test is not None:
         load_weights(model, out_dir / "model.safetensors")
         result["test"] = task.report(test, out_dir, "test", data.meta)
