@@ -96,9 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     from .fileio import disk_full, is_disk_full
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: one log and one result line, rank 0's
-        from .train.distributed import quiet_unless_main
+        from .train.distributed import quiet_unless_main, restarted_with_checkpoint
 
         quiet_unless_main()
+        if getattr(args, "claims_out", False) and not args.resume and restarted_with_checkpoint(args.out):
+            print(f"torchrun restarted the job: resuming from the checkpoint in {args.out}", file=sys.stderr)
+            args.resume, args.overwrite = True, False  # the same command line continues the run
 
     try:
         with run_folder_guard(args):

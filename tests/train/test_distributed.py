@@ -38,7 +38,8 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, port: int, run_dir: str, cfg: dict, resume_at: int | None, fast_rank: int | None) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
     torch.set_num_threads(1)
     trainer_mod.plot_curves = lambda *a, **k: None  # a plot per evaluation would dominate
     out: dict = {"rank": rank}
@@ -152,3 +153,14 @@ def test_every_decision_is_rank_0s_and_all_processes_stop_at_the_same_step(tmp_p
         assert results[0]["summary"]["stop_reason"] == single["stop_reason"]
         assert results[0]["summary"]["step"] == single["step"] > 0
         assert results[0]["summary"]["best_metric"] == pytest.approx(single["best_metric"], abs=1e-6)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs: nccl gives each process its own GPU")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_on_two_gpus_nccl_gives_one_gpus_numbers(tmp_path, strategy):
+    """The CUDA path: nccl for the gradients (gloo beside it for the decisions), one GPU per
+    process by LOCAL_RANK, bf16 autocast. The parent starts CUDA only after the fork."""
+    _two_processes(tmp_path / "two", _cfg(strategy=strategy, device="cuda", precision="bf16"))
+    _, task = _one_process(tmp_path / "one", _cfg(device="cuda", precision="bf16"))
+    two, one = _train_losses(tmp_path / "two"), _train_losses(tmp_path / "one")
+    assert max(abs(a - b) / abs(b) for a, b in zip(two, one)) < 0.01

@@ -127,6 +127,8 @@ class Distributed:
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.enabled = init_process_group(device)
+        if self.enabled and device is not None and device.type == "cuda":
+            torch.cuda.set_device(device)  # nccl's collectives run on this process's GPU
         self.world = dist.get_world_size() if self.enabled else 1
         self.rank = dist.get_rank() if self.enabled else 0
 
@@ -191,3 +193,14 @@ class Distributed:
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()
+
+
+def restarted_with_checkpoint(run_dir) -> bool:
+    """Whether torchrun restarted this job (`--max-restarts`, TORCHELASTIC_RESTART_COUNT > 0) and
+    `run_dir` holds a checkpoint: then the same command line resumes instead of starting afresh."""
+    from pathlib import Path
+
+    from scratchformer.train.checkpoint_store import POINTER
+
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return restarts > 0 and run_dir is not None and (Path(run_dir) / POINTER).is_file()

@@ -26,6 +26,12 @@ Files in ``run_dir``:
     (weights, optimizer, schedule, counters, position in the epoch, best metric, patience,
     RNG states of python/numpy/torch, GradScaler); a kill at any instant leaves one to resume.
 
+Several processes (torchrun, train/distributed.py): each takes every N-th micro-batch; the stop
+reason of each step, the evaluation numbers (best checkpoint, early stopping), NaN stops and the
+elapsed time are rank 0's (``Distributed.agree``), so every process stops at the same step; only
+rank 0 writes files. ``cfg.strategy`` 'fsdp' shards ``task.model`` in place (FSDP2); every file
+gets the full weights gathered onto rank 0, and after ``fit`` the task holds a plain module again.
+
 Exact resume relies on ``train_batches(epoch)`` yielding the same batches for the same epoch
 each time (the contract). Evaluation runs on forked RNG streams, so evaluating (or not) never
 changes the training trajectory. ``fit()`` holds an exclusive lock on ``run_dir``
