@@ -169,7 +169,8 @@ class Distributed:
 
     def gather_tensors(self, tensors: list[torch.Tensor]) -> list[list[torch.Tensor]] | None:
         """Each process's `tensors` (the same shapes and dtypes everywhere), on rank 0: a list
-        per rank; None elsewhere. Used for the per-process RNG states of a checkpoint."""
+        per rank; None elsewhere. Used for the per-process RNG states of a checkpoint (each
+        process reads its own back from the checkpoint file on resume)."""
         if not self.enabled:
             return [tensors]
         out = []
@@ -178,17 +179,6 @@ class Distributed:
             dist.gather(t, parts, dst=0)
             out.append(parts)
         return [list(x) for x in zip(*out)] if self.is_main else None
-
-    def scatter_tensors(self, per_rank: list[list[torch.Tensor]] | None, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The inverse of `gather_tensors`: rank r gets `per_rank[r]` (given on rank 0)."""
-        if not self.enabled:
-            return per_rank[0]
-        got = []
-        for i, t in enumerate(like):
-            out = torch.empty_like(t)
-            dist.scatter(out, [r[i] for r in per_rank] if self.is_main else None, src=0)
-            got.append(out)
-        return got
 
     def barrier(self) -> None:
         if self.enabled:

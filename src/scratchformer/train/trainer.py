@@ -345,7 +345,11 @@ class Trainer:
                 mine = micro[self.dist.rank :: world]
                 # fsdp: every process must run as many forward/backward passes (each one gathers
                 # the shards); one short of a micro-batch repeats its last one at weight 0
-                self._train_step(mine, pad=-(-len(micro) // world) - len(mine) if self.sharded else 0)
+                pad = -(-len(micro) // world) - len(mine) if self.sharded else 0
+                if pad:
+                    self._train_step(mine, pad)
+                else:
+                    self._train_step(mine)
                 st.step += 1
                 st.batch_in_epoch += len(micro)
                 if self.dist.is_main and hasattr(self.task, "after_step"):  # optional (docs/contracts.md)
