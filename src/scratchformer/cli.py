@@ -92,17 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         args.texts += extra
     elif extra:
         cli.parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from .commands.common import run_folder_guard
+    from .commands.common import run_folder_guard, under_torchrun
     from .fileio import disk_full, is_disk_full
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun: one log and one result line, rank 0's
-        from .train.distributed import quiet_unless_main, restarted_with_checkpoint
-
-        quiet_unless_main()
-        if getattr(args, "claims_out", False) and not args.resume and restarted_with_checkpoint(args.out):
-            print(f"torchrun restarted the job: resuming from the checkpoint in {args.out}", file=sys.stderr)
-            args.resume, args.overwrite = True, False  # the same command line continues the run
-
+    under_torchrun(args)
     try:
         with run_folder_guard(args):
             return args.func(args) or 0

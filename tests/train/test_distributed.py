@@ -164,3 +164,17 @@ def test_on_two_gpus_nccl_gives_one_gpus_numbers(tmp_path, strategy):
     _, task = _one_process(tmp_path / "one", _cfg(device="cuda", precision="bf16"))
     two, one = _train_losses(tmp_path / "two"), _train_losses(tmp_path / "one")
     assert max(abs(a - b) / abs(b) for a, b in zip(two, one)) < 0.01
+
+
+def test_a_set_model_key_means_the_user_chose_the_model_and_e5_is_no_candidate():
+    from scratchformer.tasks.classify import auto
+
+    assert auto.user_chosen_model(["train.lr=1e-3", " model.encoder.d_model = 64"]) == "model.encoder.d_model"
+    assert auto.user_chosen_model(["train.lr=1e-3", "data.max_len=64"]) is None
+    lines: list[str] = []
+    fast = auto.E5Estimate(minutes=1.0, gflops=300.0)  # it would fit: only the --set stops it
+    assert auto.e5_decision(["新闻"] * 300, 2, 8.0, lines.append, fast, n_valid=500,
+                            sets=["model.encoder.n_layers=1"]) is None
+    assert lines == ["adaptive default: e5 not considered: --set model.encoder.n_layers chose the model "
+                     "(today's choice with your settings trains alone; --init e5 asks for e5)"]
+    assert auto.e5_decision(["新闻"] * 300, 2, 8.0, lines.append, fast, n_valid=500) is fast
