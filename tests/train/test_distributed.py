@@ -26,6 +26,14 @@ VX, VY = make_data(16, seed=2)
 B = 4  # each process's batch; the one-process run takes 2B
 
 
+def _toy(seed: int) -> ToyTask:
+    """The toy task with its first layer at a tenth of the learning rate (`lr_scale`, as a
+    pretrained encoder under a fresh head): fsdp makes new parameters and must keep it."""
+    task = ToyTask(seed=seed)
+    task.model[0].weight.lr_scale = 0.1
+    return task
+
+
 def _cfg(**kw) -> TrainConfig:
     base = dict(lr=0.05, schedule="constant", max_steps=6, seed=5, eval_every=2, log_every=1, progress=False)
     return TrainConfig(**{**base, **kw})
@@ -46,7 +54,7 @@ def _worker(rank: int, port: int, run_dir: str, cfg: dict, resume_at: int | None
     if fast_rank == rank:  # this process's clock gains an hour at every reading; its evaluations differ
         ticks = iter(range(10**9))
         trainer_mod.time = type("Clock", (), {"monotonic": staticmethod(lambda: time.monotonic() + 3600.0 * next(ticks))})
-    task = ToyTask(seed=3 + rank)  # different inits: the Trainer must start from rank 0's
+    task = _toy(seed=3 + rank)  # different inits: the Trainer must start from rank 0's
     if fast_rank == rank:
         evaluate = task.evaluate
         task.evaluate = lambda batches: {k: v + 10.0 * rank for k, v in evaluate(batches).items()}
@@ -54,7 +62,7 @@ def _worker(rank: int, port: int, run_dir: str, cfg: dict, resume_at: int | None
     train = batch_fn(X, Y, [B] * 12)
     if resume_at is not None:  # stop early, then a new Trainer resumes to the end
         Trainer(task, train, valid_fn(VX, VY), TrainConfig(**{**cfg, "max_steps": resume_at}), run_dir).fit()
-        task = ToyTask(seed=11)
+        task = _toy(seed=11)
     trainer = Trainer(task, train, valid_fn(VX, VY), TrainConfig(**cfg), run_dir)
     out["summary"] = {k: v for k, v in trainer.fit(resume=resume_at is not None).items() if k != "elapsed"}
     out["plain_after_fit"] = not hasattr(task.model, "unshard")  # fsdp hands a plain module back
@@ -72,7 +80,7 @@ def _two_processes(run_dir: Path, cfg: TrainConfig, resume_at: int | None = None
 
 
 def _one_process(run_dir: Path, cfg: TrainConfig) -> tuple[dict, ToyTask]:
-    task = ToyTask(seed=3)
+    task = _toy(seed=3)
     summary = Trainer(task, batch_fn(X, Y, [2 * B] * 6), valid_fn(VX, VY), cfg, run_dir).fit()
     return {k: v for k, v in summary.items() if k != "elapsed"}, task
 
