@@ -187,7 +187,7 @@ class Trainer:
             meta = torch.empty_like(t, device="meta")
             memo[id(t)] = torch.nn.Parameter(meta, t.requires_grad) if isinstance(t, torch.nn.Parameter) else meta
         skeleton = copy.deepcopy(model, memo)  # non-persistent buffers (position tables) are real copies
-        shard_model(model)
+        self._units = shard_model(model)
         for n, p in model.named_parameters():  # fully_shard made new parameters: keep their lr scale
             if n in scales:
                 p.lr_scale = scales[n]
@@ -207,6 +207,23 @@ class Trainer:
             memo[id(t)] = torch.nn.Parameter(real, t.requires_grad) if isinstance(t, torch.nn.Parameter) else real
         plain = copy.deepcopy(self._skeleton, memo).to(self.device)
         self.task.model = self.model = plain
+
+    @contextlib.contextmanager
+    def _gathered(self):
+        """fsdp: the whole model's weights gathered on every process for the block (evaluation:
+        a task may read weights without calling forward, as translation's lean decoder does)."""
+        if not self.sharded:
+            yield
+            return
+        for m in self._units:
+            m.set_reshard_after_forward(False)
+            m.unshard()
+        try:
+            yield
+        finally:
+            for m in self._units:
+                m.reshard()
+                m.set_reshard_after_forward(True)
 
     def _full_state(self) -> dict[str, torch.Tensor] | None:
         """The model's full weights on rank 0 (None on the others): under fsdp gathered from every
@@ -480,7 +497,7 @@ class Trainer:
         cfg, st = self.cfg, self.state
         self.model.eval()
         try:
-            with forked_rng(self.device), torch.no_grad(), self._autocast():
+            with forked_rng(self.device), torch.no_grad(), self._autocast(), self._gathered():
                 raw = self.task.evaluate(b.to(self.device) for b in self.valid_batches())
         finally:
             self.model.train()
