@@ -42,6 +42,10 @@ class LeanToy(ToyTask):
             n += len(b.y)
         return {"loss": total / n, "accuracy": correct / n}
 
+    def after_step(self, step: int, total_steps) -> None:
+        """Sums of that step's weights (a plain module's, on rank 0, as translation's snapshots)."""
+        self.seen = getattr(self, "seen", []) + [[float(v.sum()) for v in self.model.state_dict().values()]]
+
 
 def _toy(seed: int) -> ToyTask:
     """The toy task with its first layer at a tenth of the learning rate (`lr_scale`, as a
@@ -83,6 +87,7 @@ def _worker(rank: int, port: int, run_dir: str, cfg: dict, resume_at: int | None
     trainer = Trainer(task, train, valid_fn(VX, VY), TrainConfig(**cfg), run_dir)
     out["summary"] = {k: v for k, v in trainer.fit(resume=resume_at is not None).items() if k != "elapsed"}
     out["plain_after_fit"] = not hasattr(task.model, "unshard")  # fsdp hands a plain module back
+    out["after_step"] = getattr(task, "seen", None)
     torch.save(weights(task.model), Path(run_dir) / f"weights-{rank}.pt")
     Path(run_dir, f"result-{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
@@ -130,6 +135,9 @@ def test_two_processes_with_batch_b_give_the_losses_of_one_process_with_batch_2b
     assert _max_diff(torch.load(tmp_path / "two" / "weights-1.pt"), w0) == 0.0  # the processes agree
     assert results[0]["summary"] == results[1]["summary"]
     assert all(r["plain_after_fit"] for r in results)
+    seen = torch.tensor(results[0]["after_step"])  # (steps, tensors): the hook ran on rank 0 alone
+    assert seen.shape == (6, 6) and results[1]["after_step"] is None
+    assert (seen - torch.tensor(task.seen)).abs().max().item() < 1e-5
     # one writer: the best model written by rank 0 loads into a one-process model
     plain = ToyTask(seed=99)
     load_weights(plain.model, tmp_path / "two" / "model.safetensors")

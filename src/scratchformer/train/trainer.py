@@ -193,20 +193,41 @@ class Trainer:
                 p.lr_scale = scales[n]
         return skeleton
 
+    def _plain(self, full: dict[str, torch.Tensor], device: torch.device) -> torch.nn.Module:
+        """A plain (unsharded) copy of the model holding the weights `full`, on `device`."""
+        persistent = set(self._skeleton.state_dict())
+        memo: dict[int, Any] = {}
+        for n, t in list(self._skeleton.named_parameters()) + [
+                (n, b) for n, b in self._skeleton.named_buffers() if n in persistent]:
+            real = full[n].detach().to(device).clone()
+            memo[id(t)] = torch.nn.Parameter(real, t.requires_grad) if isinstance(t, torch.nn.Parameter) else real
+        return copy.deepcopy(self._skeleton, memo).to(device)
+
     def _unshard(self) -> None:
         """fsdp, after fit: ``task.model`` becomes a plain module again on every process, with the
         final weights (gathered from the shards); the sharded one is dropped."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
-        persistent = set(self._skeleton.state_dict())
-        memo: dict[int, Any] = {}
-        for n, t in list(self._skeleton.named_parameters()) + [
-                (n, b) for n, b in self._skeleton.named_buffers() if n in persistent]:
-            real = full[n].detach().to(self.device).clone()
-            memo[id(t)] = torch.nn.Parameter(real, t.requires_grad) if isinstance(t, torch.nn.Parameter) else real
-        plain = copy.deepcopy(self._skeleton, memo).to(self.device)
-        self.task.model = self.model = plain
+        self.task.model = self.model = self._plain(full, self.device)
+
+    def _after_step(self) -> None:
+        """The task's optional `after_step` hook, on rank 0, with that step's weights in
+        ``task.model``: under fsdp a plain copy on the CPU, gathered for it (a collective, every
+        process joins: one gather of the whole model per step, the price of the hook)."""
+        st = self.state
+        if not self.sharded:
+            if self.dist.is_main:
+                self.task.after_step(st.step, self.total_steps)
+            return
+        full = self._full_state()
+        if full is None:
+            return
+        self.task.model = self._plain(full, torch.device("cpu"))
+        try:
+            self.task.after_step(st.step, self.total_steps)
+        finally:
+            self.task.model = self.model
 
     @contextlib.contextmanager
     def _gathered(self):
@@ -369,8 +390,8 @@ class Trainer:
                     self._train_step(mine)
                 st.step += 1
                 st.batch_in_epoch += len(micro)
-                if self.dist.is_main and hasattr(self.task, "after_step"):  # optional (docs/contracts.md)
-                    self.task.after_step(st.step, self.total_steps)
+                if hasattr(self.task, "after_step"):  # optional (docs/contracts.md)
+                    self._after_step()
                 bar.update(1)
                 if st.step % cfg.log_every == 0:
                     self._log_train(bar)
