@@ -94,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         args.texts += extra
     elif extra:
         cli.parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from .commands.common import run_folder_guard
+    from .commands.common import run_folder_guard, under_torchrun
     from .fileio import disk_full, is_disk_full
 
+    under_torchrun(args)
     try:
         with run_folder_guard(args):
             return args.func(args) or 0

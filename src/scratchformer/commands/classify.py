@@ -79,7 +79,8 @@ def train(args) -> int:
         log(f"recipe (adaptive default; --config FILE to choose your own): {describe(recipe)}")
     from ..tasks.classify.auto import e5_candidate  # the adaptive default also considers e5
 
-    candidate = e5_candidate(recipe, log, chosen=bool(args.config or args.resume or args.init or args.teacher))
+    candidate = e5_candidate(recipe, log, chosen=bool(args.config or args.resume or args.init or args.teacher),
+                             sets=args.set)
     if candidate is not None:
         from ..tasks.classify.pipeline import train_with_candidate
 

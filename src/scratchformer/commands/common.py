@@ -108,6 +108,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+def under_torchrun(args) -> None:
+    """Launched by torchrun (WORLD_SIZE > 1): only rank 0 prints (one log, one result line), and
+    a `train` verb that torchrun restarted on a folder holding a checkpoint resumes it, so the
+    same command line continues the job (train/distributed.py). Nothing otherwise."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    from ..train.distributed import quiet_unless_main, restarted_with_checkpoint
+
+    quiet_unless_main()
+    if getattr(args, "claims_out", False) and not args.resume and restarted_with_checkpoint(args.out):
+        print(f"torchrun restarted the job: resuming from the checkpoint in {args.out}", file=sys.stderr)
+        args.resume, args.overwrite = True, False
+
+
 WRITES_INTO_RUN = ("evaluate", "attention", "align", "doctor", "blend")  # verbs that write into RUN
 
 

@@ -50,12 +50,14 @@ def _few(items: list[str], n: int = 5) -> str:
     return shown + (f" (+{len(items) - n} more)" if len(items) > n else "")
 
 
-def weights_to_bytes(model: torch.nn.Module, metadata: dict[str, str] | None = None) -> bytes:
-    """Serialise ``model.state_dict()`` to safetensors bytes, storing tied tensors once."""
+def weights_to_bytes(model: torch.nn.Module | None, metadata: dict[str, str] | None = None,
+                     state_dict: dict[str, torch.Tensor] | None = None) -> bytes:
+    """Serialise ``model.state_dict()`` (or ``state_dict``, e.g. the full weights gathered from
+    sharded processes) to safetensors bytes, storing tied tensors once."""
     unique: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple, str] = {}
-    for name, t in model.state_dict().items():
+    for name, t in (model.state_dict() if state_dict is None else state_dict).items():
         t = t.detach()
         key = None
         if t.numel() > 0:

@@ -15,6 +15,7 @@ from scratchformer.config import JsonConfig
 SCHEDULES = ("cosine", "noam", "linear", "constant")
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # auto: bf16 where the hardware has it (train/device.py)
 METRIC_MODES = ("min", "max")
+STRATEGIES = ("ddp", "fsdp")  # under torchrun: whole model per process, or sharded (train/distributed.py)
 
 
 @dataclass
@@ -42,6 +43,9 @@ class TrainConfig(JsonConfig):
     evaluations without improvement (None or 0 = never). ``save_every``: steps between resume
     checkpoints (0 = at each evaluation and each epoch end); one is always written at the end.
     ``progress``: show a tqdm bar (only when stderr is a terminal).
+    Several processes (torchrun): ``strategy`` 'ddp' keeps the whole model in each process,
+    'fsdp' shards weights, gradients and optimizer state across them (FSDP2); one process
+    ignores it. See `scratchformer.train.distributed`.
     """
 
     # optimizer (AdamW)
@@ -63,6 +67,7 @@ class TrainConfig(JsonConfig):
     accumulation: int = 1
     precision: str = "fp32"
     grad_checkpointing: bool = False
+    strategy: str = "ddp"
     # evaluation, checkpoints, early stopping
     eval_every: int = 0
     save_every: int = 0
@@ -138,6 +143,8 @@ class TrainConfig(JsonConfig):
             raise bad("accumulation", "must be >= 1")
         if self.precision not in PRECISIONS:
             raise bad("precision", f"is unknown; use one of {', '.join(PRECISIONS)}")
+        if self.strategy not in STRATEGIES:
+            raise bad("strategy", f"is unknown; use one of {', '.join(STRATEGIES)}")
         if not isinstance(self.device, str) or not (
             self.device == "cpu" or self.device.startswith("cuda")
         ):

@@ -1,37 +1,144 @@
-"""Data-parallel training over several processes, on torch.distributed.
+"""Training over several processes and machines, on torch.distributed (launched by torchrun).
 
-Launch any training command with torchrun, e.g.
     torchrun --nproc_per_node 2 -m scratchformer.cli train classify --data thucnews --out runs/ddp
-Each process takes every `world_size`-th micro-batch of the same deterministic batch stream;
-the gradients are summed across processes after the backward passes, each loss having been
-divided by the *global* item count, so one step equals the single-process step with
-`accumulation * world_size` micro-batches (to float rounding). Only rank 0 writes files.
-Backends: gloo on CPU, nccl on CUDA. `--resume` works (rank 0's checkpoint), but only a
-single-process run resumes bit-exactly: each process's dropout stream is not saved.
+
+Two strategies (`train.strategy`):
+  - ``ddp``: every process holds the whole model. Each takes every `world_size`-th micro-batch
+    of the same deterministic batch stream; the gradients are summed across processes after the
+    backward passes, each loss having been divided by the *global* item count, so one step
+    equals the single-process step with `accumulation * world_size` micro-batches (to float
+    rounding).
+  - ``fsdp``: the same batches and the same arithmetic, but each process holds only its shard
+    of the weights, gradients and AdamW state (FSDP2, `torch.distributed.fsdp.fully_shard`);
+    the full weights are gathered on rank 0 for every file written (`shard_model`).
+
+Decisions once: whatever ends or shapes training (the time-budget plan, the stop reason of a
+step, early stopping, a NaN stop, the adaptive default's candidates) is computed on rank 0 and
+sent to the others (`agree`), so every process stops at the same step; each process computing
+it from its own clock would not (they measured 46 and 55 ms/step in one run). Values travel as
+JSON in a byte tensor, never as a pickle. Only rank 0 writes files and prints (`quiet_unless_main`).
+
+Backends: gloo on CPU, nccl on CUDA (gloo beside it for the small decision messages).
+`--resume` restores rank 0's checkpoint on every process (on several machines the run folder must
+be on a shared file system); each process's dropout stream is saved too, so a restarted job
+continues bit-exactly where the data order is deterministic.
 """
 from __future__ import annotations
 
+import json
 import os
+import sys
+from datetime import timedelta
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 
+
+def world_size() -> int:
+    """Processes in this job as torchrun announced them (1 when not launched by torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main() -> bool:
+    """Whether this process writes files and prints (rank 0, or the only process)."""
+    return rank() == 0
+
+
+def init_process_group(device: torch.device | None = None) -> bool:
+    """Join torchrun's process group once (a no-op for one process); True when distributed.
+
+    The backend is gloo for CPU tensors and, where CUDA is present, nccl for CUDA tensors: one
+    group carries both the gradients (on the GPU) and the decisions (small CPU tensors)."""
+    if world_size() <= 1:
+        return False
+    if not dist.is_initialized():
+        cuda = (device is None or device.type == "cuda") and torch.cuda.is_available() and dist.is_nccl_available()
+        backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+        timeout = timedelta(seconds=float(os.environ.get("SCRATCHFORMER_DIST_TIMEOUT_S", "1800")))
+        dist.init_process_group(backend, timeout=timeout)
+    return dist.get_world_size() > 1
+
+
+def agree(decide: Callable[[], Any]) -> Any:
+    """`decide()` run on rank 0 alone, its result (JSON-serialisable) returned on every process.
+
+    Rank 0 runs `decide` while the others wait in the broadcast; the value travels as UTF-8 JSON
+    in a uint8 tensor (its length first), so nothing is unpickled. Rank 0 gets back the same
+    JSON round trip as the others, so all processes hold equal values (tuples become lists)."""
+    if not init_process_group():
+        return decide()
+    if dist.get_rank() == 0:
+        data = json.dumps(decide(), allow_nan=True).encode("utf-8")
+        size = torch.tensor([len(data)], dtype=torch.int64)
+    else:
+        size = torch.zeros(1, dtype=torch.int64)
+    dist.broadcast(size, src=0)
+    if dist.get_rank() == 0:
+        buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    else:
+        buf = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.broadcast(buf, src=0)
+    return json.loads(bytes(buf.numpy()).decode("utf-8"))
+
+
+def quiet_unless_main() -> None:
+    """Under torchrun, processes other than rank 0 print nothing (their stdout and stderr go to
+    /dev/null): one log and one result line per job, not one per process. Their failures still
+    show: torchrun reports each failed process's exit code, and rank 0 reaches the same errors.
+    SCRATCHFORMER_DIST_VERBOSE=1 keeps every process's output (debugging a hang)."""
+    if is_main() or world_size() <= 1 or os.environ.get("SCRATCHFORMER_DIST_VERBOSE") == "1":
+        return
+    null = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(null.fileno(), sys.stdout.fileno())
+    os.dup2(null.fileno(), sys.stderr.fileno())
+
+
+def shard_model(model: torch.nn.Module, mesh=None) -> list[torch.nn.Module]:
+    """FSDP2: shard each layer of every `nn.ModuleList` (the stacks' layers), then the root.
+
+    Each `fully_shard` unit gathers its weights just before its forward and frees them after,
+    so peak memory holds the shards plus one layer's full weights. Gradients are summed, not
+    averaged, across processes (the Trainer divides every loss by the global item count).
+    Returns the sharded units."""
+    from torch.distributed.fsdp import fully_shard
+
+    units = [m for lst in model.modules() if isinstance(lst, torch.nn.ModuleList) for m in lst
+             if any(True for _ in m.parameters())]
+    for m in units:
+        fully_shard(m, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for m in units + [model]:
+        m.set_gradient_divide_factor(1.0)  # a sum, as the ddp strategy's all-reduce ...
+        m.set_force_sum_reduction_for_comms(True)  # ... as a plain SUM (gloo has no PREMUL_SUM)
+    return units + [model]
+
+
 class Distributed:
-    """Rank and world size of this process (1 process when not launched by torchrun)."""
+    """Rank and world size of this process (1 process when not launched by torchrun), and the
+    collectives the Trainer needs."""
 
     def __init__(self, device: torch.device | None = None) -> None:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1 and not dist.is_initialized():
-            backend = "nccl" if device is not None and device.type == "cuda" else "gloo"
-            dist.init_process_group(backend)
-        self.enabled = dist.is_initialized() and dist.get_world_size() > 1
+        self.enabled = init_process_group(device)
+        if self.enabled and device is not None and device.type == "cuda":
+            torch.cuda.set_device(device)  # nccl's collectives run on this process's GPU
         self.world = dist.get_world_size() if self.enabled else 1
         self.rank = dist.get_rank() if self.enabled else 0
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def agree(self, decide: Callable[[], Any]) -> Any:
+        """Rank 0's `decide()` on every process (see the module function)."""
+        return agree(decide) if self.enabled else decide()
 
     def sum(self, values: list[float], device) -> list[float]:
         """Element-wise sum of `values` over all processes (float64)."""
@@ -42,7 +149,7 @@ class Distributed:
         return t.tolist()
 
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum every gradient over all processes, in one flat all-reduce."""
+        """Sum every gradient over all processes, in one flat all-reduce (the ddp strategy)."""
         if not self.enabled:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -60,6 +167,30 @@ class Distributed:
             for t in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(t.data, src=0)
 
+    def gather_tensors(self, tensors: list[torch.Tensor]) -> list[list[torch.Tensor]] | None:
+        """Each process's `tensors` (the same shapes and dtypes everywhere), on rank 0: a list
+        per rank; None elsewhere. Used for the per-process RNG states of a checkpoint (each
+        process reads its own back from the checkpoint file on resume)."""
+        if not self.enabled:
+            return [tensors]
+        out = []
+        for t in tensors:
+            parts = [torch.empty_like(t) for _ in range(self.world)] if self.is_main else None
+            dist.gather(t, parts, dst=0)
+            out.append(parts)
+        return [list(x) for x in zip(*out)] if self.is_main else None
+
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()
+
+
+def restarted_with_checkpoint(run_dir) -> bool:
+    """Whether torchrun restarted this job (`--max-restarts`, TORCHELASTIC_RESTART_COUNT > 0) and
+    `run_dir` holds a checkpoint: then the same command line resumes instead of starting afresh."""
+    from pathlib import Path
+
+    from scratchformer.train.checkpoint_store import POINTER
+
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return restarts > 0 and run_dir is not None and (Path(run_dir) / POINTER).is_file()

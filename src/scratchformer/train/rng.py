@@ -7,6 +7,7 @@ them loads with ``torch.load(weights_only=True)``.
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 
 import numpy as np
@@ -72,3 +73,22 @@ def forked_rng(device: torch.device):
     finally:
         random.setstate(py)
         np.random.set_state(npy)
+
+
+def rng_tensors(rng: dict) -> list[torch.Tensor]:
+    """`get_rng_state`'s dict as tensors of fixed shapes (for a gather across processes):
+    python, numpy, torch states, then numpy's position and cached Gaussian and python's."""
+    gauss = rng["python_gauss"]
+    scalars = torch.tensor([rng["numpy_pos"], rng["numpy_has_gauss"], rng["numpy_cached_gaussian"],
+                            math.nan if gauss is None else gauss], dtype=torch.float64)
+    return [rng["python_state"], rng["numpy_keys"], rng["torch"], scalars]
+
+
+def rng_from_tensors(parts: list[torch.Tensor], like: dict) -> dict:
+    """The inverse of `rng_tensors` (`like` gives the constant fields: versions, names)."""
+    python_state, numpy_keys, torch_state, scalars = parts
+    pos, has_gauss, cached, gauss = scalars.tolist()
+    return {**{k: v for k, v in like.items() if k != "cuda"}, "python_state": python_state.clone(),
+            "numpy_keys": numpy_keys.clone(), "torch": torch_state.clone(), "numpy_pos": int(pos),
+            "numpy_has_gauss": int(has_gauss), "numpy_cached_gaussian": float(cached),
+            "python_gauss": None if math.isnan(gauss) else gauss}

@@ -26,6 +26,12 @@ Files in ``run_dir``:
     (weights, optimizer, schedule, counters, position in the epoch, best metric, patience,
     RNG states of python/numpy/torch, GradScaler); a kill at any instant leaves one to resume.
 
+Several processes (torchrun, train/distributed.py): each takes every N-th micro-batch; the stop
+reason of each step, the evaluation numbers (best checkpoint, early stopping), NaN stops and the
+elapsed time are rank 0's (``Distributed.agree``), so every process stops at the same step; only
+rank 0 writes files. ``cfg.strategy`` 'fsdp' shards ``task.model`` in place (FSDP2); every file
+gets the full weights gathered onto rank 0, and after ``fit`` the task holds a plain module again.
+
 Exact resume relies on ``train_batches(epoch)`` yielding the same batches for the same epoch
 each time (the contract). Evaluation runs on forked RNG streams, so evaluating (or not) never
 changes the training trajectory. ``fit()`` holds an exclusive lock on ``run_dir``
@@ -36,6 +42,7 @@ changes the training trajectory. ``fit()`` holds an exclusive lock on ``run_dir`
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -62,11 +69,12 @@ from scratchformer.train.checkpoint import (
 )
 from scratchformer.train.checkpoint_store import CheckpointStore
 from scratchformer.train.config import TrainConfig
-from scratchformer.train.distributed import Distributed
+from scratchformer.train.distributed import Distributed, shard_model
 from scratchformer.train.optim import param_groups
 from scratchformer.train.device import resolve_device, resolve_precision
 from scratchformer.train.curves import plot_curves
-from scratchformer.train.rng import forked_rng, get_rng_state, seed_everything, set_rng_state
+from scratchformer.train.rng import (forked_rng, get_rng_state, rng_from_tensors, rng_tensors, seed_everything,
+                                     set_rng_state)
 from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder,
                                            refuse_links)
 from scratchformer.train.run_files import CONFIG, CURVES, METRICS, WEIGHTS, truncate_metrics, write_train_status
@@ -139,6 +147,8 @@ class Trainer:
                     "set_gradient_checkpointing(); turn it off for this model"
                 )
             self.model.set_gradient_checkpointing(True)
+        self.sharded = cfg.strategy == "fsdp" and self.dist.enabled  # one process: nothing to shard
+        self._skeleton = self._shard() if self.sharded else None
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         if not self._params:
             raise UserError("the model has no trainable parameters")
@@ -165,6 +175,87 @@ class Trainer:
         self._elapsed0 = 0.0
 
     # ------------------------------------------------------------------ setup helpers
+    def _shard(self) -> torch.nn.Module:
+        """fsdp: shard ``task.model`` in place (train/distributed.py) and return a weightless copy
+        of it (its weights on the meta device, ties kept), which `_unshard` fills with the final
+        weights after fit, so that the task computes in one process again (test, predict)."""
+        model = self.model
+        scales = {n: p.lr_scale for n, p in model.named_parameters() if hasattr(p, "lr_scale")}
+        persistent = set(model.state_dict())
+        memo: dict[int, Any] = {}
+        for n, t in list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n in persistent]:
+            meta = torch.empty_like(t, device="meta")
+            memo[id(t)] = torch.nn.Parameter(meta, t.requires_grad) if isinstance(t, torch.nn.Parameter) else meta
+        skeleton = copy.deepcopy(model, memo)  # non-persistent buffers (position tables) are real copies
+        self._units = shard_model(model)
+        for n, p in model.named_parameters():  # fully_shard made new parameters: keep their lr scale
+            if n in scales:
+                p.lr_scale = scales[n]
+        return skeleton
+
+    def _plain(self, full: dict[str, torch.Tensor], device: torch.device) -> torch.nn.Module:
+        """A plain (unsharded) copy of the model holding the weights `full`, on `device`."""
+        persistent = set(self._skeleton.state_dict())
+        memo: dict[int, Any] = {}
+        for n, t in list(self._skeleton.named_parameters()) + [
+                (n, b) for n, b in self._skeleton.named_buffers() if n in persistent]:
+            real = full[n].detach().to(device).clone()
+            memo[id(t)] = torch.nn.Parameter(real, t.requires_grad) if isinstance(t, torch.nn.Parameter) else real
+        return copy.deepcopy(self._skeleton, memo).to(device)
+
+    def _unshard(self) -> None:
+        """fsdp, after fit: ``task.model`` becomes a plain module again on every process, with the
+        final weights (gathered from the shards); the sharded one is dropped."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+        self.task.model = self.model = self._plain(full, self.device)
+
+    def _after_step(self) -> None:
+        """The task's optional `after_step` hook, on rank 0, with that step's weights in
+        ``task.model``: under fsdp a plain copy on the CPU, gathered for it (a collective, every
+        process joins: one gather of the whole model per step, the price of the hook)."""
+        st = self.state
+        if not self.sharded:
+            if self.dist.is_main:
+                self.task.after_step(st.step, self.total_steps)
+            return
+        full = self._full_state()
+        if full is None:
+            return
+        self.task.model = self._plain(full, torch.device("cpu"))
+        try:
+            self.task.after_step(st.step, self.total_steps)
+        finally:
+            self.task.model = self.model
+
+    @contextlib.contextmanager
+    def _gathered(self):
+        """fsdp: the whole model's weights gathered on every process for the block (evaluation:
+        a task may read weights without calling forward, as translation's lean decoder does)."""
+        if not self.sharded:
+            yield
+            return
+        for m in self._units:
+            m.set_reshard_after_forward(False)
+            m.unshard()
+        try:
+            yield
+        finally:
+            for m in self._units:
+                m.reshard()
+                m.set_reshard_after_forward(True)
+
+    def _full_state(self) -> dict[str, torch.Tensor] | None:
+        """The model's full weights on rank 0 (None on the others): under fsdp gathered from every
+        process's shard onto its CPU (a collective: every process calls it)."""
+        if not self.sharded:
+            return self.model.state_dict() if self.dist.is_main else None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return full if self.dist.is_main else None
+
     def _total_steps(self) -> int | None:
         """Optimizer steps of the whole run, if known (the decaying schedules need it)."""
         cfg = self.cfg
@@ -264,6 +355,8 @@ class Trainer:
             bar.close()
         self._plot()
         self.dist.barrier()
+        if self.sharded:
+            self._unshard()
         return self.summary()
 
     def _loop(self, bar, rng: dict | None) -> str:
@@ -287,11 +380,18 @@ class Trainer:
                 micro = list(islice(batches, cfg.accumulation * world))
                 if len(micro) < world:
                     break
-                self._train_step(micro[self.dist.rank :: world])
+                mine = micro[self.dist.rank :: world]
+                # fsdp: every process must run as many forward/backward passes (each one gathers
+                # the shards); one short of a micro-batch repeats its last one at weight 0
+                pad = -(-len(micro) // world) - len(mine) if self.sharded else 0
+                if pad:
+                    self._train_step(mine, pad)
+                else:
+                    self._train_step(mine)
                 st.step += 1
                 st.batch_in_epoch += len(micro)
-                if self.dist.is_main and hasattr(self.task, "after_step"):  # optional (docs/contracts.md)
-                    self.task.after_step(st.step, self.total_steps)
+                if hasattr(self.task, "after_step"):  # optional (docs/contracts.md)
+                    self._after_step()
                 bar.update(1)
                 if st.step % cfg.log_every == 0:
                     self._log_train(bar)
@@ -318,6 +418,11 @@ class Trainer:
         return reason
 
     def _stop_reason(self) -> str | None:
+        """Why the run stops now (None: it goes on), decided on rank 0 for every process: its
+        clock alone decides `max_minutes`, so all processes stop at the same step."""
+        return self.dist.agree(self._stop_reason_here)
+
+    def _stop_reason_here(self) -> str | None:
         cfg, st = self.cfg, self.state
         if cfg.max_steps is not None and st.step >= cfg.max_steps:
             return "max_steps"
@@ -329,8 +434,9 @@ class Trainer:
             return "max_minutes"
         return None
 
-    def _train_step(self, micro: list) -> None:
-        """One optimizer step over the micro-batches ``micro`` (see the module docstring)."""
+    def _train_step(self, micro: list, pad: int = 0) -> None:
+        """One optimizer step over the micro-batches ``micro`` (see the module docstring); `pad`
+        more passes over the last one at weight 0 (fsdp: the same passes on every process)."""
         cfg, st, task = self.cfg, self.state, self.task
         step_no = st.step + 1
         total = int(self.dist.sum([float(sum(int(task.count(b)) for b in micro))], self.device)[0])
@@ -339,26 +445,30 @@ class Trainer:
         loss_total = torch.zeros((), device=self.device, dtype=torch.float64)
         extras: dict[str, float] = {}
         tokens = 0
-        for b in micro:
+        for i, b in enumerate(micro + micro[-1:] * pad):
             b = b.to(self.device)
             with self._autocast():
                 out = task.loss_sum(b)
             loss, extra = out if isinstance(out, tuple) else (out, {})
             scaled = loss / total
+            if i >= len(micro):  # a padding pass: joins the collectives, adds nothing
+                (scaled * 0.0).backward()
+                continue
             (self.scaler.scale(scaled) if self.scaler.is_enabled() else scaled).backward()
             loss_total += loss.detach().double()
             for k, v in (extra or {}).items():
                 extras[k] = extras.get(k, 0.0) + float(v)
             tokens += int(task.batch_tokens(b))
         if self.dist.enabled:
-            self.dist.sum_gradients(self._params)
+            if not self.sharded:  # fsdp summed them shard by shard during backward
+                self.dist.sum_gradients(self._params)
             keys = sorted(extras)
             sums = self.dist.sum([loss_total.item(), float(tokens)] + [extras[k] for k in keys], self.device)
             loss_total.fill_(sums[0])
             tokens = int(sums[1])
             extras = dict(zip(keys, sums[2:]))
         loss_value = loss_total.item()
-        if not math.isfinite(loss_value):
+        if not self.dist.agree(lambda: math.isfinite(loss_value)):  # a NaN stop: rank 0's call
             self.optimizer.zero_grad(set_to_none=True)
             raise self._diverged(step_no, f"the loss is {loss_value}")
 
@@ -368,9 +478,10 @@ class Trainer:
             norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.grad_clip)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in self._params if p.grad is not None])
-        if not self.scaler.is_enabled() and not bool(torch.isfinite(norm)):
+        norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # fsdp: a DTensor
+        if not self.scaler.is_enabled() and not self.dist.agree(lambda: math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
-            raise self._diverged(step_no, f"the gradient norm is {float(norm)}")
+            raise self._diverged(step_no, f"the gradient norm is {norm}")
 
         group = self.optimizer.param_groups[0]  # logged: the base lr (lr_scale 1 groups come first)
         self._last_lr = group["lr"] / group.get("lr_scale", 1.0)
@@ -407,11 +518,12 @@ class Trainer:
         cfg, st = self.cfg, self.state
         self.model.eval()
         try:
-            with forked_rng(self.device), torch.no_grad(), self._autocast():
+            with forked_rng(self.device), torch.no_grad(), self._autocast(), self._gathered():
                 raw = self.task.evaluate(b.to(self.device) for b in self.valid_batches())
         finally:
             self.model.train()
-        metrics = {k: float(v) for k, v in raw.items()}
+        # rank 0's numbers for every process: the best checkpoint and early stopping follow them
+        metrics = self.dist.agree(lambda: {k: float(v) for k, v in raw.items()})
         if cfg.metric not in metrics:
             raise UserError(
                 f"metric '{cfg.metric}' is not among task.evaluate's results "
@@ -425,8 +537,9 @@ class Trainer:
         )
         if improved:
             st.best_metric, st.best_step, st.bad_evals = value, st.step, 0
+            data = self._weights_bytes(self._position())  # fsdp: every process sends its shard
             if self.dist.is_main:
-                atomic_write_bytes(self.run_dir / WEIGHTS, self._weights_bytes(self._position()))
+                atomic_write_bytes(self.run_dir / WEIGHTS, data)
         else:
             st.bad_evals += 1
         row = {"step": st.step, "epoch": st.epoch, "split": "valid"}
@@ -515,32 +628,52 @@ class Trainer:
         return {"step": str(st.step), "epoch": str(st.epoch), "batch_in_epoch": str(st.batch_in_epoch)}
 
     def _weights_bytes(self, metadata: dict[str, str] | None = None) -> bytes:
-        finite = torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()])
+        """The weights as safetensors bytes (b"" on the processes other than rank 0 under fsdp)."""
+        full = self._full_state()
+        if full is None:
+            return b""
+        finite = torch.stack([torch.isfinite(t.detach()).all() for t in full.values() if t.is_floating_point()])
         if not bool(finite.all()):
             raise self._diverged(self.state.step, "the weights contain NaN/Inf")
-        return weights_to_bytes(self.model, metadata)
+        return weights_to_bytes(None, metadata, state_dict=full)
 
     def _save(self) -> None:
         """Write one atomic checkpoint (and the latest model if there is no validation set)."""
         st = self.state
-        st.elapsed = self._elapsed()
+        st.elapsed = self.dist.agree(self._elapsed)  # rank 0's clock, for every process's counters
+        rng = get_rng_state(self.device)
+        ranks_rng = self.dist.gather_tensors(rng_tensors(rng))  # each process's dropout stream
+        data = self._weights_bytes(self._position())
+        optimizer = self._optimizer_state()
         if not self.dist.is_main:
             self._saved_step = st.step
             return
-        data = self._weights_bytes(self._position())
         state = state_to_bytes({
             "format": 1,
             "train": dataclasses.asdict(st),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "rng": get_rng_state(self.device),
+            "rng": rng,
+            "rng_ranks": [rng_from_tensors(parts, rng) for parts in ranks_rng],
+            "strategy": "fsdp" if self.sharded else "ddp",
             "config": self.cfg.to_dict(),
         })
         self.store.save(st.step, data, state)
         self._saved_step = st.step
         if self.valid_batches is None:
             atomic_write_bytes(self.run_dir / WEIGHTS, data)
+
+    def _optimizer_state(self) -> dict | None:
+        """AdamW's state: as `state_dict()` (by parameter number), or under fsdp the full state
+        gathered onto rank 0 (by parameter name; None elsewhere)."""
+        if not self.sharded:
+            return self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        full = get_optimizer_state_dict(self.model, self.optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return full if self.dist.is_main else None
 
     def _load_checkpoint(self) -> dict:
         """Restore weights, optimizer, schedule, scaler and counters; return the RNG states."""
@@ -555,8 +688,17 @@ class Trainer:
                     f"{weights_step} but {ck.state.name} from step {train.step} (a run of an older "
                     "version interrupted while saving?); start a fresh run with --overwrite"
                 )
-            load_weights(self.model, ck.weights)
-            self.optimizer.load_state_dict(state["optimizer"])
+            saved_by = state.get("strategy", "ddp")
+            if saved_by != ("fsdp" if self.sharded else "ddp"):
+                raise UserError(
+                    f"the checkpoint in {self.run_dir} was written by a {saved_by} run with "
+                    f"{'several processes' if saved_by == 'fsdp' else 'unsharded weights'}; resume it with the "
+                    f"same train.strategy and process count kind (the weights alone load anywhere: model.safetensors)")
+            if self.sharded:
+                self._load_sharded(ck.weights, state["optimizer"])
+            else:
+                load_weights(self.model, ck.weights)
+                self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             if self.scaler.is_enabled() and state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
@@ -568,7 +710,29 @@ class Trainer:
         self.state = train
         self._saved_step = train.step
         self._truncate_metrics(train.step)
+        ranks = state.get("rng_ranks") or []
+        if len(ranks) == self.dist.world:
+            return ranks[self.dist.rank]
+        if self.dist.rank:  # saved by another number of processes: a fresh stream of this one's own
+            seed_everything(self.cfg.seed + self.dist.rank + 7919 * train.step)
+            return get_rng_state(self.device)
         return state["rng"]
+
+    def _load_sharded(self, weights_path: Path, optimizer: dict) -> None:
+        """fsdp resume: every process reads the full weights and optimizer state (the run folder
+        is shared) and keeps its shard of them."""
+        from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        full = load_file(str(weights_path))
+        model_keys = set(self._skeleton.state_dict())
+        missing = sorted(model_keys - set(full))
+        if missing:
+            raise ValueError(f"{weights_path.name} lacks {', '.join(missing[:3])}")
+        opts = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.model, {k: full[k] for k in model_keys}, options=opts)
+        set_optimizer_state_dict(self.model, self.optimizer, optimizer, options=opts)
 
     def _truncate_metrics(self, step: int) -> None:
         if self.dist.is_main:

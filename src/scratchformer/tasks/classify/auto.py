@@ -15,11 +15,12 @@ whose averaged probabilities beat any one of them (thucnews: 85.7-86.4 against m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from ...train.distributed import agree, world_size
 from .baseline import is_alphabetic
 from .budget import MAX_MEMBERS
 from .recipe import ClassifyRecipe
@@ -99,8 +100,9 @@ def auto_recipe(texts: Sequence[str], init: str | None = None,
         _update(d[section], values)
     d["time_budget"] = time_budget
     # as many seeds as the budget fits: averaging 5 seeds gave +1.4 to +3 points on THUCNews
-    # (README); a pretrained backbone is too slow for more than one here
-    d["ensemble"] = 0 if time_budget is not None and not init else 1
+    # (README); a pretrained backbone is too slow for more than one here; under torchrun the
+    # processes train one model together (members would train one after another)
+    d["ensemble"] = 0 if time_budget is not None and not init and world_size() == 1 else 1
     # the run predicts with ours averaged with the TF-IDF baseline, the weight chosen on valid
     # (blend.py): on the five registered sets −0.1 to +1.7 points over TF-IDF, where ours alone
     # was −2.3 to +0.4 (README, "Your own data")
@@ -224,11 +226,23 @@ def e5_recipe(base: ClassifyRecipe, time_budget: float) -> ClassifyRecipe:
     return ClassifyRecipe.from_dict(d)
 
 
+def user_chosen_model(sets: Sequence[str]) -> str | None:
+    """The first `--set model.…` key: the user chose (or shaped) the model themselves."""
+    return next((k.strip() for k, _, _ in (s.partition("=") for s in sets) if k.strip().startswith("model.")), None)
+
+
 def e5_decision(texts: Sequence[str], n_eval: int, budget_min: float | None, log,
-                estimate: E5Estimate | None = None, n_valid: int | None = None) -> E5Estimate | None:
+                estimate: E5Estimate | None = None, n_valid: int | None = None,
+                sets: Sequence[str] = ()) -> E5Estimate | None:
     """Whether the adaptive default trains e5 beside today's choice: the estimate when it fits
     `E5_SHARE` of the budget and the valid split can tell the two apart, else None (the log says
-    why either way)."""
+    why either way). A `--set model.…` in `sets` means the user chose the model: no other
+    candidate. Under torchrun the estimate is rank 0's (its timed matmul), for every process."""
+    chosen = user_chosen_model(sets)
+    if chosen is not None:
+        log(f"adaptive default: e5 not considered: --set {chosen} chose the model (today's choice with your "
+            "settings trains alone; --init e5 asks for e5)")
+        return None
     if budget_min is None:
         log("adaptive default: e5 not considered (no time budget to plan it in)")
         return None
@@ -236,7 +250,10 @@ def e5_decision(texts: Sequence[str], n_eval: int, budget_min: float | None, log
         log(f"adaptive default: e5 not considered: {n_valid} valid texts cannot tell two models apart "
             f"(it needs at least {E5_MIN_VALID}; today's choice stands)")
         return None
-    est = estimate or estimate_e5(texts, n_eval)
+    if world_size() > 1:  # rank 0's timed matmul, for every process
+        est = E5Estimate(**agree(lambda: asdict(estimate or estimate_e5(texts, n_eval))))
+    else:
+        est = estimate or estimate_e5(texts, n_eval)
     if not est.fits(budget_min):
         need = math.ceil(est.minutes / E5_SHARE)
         log(f"adaptive default: e5 not considered: fine-tuning it needs ~{est.minutes:.0f} min here "
@@ -248,7 +265,8 @@ def e5_decision(texts: Sequence[str], n_eval: int, budget_min: float | None, log
     return est
 
 
-def e5_candidate(recipe: ClassifyRecipe, log=print, chosen: bool = False) -> ClassifyRecipe | None:
+def e5_candidate(recipe: ClassifyRecipe, log=print, chosen: bool = False,
+                 sets: Sequence[str] = ()) -> ClassifyRecipe | None:
     """The adaptive default's second candidate: multilingual-e5-small fine-tuned in `E5_SHARE`
     of the budget (`e5_recipe`), or None: when the user chose the recipe themselves (`chosen`:
     --config, --resume, --init or --teacher), when the budget is under `E5_MIN_BUDGET`, or when
@@ -259,6 +277,6 @@ def e5_candidate(recipe: ClassifyRecipe, log=print, chosen: bool = False) -> Cla
 
     data = load_classification(recipe.data)
     est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log,
-                      n_valid=len(data.valid))
+                      n_valid=len(data.valid), sets=sets)
     return e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,12 @@ from ...fileio import atomic_write_text, inside, remove
 from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
+from ...train.distributed import agree, is_main, world_size
 from ..runs import RunDir, count_parameters, train_members
 from .baseline import NAME, Baseline, Comparison, fit_baseline, is_alphabetic
 from .blend import blend_run
 from . import budget
-from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
+from .budget import ENSEMBLE_EVAL_SHARE, Plan, StepTimer, StepTimes, measure_step_times, plan_budget
 from .distill import teacher_probabilities
 from .data import (EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer,
                    without_holdout_fold)
@@ -105,6 +106,9 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
     result: dict[str, Any] = {"train": summary}
+    if not is_main():  # under torchrun the test, the baseline and the blend are rank 0's (one writer)
+        return result
+    model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
     if test is not None:
         load_weights(model, out_dir / "model.safetensors")
         result["test"] = task.report(test, out_dir, "test", data.meta)
@@ -143,12 +147,16 @@ def measure_and_plan(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit
     `setup_since`: when a member's setup began (its seconds until now count per member)."""
     train_batches = train.batches(0)
     valid_batches = valid.batches(0) if valid else []
-    times = (step_timer or measure)(r, train_batches, valid_batches)
-    now = time.monotonic()
-    plan = plan_budget(60 * r.time_budget, now - started, times, len(train_batches), r.train.epochs,
-                       len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0, r.train.eval_every,
-                       member_setup_s=0.0 if setup_since is None else now - setup_since)
-    return plan, times
+
+    def decide() -> dict:
+        times = (step_timer or measure)(r, train_batches, valid_batches)
+        now = time.monotonic()
+        return asdict(plan_budget(60 * r.time_budget, now - started, times, len(train_batches), r.train.epochs,
+                                  len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0,
+                                  r.train.eval_every, member_setup_s=0.0 if setup_since is None else now - setup_since))
+    d = agree(decide)  # under torchrun: rank 0 measures and plans, every process trains that plan
+    plan = Plan(**{**d, "times": StepTimes(**d["times"])})
+    return plan, plan.times
 
 
 def plan_into(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit | None, test: EncodedSplit | None,
@@ -247,6 +255,9 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
     planned members are done and another fits what is left (at the slowest member's real wall
     time + 10%), train it, up to `grow_to` members: the plan's timing is only an estimate."""
     started = time.monotonic() if started is None else started
+    if world_size() > 1:
+        raise UserError(f"an ensemble ({recipe.ensemble} members) trains its members one after another in one "
+                        "process; under torchrun train one run (--set ensemble=1) or launch one job per member")
     data = load_classification(recipe.data) if data is None else data
     if base is None and baseline:
         base = fit_and_log_baseline(data, log)
@@ -321,6 +332,8 @@ def train_with_candidate(recipe: ClassifyRecipe, candidate: ClassifyRecipe, out_
     ours.time_budget = max(1.0, recipe.time_budget - candidate.time_budget)
     res = train_classifier(ours, out_dir, log=log, baseline=baseline, started=started)
     cand = train_classifier(candidate, out_dir / name, log=log, baseline=False)
+    if not is_main():  # the winner is chosen and moved into place by rank 0
+        return res
     a, b = res["train"].get("best_metric"), cand["train"].get("best_metric")
     if a is None or b is None or b <= a:
         log(f"adaptive default: today's choice stands (valid {a:.4f} against {name}'s {b:.4f}); "

@@ -70,6 +70,7 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     train = EncodedSplit(train_ids, dc.context, dc.batch_size, seed, dc.min_length if dc.random_length else None)
     trainer = Trainer(task, train.batches, lambda: valid_batches, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
+    model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
     load_weights(model, out_dir / "model.safetensors")
     full = evaluate_windows(task, fixed_windows(valid_ids, dc.context, dc.eval_batch_size))
     full.update({"split": "valid", "best_step": summary.get("best_step")})

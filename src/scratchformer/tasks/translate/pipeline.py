@@ -85,6 +85,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
     task.current_step = lambda: trainer.state.step
     summary = trainer.fit(resume=resume)
+    model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
     result: dict[str, Any] = {"train": summary, "final": finalize(task, valid, out_dir, log)}
     if data.test:
         tr = Translator(model, src_tok, tgt_tok, recipe)
