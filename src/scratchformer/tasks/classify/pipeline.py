@@ -21,8 +21,8 @@ from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
 from .distill import teacher_probabilities
-from .data import (EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer,
-                   without_holdout_fold)
+from .data import (EncodedSplit, PreparedSplit, encoder_for, is_prepared, load_classification, load_tokenizer,
+                   tokenizer_for_split, without_holdout_fold)
 from .inference import Classifier
 from .pretrained import load_init
 from .recipe import ClassifyRecipe
@@ -65,7 +65,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         tok = source.tokenizer
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
-        tok = build_tokenizer_for(recipe.data, [t for t, _ in data.train], recipe.model.bigram_buckets)
+        tok = tokenizer_for_split(recipe.data, data.train, recipe.model.bigram_buckets)
     splits: dict[str, EncodedSplit | None] = {}
 
     def encode_splits(r: ClassifyRecipe) -> None:
@@ -131,6 +131,22 @@ def encoded_splits(data, tok, r: ClassifyRecipe, soft=None) -> tuple[EncodedSpli
     """train (shuffled with the run's seed), valid and test, encoded once with `tok` as `r` says;
     `soft`: a teacher's `(N, K)` probabilities of the training texts (distillation)."""
     encode, label_ids = encoder_for(r, tok), {lab: i for i, lab in enumerate(data.labels)}
+    if soft is None and not encode.bert and is_prepared(data.train):  # token ids memory-mapped, batches on demand
+        import sys
+
+        from ...data.prepared import token_shards
+
+        shards: dict = {}
+
+        def split(pairs, shuffle: bool, seed: int = 0):
+            if not pairs:
+                return None
+            key = pairs.rows.folder
+            if key not in shards:
+                shards[key] = token_shards(pairs.rows, tok, encode.bigram_buckets,
+                                           log=lambda m: print(m, file=sys.stderr))
+            return PreparedSplit(pairs, shards[key], encode, label_ids, r.data, shuffle, seed)
+        return split(data.train, True, r.train.seed), split(data.valid, False), split(data.test, False)
     train = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=r.train.seed, soft=soft)
     valid = EncodedSplit(data.valid, encode, label_ids, r.data, shuffle=False) if data.valid else None
     test = EncodedSplit(data.test, encode, label_ids, r.data, shuffle=False) if data.test else None
@@ -172,7 +188,7 @@ def members_that_fit(recipe: ClassifyRecipe, data, started: float, step_timer: S
     t0 = time.monotonic()
     probe = recipe.copy()
     probe.ensemble = 1
-    tok = build_tokenizer_for(probe.data, [t for t, _ in data.train], probe.model.bigram_buckets)
+    tok = tokenizer_for_split(probe.data, data.train, probe.model.bigram_buckets)
     probe.model.vocab_size, probe.model.n_classes = tok.vocab_size, len(data.labels)
     plan, times = measure_and_plan(probe, *encoded_splits(data, tok, probe), started, step_timer, setup_since=t0)
     n = plan.members_fit
@@ -215,7 +231,7 @@ def compare_with_baseline(base: Baseline, data, result: dict, out_dir: Path, log
         return {}
     ours = result["test"]["accuracy"] if split == "test" else result["train"].get("best_metric")
     members = len(result["train"].get("members", [])) or 1
-    return baseline_beside(base, getattr(data, split), split, ours, data.labels, is_alphabetic([t for t, _ in data.train]),
+    return baseline_beside(base, getattr(data, split), split, ours, data.labels, is_alphabetic([t for t, _ in data.train[:2000]]),
                            out_dir, log, members)
 
 
