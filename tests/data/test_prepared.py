@@ -260,3 +260,25 @@ def test_resume_mid_epoch_from_the_index_gives_the_uninterrupted_batches(tmp_pat
 
     a, b = load_file(tmp_path / "whole" / "model.safetensors"), load_file(tmp_path / "cut" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_char_lm_trains_to_the_same_weights_from_the_prepared_stream(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from scratchformer.cli import main
+
+    f = tmp_path / "t.txt"
+    f.write_text("to be or not to be, that is the question.\n" * 30, encoding="utf-8")
+    args = ["train", "lm", "--data", str(f)]
+    for s in ("train.max_steps=4", "train.eval_every=2", "data.context=16", "model.transformer.d_model=16",
+              "model.transformer.n_layers=1", "model.transformer.n_heads=2", "model.transformer.d_ff=32"):
+        args += ["--set", s]
+    assert main(args + ["--out", str(tmp_path / "prep")]) == 0
+    assert any(p.name.startswith("lm-") for p in prepared.prepared_dir().iterdir())
+    monkeypatch.setenv("SCRATCHFORMER_PREPARED", "0")
+    assert main(args + ["--out", str(tmp_path / "mem")]) == 0
+    a, b = load_file(tmp_path / "prep" / "model.safetensors"), load_file(tmp_path / "mem" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    va = json.loads((tmp_path / "prep" / "valid_metrics.json").read_text())
+    vb = json.loads((tmp_path / "mem" / "valid_metrics.json").read_text())
+    assert va["loss"] == vb["loss"] and va["tokens"] == vb["tokens"]
