@@ -481,9 +481,8 @@ class LazyPairs(Sequence):
         for r in self.index:
             yield self.rows.pair(int(r))
 
-    def texts(self) -> Iterator[str]:
-        for r in self.index:
-            yield self.rows.text(int(r))
+    def texts(self) -> "LazyTexts":
+        return LazyTexts(self)
 
     def label_names(self) -> list[str]:
         """The labels that occur in these rows, sorted."""
@@ -493,6 +492,25 @@ class LazyPairs(Sequence):
         """`tokenizers.cjk_fraction` of these rows' texts, from the index alone."""
         counts = self.rows.chars[self.index].sum(axis=0) if len(self) else np.zeros(2)
         return float(counts[1] / counts[0]) if counts[0] else 0.0
+
+
+class LazyTexts(Sequence):
+    """The texts of a LazyPairs, read on demand (what `[t for t, _ in pairs]` gives in memory)."""
+
+    def __init__(self, pairs: LazyPairs):
+        self.pairs = pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return LazyTexts(self.pairs[i])
+        return self.pairs.rows.text(int(self.pairs.index[i]))
+
+    def __iter__(self) -> Iterator[str]:
+        for r in self.pairs.index:
+            yield self.pairs.rows.text(int(r))
 
 
 # ----------------------------------------------------------------------------- vocabularies

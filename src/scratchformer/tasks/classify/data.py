@@ -270,6 +270,11 @@ def is_prepared(pairs) -> bool:
     return isinstance(pairs, LazyPairs)
 
 
+def texts_of(pairs) -> Sequence[str]:
+    """The texts of `pairs`: a list, or for prepared data a sequence read on demand."""
+    return pairs.texts() if is_prepared(pairs) else [t for t, _ in pairs]
+
+
 def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int) -> Tokenizer:
     """`build_tokenizer_for` of the training texts; for prepared data counted in parallel
     from the file (char, word) or streamed into the `tokenizers` trainer (bpe, wordpiece)."""
@@ -282,6 +287,37 @@ def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int) -> T
         return vocab_tokenizer(kind, train, dc.min_freq, dc.lowercase, bigram_buckets if kind == "char" else 0,
                                log=lambda m: print(m, file=sys.stderr))
     return build_tokenizer(kind, train.texts(), vocab_size=dc.vocab_size)
+
+
+def prepare_classification(recipe: ClassifyRecipe, log=print) -> dict:
+    """What `train classify` with `recipe` would prepare, built now (or found in the cache):
+    the row index of each file, the tokenizer counted on the training split, the token ids.
+    Returns what was built, for `scratchformer prepare` to print."""
+    dc = recipe.data
+    if registered(dc.dataset) is not None or not _prepared_source(dc.dataset, dc):
+        raise UserError(f"{dc.dataset}: prepared data is made for the user's tab-separated files "
+                        f"({', '.join(TSV_SUFFIXES)}); registered data sets, CSV and JSON lines are read in memory")
+    if recipe.model.init:
+        raise UserError("a run with model.init (--init) uses its backbone's tokenizer and reads its data in memory; "
+                        "prepare the data without it")
+    data = load_classification(dc)
+    tok = tokenizer_for_split(dc, data.train, recipe.model.bigram_buckets)
+    enc = encoder_for(recipe, tok)
+    from ...data.prepared import token_shards
+
+    out: dict = {"dataset": dc.dataset, "tokenizer": tok.kind, "vocab_size": tok.vocab_size, "labels": len(data.labels),
+                 "splits": {k: len(getattr(data, k)) for k in ("train", "valid", "test")}, "files": []}
+    seen = set()
+    for pairs in (data.train, data.valid, data.test):
+        if not is_prepared(pairs) or pairs.rows.folder in seen:
+            continue
+        seen.add(pairs.rows.folder)
+        shards = token_shards(pairs.rows, tok, enc.bigram_buckets, log=log)
+        out["files"].append({"file": str(pairs.rows.path), "rows": len(pairs.rows), "index": str(pairs.rows.folder),
+                             "tokens": int(shards.meta["tokens"]), "dtype": shards.meta["dtype"],
+                             "folder": str(shards.folder), "mb_per_s": shards.meta.get("mb_per_s"),
+                             "bytes": sum(f.stat().st_size for f in shards.folder.iterdir() if f.is_file())})
+    return out
 
 
 def save_tokenizer(tok, run_dir: Path) -> None:

@@ -16,7 +16,7 @@ from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import RunDir, count_parameters, train_members
-from .baseline import NAME, Baseline, Comparison, fit_baseline, is_alphabetic
+from .baseline import FIT_SAMPLE, NAME, Baseline, Comparison, fit_baseline, is_alphabetic
 from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, StepTimer, StepTimes, measure_step_times, plan_budget
@@ -220,7 +220,9 @@ def measure(r: ClassifyRecipe, train_batches: list, valid_batches: list) -> Step
 def fit_and_log_baseline(data, log) -> Baseline:
     base = fit_baseline(data.train, data.labels, data.valid or None)
     valid = f"valid {base.valid_accuracy:.4f} (C={base.C:g}), " if base.valid_accuracy is not None else ""
-    log(f"baseline {NAME}: {valid}fitted in {base.fit_seconds:.1f} s")
+    sample = (f" on a random sample of {FIT_SAMPLE:,} of the {len(data.train):,} training texts"
+              if len(data.train) > FIT_SAMPLE else "")
+    log(f"baseline {NAME}: {valid}fitted in {base.fit_seconds:.1f} s{sample}")
     return base
 
 
