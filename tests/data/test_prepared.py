@@ -282,3 +282,39 @@ def test_a_char_lm_trains_to_the_same_weights_from_the_prepared_stream(tmp_path,
     va = json.loads((tmp_path / "prep" / "valid_metrics.json").read_text())
     vb = json.loads((tmp_path / "mem" / "valid_metrics.json").read_text())
     assert va["loss"] == vb["loss"] and va["tokens"] == vb["tokens"]
+
+
+def test_evaluate_data_and_predict_file_stream_with_the_numbers_of_the_in_memory_path(tmp_path, monkeypatch, capsys):
+    from scratchformer.cli import main
+    from scratchformer.commands import classify as classify_cmd
+    from scratchformer.commands.common import read_inputs
+    from scratchformer.tasks.classify import Classifier
+
+    f = tmp_path / "d.tsv"
+    f.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in headlines(300, 5)), encoding="utf-8")
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"data": {"dataset": str(f), "tokenizer": "char", "batch_size": 16},
+                               "model": {"encoder": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
+                               "train": {"max_steps": 3, "eval_every": 3}}))
+    run = tmp_path / "run"
+    assert main(["train", "classify", "--config", str(cfg), "--out", str(run), "--no-baseline"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--data", str(f), "--json", "--no-baseline"]) == 0
+    streamed = json.loads(capsys.readouterr().out)
+    monkeypatch.setenv("SCRATCHFORMER_PREPARED", "0")
+    assert main(["evaluate", str(run), "--data", str(f), "--json", "--no-baseline"]) == 0
+    assert streamed == json.loads(capsys.readouterr().out)
+    assert sum(c["support"] for c in streamed["per_class"].values()) == 300
+    lines = tmp_path / "texts.txt"
+    lines.write_bytes(b"\xef\xbb\xbf" + "".join(f"{t}\r\n" + ("\n" if i % 9 == 0 else "")
+                                              for i, (t, _) in enumerate(headlines(200, 6))).encode("utf-8"))
+    monkeypatch.setattr(classify_cmd, "STREAM_BLOCK", 64)
+    assert main(["predict", str(run), "--file", str(lines), "--json"]) == 0
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    texts = read_inputs([], str(lines))
+    want = Classifier.load(run).predict(texts)
+    assert [g["text"] for g in got] == texts and [{k: g[k] for k in ("label", "score", "probs")} for g in got] == want
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\nfine\n\xffno\n")
+    assert main(["predict", str(run), "--file", str(bad)]) == 2  # a UserError: one line
+    assert f"{bad}:3: not valid UTF-8 at byte offset 8" in capsys.readouterr().err

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_recipe_args, positive_int, recipe_for_run, read_inputs
+from .common import PROGRESS_EVERY, STREAM_BLOCK, add_recipe_args, blocks, positive_int, recipe_for_run, stream_inputs
 
 
 def register(cli) -> None:
@@ -129,23 +129,31 @@ def blend(args) -> int:
 
 
 def predict(args) -> int:
+    """Texts in blocks of `STREAM_BLOCK` (a multiple of predict's batch of 64, so the batches and
+    the numbers are those of one call on all texts): a file of millions of lines streams, each
+    block's lines printed as it is done, progress on stderr every 100,000 texts."""
     from ..tasks.classify import Classifier
 
     clf = Classifier.load(args.run_dir, blend=not args.no_blend, quantize=getattr(args, "quantize", None))
-    texts = read_inputs(args.texts, args.file)
-    for text, res in zip(texts, clf.predict(texts)):
-        if args.json:
-            print(json.dumps({"text": text, **res}, ensure_ascii=False))
-        else:
-            top = sorted(res["probs"].items(), key=lambda kv: -kv[1])[: args.top]
-            shown = "  ".join(f"{k} {v:.3f}" for k, v in top)
-            print(f"{res['label']}\t{shown}\t{text}")
+    done = 0
+    for texts in blocks(stream_inputs(args.texts, args.file), STREAM_BLOCK):
+        for text, res in zip(texts, clf.predict(texts)):
+            if args.json:
+                print(json.dumps({"text": text, **res}, ensure_ascii=False))
+            else:
+                top = sorted(res["probs"].items(), key=lambda kv: -kv[1])[: args.top]
+                shown = "  ".join(f"{k} {v:.3f}" for k, v in top)
+                print(f"{res['label']}\t{shown}\t{text}")
+        sys.stdout.flush()
+        if (done + len(texts)) // PROGRESS_EVERY > done // PROGRESS_EVERY:
+            print(f"predict: {done + len(texts):,} texts", file=sys.stderr)
+        done += len(texts)
     return 0
 
 
 def evaluate(args) -> int:
-    from ..data.readers import read_labeled_file
     from ..tasks.classify import Classifier
+    from ..tasks.classify.data import labeled_pairs
     from ..tasks.classify import format_report, load_classification
     from ..tasks.classify.report import meta_for
     from ..errors import UserError
@@ -157,7 +165,7 @@ def evaluate(args) -> int:
     if args.max_len is not None:
         clf = clf.with_max_len(args.max_len)
     if args.data:
-        pairs, name, meta = read_labeled_file(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col), Path(args.data).stem, None
+        pairs, name, meta = labeled_pairs(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col), Path(args.data).stem, None
     else:
         data = load_classification(clf.recipe.data)
         pairs, name, meta = getattr(data, args.split), args.split, data.meta

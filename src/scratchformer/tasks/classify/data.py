@@ -266,6 +266,17 @@ def _load_prepared(name: str, dc) -> ClassificationData:
                               {"name": Path(name).name, "source": str(name), "prepared": str(rows.folder)})
 
 
+def labeled_pairs(path: str, text_col=None, label_col=None):
+    """The (text, label) pairs of one labelled file: for a TSV file its prepared rows (read on
+    demand, tokenized once), else `read_labeled_file`'s list."""
+    if prepared_enabled() and Path(path).suffix.lower() in TSV_SUFFIXES and Path(path).is_file():
+        import sys
+
+        rows = labeled_rows(path, text_col, label_col, log=lambda m: print(m, file=sys.stderr))
+        return LazyPairs(rows, np.arange(len(rows)))
+    return read_labeled_file(path, text_col, label_col)
+
+
 def is_prepared(pairs) -> bool:
     return isinstance(pairs, LazyPairs)
 
