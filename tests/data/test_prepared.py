@@ -318,3 +318,14 @@ def test_evaluate_data_and_predict_file_stream_with_the_numbers_of_the_in_memory
     bad.write_bytes(b"ok\nfine\n\xffno\n")
     assert main(["predict", str(run), "--file", str(bad)]) == 2  # a UserError: one line
     assert f"{bad}:3: not valid UTF-8 at byte offset 8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kw", [dict(batch_size=7), dict(max_tokens=40), dict(batch_size=5, max_tokens=30)])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_epoch_arrays_are_the_epoch_batches(kw, shuffle):
+    from scratchformer.data.batching import LengthBucketSampler
+
+    lengths = np.random.default_rng(0).integers(0, 20, size=503)
+    s = LengthBucketSampler(lengths, shuffle=shuffle, seed=2, bucket_size_multiplier=3, **kw)
+    for epoch in (0, 1):
+        assert [a.tolist() for a in s.epoch_arrays(epoch)] == s.epoch_batches(epoch)

@@ -165,14 +165,14 @@ class PreparedSplit:
     def __init__(self, pairs: LazyPairs, shards: TokenShards, encode: DocumentEncoder, label_ids: dict[str, int],
                  dc: ClassifyDataConfig, shuffle: bool, seed: int = 0):
         self.index, self.shards, self.encode = pairs.index, shards, encode
-        to_id = np.asarray([label_ids.get(n, -1) for n in pairs.rows.names], dtype=np.int64)
-        self.labels = to_id[np.asarray(pairs.rows.labels[self.index])] if len(self.index) else np.zeros(0, np.int64)
+        to_id = np.asarray([label_ids.get(n, -1) for n in pairs.rows.names], dtype=np.int32)
+        self.labels = to_id[np.asarray(pairs.rows.labels[self.index])] if len(self.index) else np.zeros(0, np.int32)
         self.soft = None
         self.bigrams, self.pad_id = encode.bigrams, encode.pad_id
         lengths = encode.lengths(shards.lengths(self.index))
         self.sampler = LengthBucketSampler(lengths, batch_size=None if dc.max_tokens else dc.batch_size,
                                            max_tokens=dc.max_tokens, shuffle=shuffle, seed=seed)
-        self.padding_fraction = self.sampler.padding_fraction(self.sampler.epoch_batches(0))
+        self.padding_fraction = self.sampler.padding_fraction(self.sampler.epoch_arrays(0))
 
     def __len__(self) -> int:
         return len(self.index)
@@ -189,7 +189,7 @@ class PreparedSplit:
                        self.bigrams, None, self.pad_id)
 
     def batches(self, epoch: int = 0) -> "LazyBatches":
-        return LazyBatches(self.batch, self.sampler.epoch_batches(epoch))
+        return LazyBatches(self.batch, self.sampler.epoch_arrays(epoch))
 
 
 class _Docs(Sequence):
