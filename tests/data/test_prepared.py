@@ -62,12 +62,15 @@ def test_rows_equal_read_labeled_file_on_a_messy_file(tmp_path):
     assert len(prepared.chunks_of(f, 256)) > 10
 
 
-@pytest.mark.parametrize("kind,buckets", [("char", 0), ("char", 512), ("word", 0), ("word", 64), ("bpe", 0)])
-def test_prepared_ids_and_batches_equal_the_in_memory_ones(tmp_path, monkeypatch, kind, buckets):
+@pytest.mark.parametrize("kind,buckets,keep", [("char", 0, "head"), ("char", 512, "tail"), ("word", 0, "head+tail"),
+                                               ("word", 64, "head"), ("bpe", 0, "tail")])
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_prepared_ids_and_batches_equal_the_in_memory_ones(tmp_path, monkeypatch, kind, buckets, keep, pooling):
     f = tmp_path / "messy.tsv"
     _messy_tsv(f)
-    r = _recipe(f, tokenizer=kind, vocab_size=300)
+    r = _recipe(f, tokenizer=kind, vocab_size=300, truncate_keep=keep, max_len=9)
     r.model.bigram_buckets = buckets
+    r.model.pooling = pooling
     lazy = load_classification(r.data)
     monkeypatch.setenv("SCRATCHFORMER_PREPARED", "0")
     plain = load_classification(r.data)
@@ -88,7 +91,8 @@ def test_prepared_ids_and_batches_equal_the_in_memory_ones(tmp_path, monkeypatch
         assert [a.doc(i) for i in range(len(a))] == b.docs
         for epoch in (0, 1):
             for x, y in zip(a.batches(epoch), b.batches(epoch), strict=True):
-                assert torch.equal(x.ids, y.ids) and torch.equal(x.labels, y.labels)
+                assert torch.equal(x.ids, y.ids) and torch.equal(x.labels, y.labels) and x.doc_index is y.doc_index
+                assert x.ids.dtype == y.ids.dtype and x.labels.dtype == y.labels.dtype
                 assert (x.bigrams is None) == (y.bigrams is None)
                 assert x.bigrams is None or torch.equal(x.bigrams, y.bigrams)
 
