@@ -99,8 +99,15 @@ def _cell_main(spec: dict) -> dict:
     from scratchformer.train import trainer as tmod
 
     step_s, data_s, first = [], [0.0], []
-    evaluating = [False]
-    real_step, real_eval = tmod.Trainer._train_step, tmod.Trainer._evaluate
+    evaluating, looping = [False], [False]
+    real_step, real_eval, real_loop = tmod.Trainer._train_step, tmod.Trainer._evaluate, tmod.Trainer._loop
+
+    def loop(self, *a, **k):  # only the training loop's batches are data wait (not evaluation, not the report)
+        looping[0] = True
+        try:
+            return real_loop(self, *a, **k)
+        finally:
+            looping[0] = False
 
     def step(self, micro):
         t = time.monotonic()
@@ -121,12 +128,12 @@ def _cell_main(spec: dict) -> dict:
         def wrapper(*a, **k):
             t = time.monotonic()
             out = fn(*a, **k)
-            if not evaluating[0] and first is not None:
+            if looping[0] and not evaluating[0]:
                 data_s[0] += time.monotonic() - t
             return out
         return wrapper
 
-    tmod.Trainer._train_step, tmod.Trainer._evaluate = step, evaluate
+    tmod.Trainer._train_step, tmod.Trainer._evaluate, tmod.Trainer._loop = step, evaluate, loop
     cdata.PreparedSplit.batch = timed(cdata.PreparedSplit.batch)
     ldata._windows = timed(ldata._windows)
     rc = main(spec["argv"])

@@ -362,14 +362,26 @@ class LabeledRows:
     def __len__(self) -> int:
         return self.n
 
-    def raw(self, i: int) -> str:
+    def _bytes(self):
+        """The file mapped read-only (Python's mmap: slicing it gives bytes, cheaply)."""
         if self._file is None:
-            self._file = np.memmap(self.path, dtype=np.uint8, mode="r") if self.path.stat().st_size else b""
-        a, b = self.spans[i]
-        return bytes(self._file[a:b]).decode("utf-8")
+            import mmap
+
+            with open(self.path, "rb") as f:
+                self._file = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.path.stat().st_size else b""
+        return self._file
+
+    def raw(self, i: int) -> str:
+        a, b = self.spans[i].tolist()
+        return self._bytes()[a:b].decode("utf-8")
 
     def text(self, i: int) -> str:
         return self.raw(i).split("\t")[self.layout.text_at].strip()
+
+    def texts(self, index: np.ndarray) -> list[str]:
+        """The texts of rows `index`, read in one go (what `text(i)` gives for each)."""
+        data, at = self._bytes(), self.layout.text_at
+        return [data[a:b].decode("utf-8").split("\t")[at].strip() for a, b in self.spans[np.asarray(index)].tolist()]
 
     def pair(self, i: int) -> tuple[str, str]:
         return self.text(i), self.names[self.labels[i]]
@@ -382,9 +394,11 @@ class LabeledRows:
 
 
 def _memmap(path: Path, dtype, shape) -> np.ndarray:
+    """The file as a read-only array mapped from disk (a plain ndarray over the np.memmap, whose
+    per-access bookkeeping was most of the cost of reading rows one by one)."""
     if int(np.prod(shape)) == 0:
         return np.zeros(shape, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=shape)
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=shape))
 
 
 def labeled_rows(path: str | Path, text_col=None, label_col=None, workers: int | None = None,
@@ -509,8 +523,8 @@ class LazyTexts(Sequence):
         return self.pairs.rows.text(int(self.pairs.index[i]))
 
     def __iter__(self) -> Iterator[str]:
-        for r in self.pairs.index:
-            yield self.pairs.rows.text(int(r))
+        for a in range(0, len(self.pairs.index), 10_000):
+            yield from self.pairs.rows.texts(self.pairs.index[a:a + 10_000])
 
 
 # ----------------------------------------------------------------------------- vocabularies
@@ -541,10 +555,37 @@ def _rows_per_task(rows: LabeledRows) -> int:
 def _count_task(task) -> Counter:
     rows, index, state = task
     tok = _tok_from_state(state)
+    texts = rows.texts(np.sort(index))  # file order: the reads go forward through the file
+    if tok.kind == "char":  # one count of the run's code points (what _split gives, joined)
+        cps = _code_points("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
+        counts = np.bincount(cps) if len(cps) else np.zeros(0, np.int64)
+        return Counter({chr(c): int(counts[c]) for c in np.flatnonzero(counts)})
     counts: Counter = Counter()
-    for r in np.sort(index):  # file order: the reads go forward through the file
-        counts.update(tok._split(rows.text(int(r))))
+    for t in texts:
+        counts.update(tok._split(t))
     return counts
+
+
+def _char_ids(tok, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids of all texts one after the other, ids per text) of a char tokenizer, by numpy: the
+    code points of the joined texts mapped through a table of the distinct ones."""
+    if tok.lowercase:
+        texts = [t.lower() for t in texts]
+    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    cps = _code_points("".join(texts))
+    if not len(cps):
+        return np.zeros(0, np.uint32), lengths
+    from .tokenizers import UNK_ID
+
+    table = np.full(int(cps.max()) + 1, UNK_ID, dtype=np.uint32)  # code point -> id (<= 1.1M entries)
+    for token, i in tok.stoi.items():
+        if len(token) == 1 and ord(token) < len(table):  # the specials are longer: never text
+            table[ord(token)] = i
+    return table[cps], lengths
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
 def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
@@ -601,7 +642,10 @@ def _encode_task(task) -> dict:
 
     tok = _tok_from_state(state)
     ids, lengths, bis = [], [], []
-    texts = [rows.text(int(r)) for r in index]
+    texts = rows.texts(index)
+    if tok.kind == "char" and not bigram_buckets:
+        flat, n = _char_ids(tok, texts)
+        return {"ids": flat, "lengths": n, "bigrams": None}
     if hasattr(tok, "hf") and not bigram_buckets:  # the `tokenizers` library encodes a batch in Rust
         encoded = tok.encode_batch(texts)
     else:
@@ -712,10 +756,7 @@ def _char_encode_task(task) -> np.ndarray:
     text = _decode_chunk(path, chunk)
     if not text:
         return np.zeros(0, np.uint32)
-    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    uniq, inverse = np.unique(cps, return_inverse=True)
-    table = np.asarray([tok.token_to_id(chr(c)) for c in uniq], dtype=np.uint32)
-    return table[inverse]
+    return _char_ids(tok, [text])[0]
 
 
 class TokenStream:
