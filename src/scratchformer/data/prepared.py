@@ -48,14 +48,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import UserError
 from ..fileio import atomic_write_text, staged_folder, write_data
 from .fetch import cache_dir
-from .readers import BREAKS_LINES, _COLUMN_NAMES, check_label, field_count_error, table_layout
+from .readers import _COLUMN_NAMES, check_label, field_count_error, table_layout
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 4 << 20  # 4 MiB of the file per task: big enough to amortise a task, small for memory
@@ -66,6 +66,11 @@ _BOM = b"\xef\xbb\xbf"
 
 def prepared_dir() -> Path:
     return cache_dir() / "prepared"
+
+
+def prepared_enabled() -> bool:
+    """Prepared data is used for the user's files unless SCRATCHFORMER_PREPARED=0 (in memory, as before)."""
+    return os.environ.get("SCRATCHFORMER_PREPARED", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -837,6 +842,6 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
     return tok, TokenStream(folder, meta), int(vmeta["cut"])
 
 
-__all__ = ["LabeledRows", "LazyPairs", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
+__all__ = ["LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
            "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
-           "prepared_dir", "chunks_of", "Iterable"]
+           "prepared_dir", "prepared_enabled", "chunks_of"]

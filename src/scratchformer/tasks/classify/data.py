@@ -12,7 +12,7 @@ import torch
 from ...data.batching import LengthBucketSampler, pad_sequences, segment, truncate
 from ...data.bert_tokenizer import BertTokenizer
 from ...data.datasets import ClassificationData
-from ...data.prepared import TSV_SUFFIXES, LazyPairs, TokenShards, labeled_rows, vocab_tokenizer
+from ...data.prepared import TSV_SUFFIXES, LazyPairs, TokenShards, labeled_rows, prepared_enabled, vocab_tokenizer
 from ...data.readers import read_labeled_file, seeded_split_indices
 from ...data.tokenizers import CLS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer, encode_with_bigrams
 from ...errors import UserError
@@ -249,13 +249,6 @@ class LazyBatches(Sequence):
     def __iter__(self):
         for b in self.index_batches:
             yield self.make(b)
-
-
-def prepared_enabled() -> bool:
-    """Prepared data is used for the user's tab-separated files unless SCRATCHFORMER_PREPARED=0."""
-    import os
-
-    return os.environ.get("SCRATCHFORMER_PREPARED", "1") not in ("0", "false", "no", "off")
 
 
 def _prepared_source(name: str, dc) -> bool:

@@ -126,8 +126,7 @@ def prepared_lm(dc: LMDataConfig, tok: Tokenizer | None = None) -> PreparedLM | 
     the run's own tokenizer (a resumed run), else the one counted on the training part."""
     import sys
 
-    from ...data.prepared import char_lm_stream
-    from ..classify.data import prepared_enabled
+    from ...data.prepared import char_lm_stream, prepared_enabled
 
     if dc.tokenizer != "char" or not prepared_enabled() or registered(dc.dataset) is not None:
         return None
