@@ -65,7 +65,7 @@ def stream_inputs(texts: list[str], file: str | None) -> Iterator[str]:
     if texts or not file:
         yield from read_inputs(texts, file)
         return
-    from ..data.readers import read_utf8
+    from ..data.readers import not_utf8, read_utf8
 
     path = Path(file)
     if not path.is_file():
@@ -78,9 +78,7 @@ def stream_inputs(texts: list[str], file: str | None) -> Iterator[str]:
             try:
                 text = body.decode("utf-8")
             except UnicodeDecodeError as exc:
-                at = offset + (len(raw) - len(body)) + exc.start
-                raise UserError(f"{path}:{lineno}: not valid UTF-8 at byte offset {at} "
-                                f"(byte 0x{body[exc.start]:02x}); re-save the file as UTF-8") from None
+                raise not_utf8(path, lineno, offset + (len(raw) - len(body)) + exc.start, body[exc.start]) from None
             offset += len(raw)
             for line in text.splitlines():
                 if line.strip():

@@ -55,7 +55,7 @@ import numpy as np
 from ..errors import UserError
 from ..fileio import atomic_write_text, staged_folder, write_data
 from .fetch import cache_dir
-from .readers import _COLUMN_NAMES, check_label, field_count_error, table_layout
+from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, table_layout
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 4 << 20  # 4 MiB of the file per task: big enough to amortise a task, small for memory
@@ -249,9 +249,7 @@ def _decode(path: Path, lineno: int, at: int, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        off = at + exc.start
-        raise UserError(f"{path}:{lineno}: not valid UTF-8 at byte offset {off} "
-                        f"(byte 0x{raw[exc.start]:02x}); re-save the file as UTF-8") from None
+        raise not_utf8(path, lineno, at + exc.start, raw[exc.start]) from None
 
 
 def _run(fn: Callable, tasks: Sequence, workers: int) -> Iterator:

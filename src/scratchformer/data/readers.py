@@ -103,12 +103,13 @@ def decode_utf8(raw: bytes, name: str | Path) -> str:
         text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
         at = bom + exc.start
-        line = raw[:at].count(b"\n") + 1
-        raise UserError(
-            f"{name}:{line}: not valid UTF-8 at byte offset {at} "
-            f"(byte 0x{raw[at]:02x}); re-save the file as UTF-8"
-        ) from None
+        raise not_utf8(name, raw[:at].count(b"\n") + 1, at, raw[at]) from None
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def not_utf8(name, line: int, at: int, byte: int) -> UserError:
+    """The one-line error for a byte that is not UTF-8 (`at`: its offset in the whole file)."""
+    return UserError(f"{name}:{line}: not valid UTF-8 at byte offset {at} (byte 0x{byte:02x}); re-save the file as UTF-8")
 
 
 def read_utf8(path: str | Path) -> str:
