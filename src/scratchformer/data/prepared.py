@@ -166,10 +166,12 @@ def verify(folder: str | Path) -> list[str]:
     return bad
 
 
-def _build(folder: Path, fill: Callable[[Path, dict], dict]) -> dict:
+def _build(folder: Path, fill: Callable[[Path, dict], dict], replace: bool = False) -> dict:
     """Fill a staging folder with `fill(staging, files)` (which records its files in `files`
     and returns the meta), write meta.json and then `.complete`, rename it to `folder`."""
-    with staged_folder(folder, replace=True) as tmp:
+    # an incomplete folder (a killed build) is replaced; a complete one that another process
+    # renamed into place meanwhile is kept (staged_folder drops ours): a reader never loses files
+    with staged_folder(folder, replace=replace or (folder.exists() and _complete(folder) is None)) as tmp:
         files: dict[str, dict] = {}
         meta = fill(tmp, files)
         meta = {"format_version": FORMAT_VERSION, **meta}
@@ -185,7 +187,7 @@ def _cached(folder: Path, fill: Callable[[Path, dict], dict], rebuild: bool = Fa
     meta = None if rebuild else _complete(folder)
     if meta is not None:
         return meta, False
-    return _build(folder, fill), True
+    return _build(folder, fill, replace=rebuild), True
 
 
 # ----------------------------------------------------------------------------- chunks and workers
