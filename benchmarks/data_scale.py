@@ -134,6 +134,10 @@ def _cell_main(spec: dict) -> dict:
         return wrapper
 
     tmod.Trainer._train_step, tmod.Trainer._evaluate, tmod.Trainer._loop = step, evaluate, loop
+    if not spec.get("onednn", True):  # the data path alone (see the note on the oneDNN path's memory)
+        from scratchformer.nn import use_onednn
+
+        use_onednn(False)
     cdata.PreparedSplit.batch = timed(cdata.PreparedSplit.batch)
     ldata._windows = timed(ldata._windows)
     rc = main(spec["argv"])
@@ -152,6 +156,12 @@ def _prepare_main(spec: dict) -> dict:
 
     path, kind = Path(spec["file"]), spec["kind"]
     mb = path.stat().st_size / 1e6
+
+    def cpu() -> float:
+        a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+    c0 = cpu()
     t0 = time.monotonic()
     rows = labeled_rows(path)
     t1 = time.monotonic()
@@ -161,7 +171,9 @@ def _prepare_main(spec: dict) -> dict:
     token_shards(rows, tok)
     t3 = time.monotonic()
     out = {"file_mb": mb, "rows": len(rows), "tokenizer": kind, "index_s": t1 - t0, "vocab_s": t2 - t1,
-           "ids_s": t3 - t2, "prepare_mb_per_s": mb / (t3 - t0), "workers": prepared.default_workers(int(mb * 1e6))}
+           "ids_s": t3 - t2, "prepare_mb_per_s": mb / (t3 - t0), "workers": prepared.default_workers(int(mb * 1e6)),
+           "prepare_cpu_s": cpu() - c0}
+    out["prepare_mb_per_cpu_s"] = mb / max(out["prepare_cpu_s"], 1e-9)
     from scratchformer.data.tokenizers import build_tokenizer
 
     texts = list(pairs.texts())
@@ -205,13 +217,14 @@ def _lm_cfg(path: Path, d: Path) -> Path:
 
 # ----------------------------------------------------------------------------- the benchmark
 def run(quick: bool = False, out_dir=None, rows: str | None = None, lm_mb: str | None = None,
-        in_memory: str | None = None, log=print) -> dict:
+        in_memory: str | None = None, onednn: bool = True, command: str | None = None, log=print) -> dict:
     row_sizes = [_count(x) for x in (rows or ("2k,6k" if quick else "100k,300k,1M,3M")).split(",") if x]
     mem_sizes = [_count(x) for x in (in_memory or ("2k" if quick else "100k")).split(",") if x]
     lm_sizes = [float(x) for x in (lm_mb or ("0.2" if quick else "10,100")).split(",") if x]
     machine = common.machine_info()
     loads: list[float] = []
-    result: dict = {"machine": machine, "classify": {}, "classify_in_memory": {}, "lm": {}, "prepare": {}}
+    result: dict = {"machine": machine, "classify": {}, "classify_in_memory": {}, "lm": {}, "prepare": {},
+                    "onednn": onednn, "command": command}
     with tempfile.TemporaryDirectory(prefix="data_scale_") as tmp:
         d = Path(tmp)
         base_env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
@@ -226,7 +239,7 @@ def run(quick: bool = False, out_dir=None, rows: str | None = None, lm_mb: str |
                            SCRATCHFORMER_PREPARED="1" if prepared else "0")
                 log(f"[data_scale] classify {n:,} rows ({nbytes / 1e6:.0f} MB), {'prepared' if prepared else 'in memory'}")
                 r = _child("cell", {"argv": ["train", "classify", "--config", str(cfg), "--out",
-                                             str(d / f"run{n}{prepared}"), "--no-baseline"]}, env)
+                                             str(d / f"run{n}{prepared}"), "--no-baseline"], "onednn": onednn}, env)
                 r["file_mb"] = nbytes / 1e6
                 result[key][str(n)] = r
                 loads.append(os.getloadavg()[0])
@@ -239,7 +252,8 @@ def run(quick: bool = False, out_dir=None, rows: str | None = None, lm_mb: str |
             cfg = _lm_cfg(f, d)
             env = dict(base_env, SCRATCHFORMER_CACHE=str(d / f"lmcache{mb:g}"))
             log(f"[data_scale] lm {nbytes / 1e6:.0f} MB of text")
-            r = _child("cell", {"argv": ["train", "lm", "--config", str(cfg), "--out", str(d / f"lm{mb:g}")]}, env)
+            r = _child("cell", {"argv": ["train", "lm", "--config", str(cfg), "--out", str(d / f"lm{mb:g}")],
+                                "onednn": onednn}, env)
             r["file_mb"] = nbytes / 1e6
             result["lm"][f"{mb:g}"] = r
             loads.append(os.getloadavg()[0])
@@ -261,7 +275,7 @@ def run(quick: bool = False, out_dir=None, rows: str | None = None, lm_mb: str |
     result["loads"] = loads
     result["targets"] = _targets(result)
     md = _markdown(result, quick)
-    common.write_result("data_scale" + ("_quick" if quick else ""), result, md, out_dir)
+    common.write_result("data_scale" + ("_quick" if quick else "") + ("" if onednn else "_no_onednn"), result, md, out_dir)
     return result
 
 
@@ -289,7 +303,9 @@ def _markdown(r: dict, quick: bool) -> str:
     head = common.header_md("Data at scale: memory and time to the first step (prepared data)", m,
                             "Tiny model (d_model 32, 1 layer, 20 steps, no baseline), each run in its own child "
                             "process (`resource.getrusage`), a fresh cache: the time to the first step includes "
-                            "preparing the data. " + common.load_note(r["loads"], busy_tail=": the times are noisy; "
+                            "preparing the data. " + ("The linear layers ran on oneDNN (as shipped). " if r["onednn"] else
+                            "The linear layers ran on `F.linear` (`--onednn off`: the oneDNN path keeps memory per "
+                            "distinct input shape, which would hide the data path's own). ") + common.load_note(r["loads"], busy_tail=": the times are noisy; "
                             "memory is not affected.", quiet_tail="."))
     rows = []
     for key, how in (("classify_in_memory", "in memory (before)"), ("classify", "prepared")):
@@ -304,15 +320,18 @@ def _markdown(r: dict, quick: bool) -> str:
     table = common.md_table(["data", "file", "path", "peak RSS (training process)", "peak RSS (a prepare worker)",
                              "first step", "wall", "CPU", "data wait"], rows)
     prep = common.md_table(
-        ["tokenizer", "file", "rows", "index", "vocabulary", "ids", "prepare", "`tokenizers` encode_batch (BPE 8k)"],
+        ["tokenizer", "file", "rows", "index", "vocabulary", "ids", "prepare (wall)", "prepare (per CPU-second)",
+         "`tokenizers` encode_batch (BPE 8k, wall)"],
         [[k, f"{x['file_mb']:.0f} MB", f"{x['rows']:,}", f"{x['index_s']:.1f} s", f"{x['vocab_s']:.1f} s",
           f"{x['ids_s']:.1f} s", f"{x['prepare_mb_per_s']:.1f} MB/s ({x['workers']} workers)",
-          f"{x['hf_encode_batch_mb_per_s']:.1f} MB/s"] for k, x in r["prepare"].items()])
+          f"{x['prepare_mb_per_cpu_s']:.1f} MB", f"{x['hf_encode_batch_mb_per_s']:.1f} MB/s"]
+         for k, x in r["prepare"].items()])
     notes = ("Wall includes the end: one evaluation on valid and the test report (10% of the rows each), which "
              "the 20 steps do not need. The word tokenizer is timed on alphabetic text (the regex segmenter); CJK "
              "text through jieba is slower. `tokenizers` encodes texts already held in a list; prepare reads the "
              "file, checks every row, counts the vocabulary and writes the ids.")
-    cmd = "python -m benchmarks.data_scale" + (" --quick" if quick else "")
+    cmd = r.get("command") or ("python -m benchmarks.data_scale" + (" --quick" if quick else "")
+                               + ("" if r["onednn"] else " --onednn off"))
     return (f"{head}\n\n## Runs\n\n{table}\n\n## Prepare throughput\n\n{prep}\n\n{notes}\n\n## Targets\n\n"
             f"{common.targets_md(r['targets'])}\n\n`{cmd}`\n")
 
@@ -324,6 +343,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", help="classification sizes, e.g. 100k,300k,1M,3M")
     ap.add_argument("--in-memory", help="sizes also run on the in-memory path (default 100k)")
     ap.add_argument("--lm-mb", help="LM text sizes in MB, e.g. 10,100,1000")
+    ap.add_argument("--onednn", choices=["on", "off"], default="on",
+                    help="off: the float32 linear layers on F.linear (use_onednn(False)), to measure the data path alone")
     ap.add_argument("--cell", help=argparse.SUPPRESS)
     ap.add_argument("--prepare", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -332,7 +353,8 @@ def main(argv=None) -> None:
     elif a.prepare:
         print(json.dumps(_prepare_main(json.loads(a.prepare))))
     else:
-        run(a.quick, a.out, a.rows, a.lm_mb, a.in_memory)
+        run(a.quick, a.out, a.rows, a.lm_mb, a.in_memory, a.onednn == "on",
+            command="python -m benchmarks.data_scale " + " ".join(argv if argv is not None else sys.argv[1:]))
 
 
 if __name__ == "__main__":
