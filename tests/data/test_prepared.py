@@ -333,3 +333,31 @@ def test_epoch_arrays_are_the_epoch_batches(kw, shuffle):
     s = LengthBucketSampler(lengths, shuffle=shuffle, seed=2, bucket_size_multiplier=3, **kw)
     for epoch in (0, 1):
         assert [a.tolist() for a in s.epoch_arrays(epoch)] == s.epoch_batches(epoch)
+
+
+def test_prepare_verb_builds_what_train_then_reuses(tmp_path, capsys):
+    from scratchformer.cli import main
+
+    f = tmp_path / "d.tsv"
+    f.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in headlines(200, 7)), encoding="utf-8")
+    sets = ["--set", "data.tokenizer=char", "--set", "data.batch_size=16"]
+    assert main(["prepare", "classify", "--data", str(f), "--json"] + sets) == 0
+    out = capsys.readouterr()
+    built = json.loads(out.out)
+    assert built["splits"] == {"train": 160, "valid": 20, "test": 20} and built["tokenizer"] == "char"
+    assert built["files"][0]["rows"] == 200 and built["files"][0]["dtype"] == "uint16"
+    assert "indexed" in out.err and "char tokens" in out.err
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"data": {"dataset": str(f), "tokenizer": "char", "batch_size": 16},
+                               "model": {"encoder": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
+                               "train": {"max_steps": 2, "eval_every": 2}}))
+    assert main(["prepare", "classify", "--config", str(cfg), "--data", str(f)]) == 0
+    assert "prepared: " not in capsys.readouterr().err  # all of it found in the cache
+    assert main(["train", "classify", "--config", str(cfg), "--out", str(tmp_path / "run"), "--no-baseline"]) == 0
+    assert "prepared: " not in capsys.readouterr().err
+    assert main(["prepare", "classify", "--data", str(tmp_path / "x.csv")]) == 2
+    capsys.readouterr()
+    g = tmp_path / "x.csv"
+    g.write_text("text,label\na,b\nc,d\n")
+    assert main(["prepare", "classify", "--config", str(cfg), "--data", str(g)]) == 2
+    assert "tab-separated" in capsys.readouterr().err

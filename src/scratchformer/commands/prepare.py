@@ -61,7 +61,7 @@ def prepare(args) -> int:
                             "registered corpora and BPE are read in memory")
         out = {"dataset": recipe.data.dataset, "tokenizer": "char", "vocab_size": prep.tokenizer.vocab_size,
                "train_tokens": len(prep.train), "valid_tokens": len(prep.valid),
-               "dtype": str(prep.train.dtype), "folder": str(getattr(prep.train, "filename", "") or "")}
+               "dtype": str(prep.train.dtype), "folder": prep.folder}
     out["seconds"] = round(time.monotonic() - t0, 2)
     if args.json:
         print(json.dumps(out, ensure_ascii=False))

@@ -118,6 +118,7 @@ class PreparedLM:
     name: str
     train_chars: int
     valid_chars: int
+    folder: str = ""  # where the stream of --data lies in the cache
 
 
 def prepared_lm(dc: LMDataConfig, tok: Tokenizer | None = None) -> PreparedLM | None:
@@ -140,7 +141,7 @@ def prepared_lm(dc: LMDataConfig, tok: Tokenizer | None = None) -> PreparedLM | 
     else:
         tok, stream, cut = char_lm_stream(dc.dataset, dc.valid_frac, dc.min_freq, tok=tok, log=log)
         train, valid = stream.ids[:cut], stream.ids[cut:]
-    return PreparedLM(tok, train, valid, Path(dc.dataset).name, len(train), len(valid))
+    return PreparedLM(tok, train, valid, Path(dc.dataset).name, len(train), len(valid), str(stream.folder))
 
 
 def unk_share(ids: np.ndarray, block: int = 1 << 22) -> float:
