@@ -367,26 +367,32 @@ class LabeledRows:
     def __len__(self) -> int:
         return self.n
 
-    def _bytes(self):
-        """The file mapped read-only (Python's mmap: slicing it gives bytes, cheaply)."""
+    def _fd(self) -> int:
+        """The file, open for `os.pread`: reading rows here and there maps nothing (a memory map
+        of it would count every page the kernel maps around each read in the RSS)."""
         if self._file is None:
-            import mmap
-
-            with open(self.path, "rb") as f:
-                self._file = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.path.stat().st_size else b""
+            self._file = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         return self._file
 
     def raw(self, i: int) -> str:
         a, b = self.spans[i].tolist()
-        return self._bytes()[a:b].decode("utf-8")
+        return os.pread(self._fd(), b - a, a).decode("utf-8")
 
     def text(self, i: int) -> str:
         return self.raw(i).split("\t")[self.layout.text_at].strip()
 
     def texts(self, index: np.ndarray) -> list[str]:
         """The texts of rows `index`, read in one go (what `text(i)` gives for each)."""
-        data, at = self._bytes(), self.layout.text_at
-        return [data[a:b].decode("utf-8").split("\t")[at].strip() for a, b in self.spans[np.asarray(index)].tolist()]
+        fd, at = self._fd(), self.layout.text_at
+        return [os.pread(fd, b - a, a).decode("utf-8").split("\t")[at].strip()
+                for a, b in self.spans[np.asarray(index)].tolist()]
+
+    def __del__(self):
+        if isinstance(getattr(self, "_file", None), int):
+            try:
+                os.close(self._file)
+            except OSError:
+                pass
 
     def pair(self, i: int) -> tuple[str, str]:
         return self.text(i), self.names[self.labels[i]]
