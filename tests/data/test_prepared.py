@@ -123,6 +123,12 @@ def test_cache_is_reused_and_invalidated_by_content_and_tokenizer(tmp_path, cach
     other_tok = build_tokenizer("char", [t for t, _ in read_labeled_file(f)], min_freq=40)
     assert other_tok.vocab_size < tok.vocab_size
     assert token_shards(rows, other_tok).folder != s1.folder
+    copy = tmp_path / "copy.tsv"  # the same bytes elsewhere: the same index, read from the copy
+    copy.write_bytes(f.read_bytes())
+    f.rename(tmp_path / "gone.tsv")
+    again = labeled_rows(copy)
+    assert again.folder == rows.folder and list(LazyPairs(again, np.arange(len(again)))) == read_labeled_file(copy)
+    (tmp_path / "gone.tsv").rename(f)
     _messy_tsv(f, 101)  # the content changed: a new index, new shards
     rows2 = labeled_rows(f)
     assert rows2.folder != rows.folder and len(rows2) == len(read_labeled_file(f))

@@ -352,9 +352,11 @@ class LabeledRows:
     """The row index of a labelled file (memory-mapped): where each row is, its label, the
     character counts of its text. `text(i)` reads row i's text from the file on demand."""
 
-    def __init__(self, folder: Path, meta: dict):
+    def __init__(self, folder: Path, meta: dict, path: str | Path | None = None):
         self.folder, self.meta = folder, meta
-        self.path = Path(meta["source"])
+        # the file read now: the index is keyed by content, so it may have been built from a copy
+        # elsewhere (meta["source"], perhaps gone since)
+        self.path = Path(meta["source"] if path is None else path)
         self.n = int(meta["rows"])
         self.names: list[str] = meta["labels"]
         self.layout = Layout(**meta["layout"])
@@ -398,10 +400,10 @@ class LabeledRows:
         return self.text(i), self.names[self.labels[i]]
 
     def __getstate__(self):  # workers reopen the memmaps
-        return {"folder": self.folder, "meta": self.meta}
+        return {"folder": self.folder, "meta": self.meta, "path": str(self.path)}
 
     def __setstate__(self, s):
-        self.__init__(s["folder"], s["meta"])
+        self.__init__(s["folder"], s["meta"], s["path"])
 
 
 def _memmap(path: Path, dtype, shape) -> np.ndarray:
@@ -466,7 +468,7 @@ def labeled_rows(path: str | Path, text_col=None, label_col=None, workers: int |
     meta, built = _cached(folder, fill, rebuild)
     if built and log:
         log(f"prepared: {path} indexed, {meta['rows']:,} rows in {meta['seconds']:.1f} s -> {folder}")
-    return LabeledRows(folder, meta)
+    return LabeledRows(folder, meta, path)
 
 
 def _check_suspect(path, head, codes: np.ndarray, names: list[str], label_at: int) -> None:
