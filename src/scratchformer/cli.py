@@ -16,6 +16,7 @@ from .errors import UserError
 
 COMMAND_MODULES = [
     "scratchformer.commands.datasets",
+    "scratchformer.commands.prepare",
     "scratchformer.commands.classify",
     "scratchformer.commands.embed",
     "scratchformer.commands.pretrain",

@@ -5,8 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import (add_compute_type, add_recipe_args, compute_type, positive_int, read_inputs, recipe_for_run,
-                     say_compute)
+from .common import (PROGRESS_EVERY, STREAM_BLOCK, add_compute_type, add_recipe_args, blocks, compute_type,
+                     positive_int, recipe_for_run, say_compute, stream_inputs)
 
 
 def register(cli) -> None:
@@ -115,7 +115,7 @@ def blend(args) -> int:
     split = "test" if data.test else "valid"
     rep = ours.evaluate(getattr(data, split), None, split)
     baseline_beside(base, getattr(data, split), split, rep["accuracy"], ours.labels,
-                    is_alphabetic([t for t, _ in data.train]), args.run_dir, log, member_count(ours))
+                    is_alphabetic([t for t, _ in data.train[:2000]]), args.run_dir, log, member_count(ours))
     result = blend_run(args.run_dir, ours, base, data, log)["blend"]
     print(json.dumps({"run_dir": str(args.run_dir), f"ours_{split}_accuracy": rep["accuracy"], "blend": result},
                      ensure_ascii=False))
@@ -123,24 +123,32 @@ def blend(args) -> int:
 
 
 def predict(args) -> int:
+    """Texts in blocks of `STREAM_BLOCK` (a multiple of predict's batch of 64, so the batches and
+    the numbers are those of one call on all texts): a file of millions of lines streams, each
+    block's lines printed as it is done, progress on stderr every 100,000 texts."""
     from ..tasks.classify import Classifier
 
     clf = Classifier.load(args.run_dir, blend=not args.no_blend, compute_type=compute_type(args))
     say_compute(clf, args)
-    texts = read_inputs(args.texts, args.file)
-    for text, res in zip(texts, clf.predict(texts)):
-        if args.json:
-            print(json.dumps({"text": text, **res}, ensure_ascii=False))
-        else:
-            top = sorted(res["probs"].items(), key=lambda kv: -kv[1])[: args.top]
-            shown = "  ".join(f"{k} {v:.3f}" for k, v in top)
-            print(f"{res['label']}\t{shown}\t{text}")
+    done = 0
+    for texts in blocks(stream_inputs(args.texts, args.file), STREAM_BLOCK):
+        for text, res in zip(texts, clf.predict(texts)):
+            if args.json:
+                print(json.dumps({"text": text, **res}, ensure_ascii=False))
+            else:
+                top = sorted(res["probs"].items(), key=lambda kv: -kv[1])[: args.top]
+                shown = "  ".join(f"{k} {v:.3f}" for k, v in top)
+                print(f"{res['label']}\t{shown}\t{text}")
+        sys.stdout.flush()
+        if (done + len(texts)) // PROGRESS_EVERY > done // PROGRESS_EVERY:
+            print(f"predict: {done + len(texts):,} texts", file=sys.stderr)
+        done += len(texts)
     return 0
 
 
 def evaluate(args) -> int:
-    from ..data.readers import read_labeled_file
     from ..tasks.classify import Classifier
+    from ..tasks.classify.data import labeled_pairs
     from ..tasks.classify import format_report, load_classification
     from ..tasks.classify.report import meta_for
     from ..errors import UserError
@@ -153,7 +161,7 @@ def evaluate(args) -> int:
     if args.max_len is not None:
         clf = clf.with_max_len(args.max_len)
     if args.data:
-        pairs, name, meta = read_labeled_file(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col), Path(args.data).stem, None
+        pairs, name, meta = labeled_pairs(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col), Path(args.data).stem, None
     else:
         data = load_classification(clf.recipe.data)
         pairs, name, meta = getattr(data, args.split), args.split, data.meta
@@ -205,6 +213,6 @@ def _baseline(clf, pairs, name: str, ours_alone: float, run_dir: Path, log) -> d
         print(f"baseline skipped: the run's training data cannot be read ({e})", file=sys.stderr)
         return {}
     base = fit_baseline(data.train, clf.labels, data.valid or None)
-    return baseline_beside(base, pairs, name, ours_alone, clf.labels, is_alphabetic([t for t, _ in data.train]),
+    return baseline_beside(base, pairs, name, ours_alone, clf.labels, is_alphabetic([t for t, _ in data.train[:2000]]),
                            run_dir, log, members)
 

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from ..errors import UserError
 from ..tasks.runs import resolve_recipe
@@ -95,6 +95,51 @@ def say_compute(model, args) -> None:
     if getattr(args, "compute_type", None) == "auto":
         kind, why = model.compute_choice()
         print(f"compute type: {kind} ({why})", file=sys.stderr)
+
+
+STREAM_BLOCK = 64 * 64  # texts per block when a file streams through predict / embed
+PROGRESS_EVERY = 100_000  # a progress line on stderr every this many texts
+
+
+def stream_inputs(texts: list[str], file: str | None) -> Iterator[str]:
+    """`read_inputs`, with a --file read as it goes (bounded memory on a 10M-line file): the
+    same non-empty lines (str.splitlines' line ends) and the same one-line UTF-8 errors."""
+    if texts or not file:
+        yield from read_inputs(texts, file)
+        return
+    from ..data.readers import not_utf8, read_utf8
+
+    path = Path(file)
+    if not path.is_file():
+        read_utf8(path)  # the one-line error of a missing file or a folder
+    n = 0
+    with open(path, "rb") as f:
+        offset = 0
+        for lineno, raw in enumerate(f, 1):
+            body = raw[3:] if lineno == 1 and raw.startswith(b"\xef\xbb\xbf") else raw
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise not_utf8(path, lineno, offset + (len(raw) - len(body)) + exc.start, body[exc.start]) from None
+            offset += len(raw)
+            for line in text.splitlines():
+                if line.strip():
+                    n += 1
+                    yield line
+    if not n:
+        raise UserError("no non-empty input lines")
+
+
+def blocks(items: Iterable, size: int) -> Iterator[list]:
+    """`items` in lists of `size` (the last one shorter)."""
+    block: list = []
+    for x in items:
+        block.append(x)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
 
 
 def positive_int(text: str) -> int:

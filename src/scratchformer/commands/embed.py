@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..fileio import atomic_write_bytes, atomic_write_text
-from .common import add_compute_type, compute_type, read_inputs
+from ..fileio import atomic_write
+from .common import PROGRESS_EVERY, STREAM_BLOCK, add_compute_type, blocks, compute_type, read_inputs, stream_inputs
 
 MODEL_HELP = ("a model name (minilm, e5) or a folder with config.json + model.safetensors "
               "(default: minilm)")
@@ -82,38 +82,81 @@ def _check_max_length(max_length: int | None, tok) -> None:
 
 
 def run_embed(args) -> int:
-    texts = list(args.texts) + (_read_lines(args.file) if args.file else [])
-    if not texts:
+    """Texts from the arguments, then --file streamed in blocks of `STREAM_BLOCK` texts (each
+    block length-sorted into batches by `embed`; a file of at most one block gives exactly one
+    call's numbers, a longer one the same up to float rounding of other batch shapes): output is
+    written as it goes (stdout, or one atomic .jsonl / .npy), progress every 100,000 texts."""
+    import itertools
+
+    if not args.texts and not args.file:
         raise UserError("nothing to embed: give texts as arguments or --file")
+    stdin = args.file is not None and str(args.file) == "-"
+    if args.file is not None and not stdin:
+        _check_file(args.file)
     if args.batch_size < 1:
         raise UserError("--batch-size must be >= 1")
     suffix = args.out.suffix.lower() if args.out else None
     if suffix not in (None, ".npy", ".jsonl"):
         raise UserError(f"--out must end in .npy or .jsonl, got {args.out.name}")
+    from_file = _read_lines(args.file) if stdin else stream_inputs([], str(args.file)) if args.file else []
+    texts = itertools.chain(args.texts, from_file)
+    first_block = list(itertools.islice(texts, STREAM_BLOCK))  # a bad file stops here, before the model loads
     model, tok = _load(args.model, compute_type(args), getattr(args, "compute_type", None) == "auto")
     prefix, _ = _prefixes(args.model, tok, args.prefix)
     _check_max_length(args.max_length, tok)
-    vectors = model.embed(texts, tok.with_prefix(prefix), batch_size=args.batch_size,
-                          max_length=args.max_length).numpy()
-    if suffix == ".npy":
-        import io
+    done = [0, 0]  # texts, width
 
-        import numpy as np
+    def embedded():
+        for block in itertools.chain([first_block], blocks(texts, STREAM_BLOCK)):
+            vectors = model.embed(block, tok.with_prefix(prefix), batch_size=args.batch_size,
+                                  max_length=args.max_length).numpy()
+            n = done[0] + len(block)
+            if n // PROGRESS_EVERY > done[0] // PROGRESS_EVERY:
+                print(f"embed: {n:,} texts", file=sys.stderr)
+            done[0], done[1] = n, vectors.shape[1]
+            yield block, vectors
 
-        buf = io.BytesIO()
-        np.save(buf, vectors.astype("float32"))
-        atomic_write_bytes(args.out, buf.getvalue())  # never half a file, never through a link
+    def lines():
+        for block, vectors in embedded():
+            for t, v in zip(block, vectors):
+                yield json.dumps({"text": t, "embedding": [float(x) for x in v]}, ensure_ascii=False) + "\n"
+
+    if suffix == ".npy":  # the header needs the row count: the file is counted first (a second read)
+        total = len(args.texts) + (len(from_file) if stdin else sum(1 for _ in stream_inputs([], str(args.file)))
+                                   if args.file else 0)
+        atomic_write(args.out, lambda f: _write_npy(f, total, embedded()))  # never half a file, never a link
+    elif suffix == ".jsonl":
+        atomic_write(args.out, lambda f: [f.write(line.encode("utf-8")) for line in lines()])
     else:
-        lines = (json.dumps({"text": t, "embedding": [float(x) for x in v]}, ensure_ascii=False)
-                 for t, v in zip(texts, vectors))
-        if suffix == ".jsonl":
-            atomic_write_text(args.out, "".join(line + "\n" for line in lines))
-        else:
-            for line in lines:
-                print(line)
+        for line in lines():
+            sys.stdout.write(line)
+        sys.stdout.flush()
     if args.out:
-        print(f"wrote {len(texts)} x {vectors.shape[1]} embeddings to {args.out}", file=sys.stderr)
+        print(f"wrote {done[0]} x {done[1]} embeddings to {args.out}", file=sys.stderr)
     return 0
+
+
+def _check_file(path: Path) -> None:
+    from ..data.readers import read_utf8
+
+    if not Path(path).is_file():
+        read_utf8(path)  # the one-line error of a missing file or a folder
+
+
+def _write_npy(f, total: int, embedded) -> None:
+    """A float32 (total, C) .npy written block by block: the header `np.save` writes, then rows."""
+    import numpy as np
+
+    header, rows = False, 0
+    for _, vectors in embedded:
+        if not header:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": np.dtype("<f4").str, "fortran_order": False, "shape": (total, vectors.shape[1])})
+            header = True
+        f.write(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
+        rows += len(vectors)
+    if rows != total:  # the file changed between the count and the embedding: no .npy is left
+        raise UserError(f"the input changed while it was embedded ({total} lines counted, {rows} embedded); run again")
 
 
 def run_similarity(args) -> int:

@@ -88,10 +88,25 @@ class LengthBucketSampler:
             batches.append(cur)
         return batches
 
+    def _cut_arrays(self, order: np.ndarray) -> list[np.ndarray]:
+        """`_cut` as int64 arrays; with batch_size alone, consecutive runs of batch_size cut
+        by numpy (an epoch of millions of indices never becomes Python ints)."""
+        if self.max_tokens is None:
+            return np.split(order.astype(np.int64), np.arange(self.batch_size, len(order), self.batch_size))
+        return [np.asarray(b, dtype=np.int64) for b in self._cut(order)]
+
     def epoch_batches(self, epoch: int = 0) -> list[list[int]]:
         """All batches of one epoch; every index appears exactly once."""
+        return self._epoch(epoch, self._cut)
+
+    def epoch_arrays(self, epoch: int = 0) -> list[np.ndarray]:
+        """`epoch_batches(epoch)`, each batch an int64 array (the same indices, in the same
+        order; for prepared data, whose epochs hold millions of rows)."""
+        return self._epoch(epoch, self._cut_arrays)
+
+    def _epoch(self, epoch: int, cut) -> list:
         if not self.shuffle:
-            return self._cut(np.argsort(self.lengths, kind="stable"))
+            return cut(np.argsort(self.lengths, kind="stable"))
         rng = np.random.default_rng([self.seed, epoch])
         perm = rng.permutation(len(self.lengths))
         chunk = self._typical_batch_size() * self.bucket_size_multiplier
@@ -99,7 +114,7 @@ class LengthBucketSampler:
         for start in range(0, len(perm), chunk):
             part = perm[start:start + chunk]
             part = part[np.argsort(self.lengths[part], kind="stable")]
-            batches.extend(self._cut(part))
+            batches.extend(cut(part))
         # Shuffle batch order so an epoch does not go short-to-long inside each chunk.
         return [batches[j] for j in rng.permutation(len(batches))]
 

@@ -57,14 +57,22 @@ def seeded_split(
     fractions = [float(f) for f in fractions]
     if not fractions or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
         raise UserError(f"split fractions must be non-negative and sum to 1, got {fractions}")
-    n = len(items)
+    return tuple([items[i] for i in part] for part in seeded_split_indices(len(items), seed, fractions))
+
+
+def seeded_split_indices(n: int, seed: int = 0, fractions: Sequence[float] = (0.8, 0.1, 0.1)) -> tuple[np.ndarray, ...]:
+    """The positions `seeded_split` puts in each part, as int64 arrays (the same rule, without
+    holding the items: prepared data splits millions of rows by their index alone)."""
+    fractions = [float(f) for f in fractions]
+    if not fractions or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise UserError(f"split fractions must be non-negative and sum to 1, got {fractions}")
     idx = np.random.RandomState(seed).permutation(n)
     bounds, cum = [0], 0.0
     for f in fractions[:-1]:
         cum += f
         bounds.append(int(n * cum + 1e-9))
     bounds.append(n)
-    return tuple([items[i] for i in idx[a:b]] for a, b in zip(bounds[:-1], bounds[1:]))
+    return tuple(idx[a:b].astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:]))
 
 
 def seeded_group_split(
@@ -95,12 +103,13 @@ def decode_utf8(raw: bytes, name: str | Path) -> str:
         text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
         at = bom + exc.start
-        line = raw[:at].count(b"\n") + 1
-        raise UserError(
-            f"{name}:{line}: not valid UTF-8 at byte offset {at} "
-            f"(byte 0x{raw[at]:02x}); re-save the file as UTF-8"
-        ) from None
+        raise not_utf8(name, raw[:at].count(b"\n") + 1, at, raw[at]) from None
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def not_utf8(name, line: int, at: int, byte: int) -> UserError:
+    """The one-line error for a byte that is not UTF-8 (`at`: its offset in the whole file)."""
+    return UserError(f"{name}:{line}: not valid UTF-8 at byte offset {at} (byte 0x{byte:02x}); re-save the file as UTF-8")
 
 
 def read_utf8(path: str | Path) -> str:
@@ -203,10 +212,29 @@ def _table(path, fmt, text_col, label_col, has_header):
     rows = _rows(path, fmt)
     if not rows:
         return
+    has_header, ti, li, width = table_layout(path, fmt, rows, text_col, label_col, has_header)
+    body = rows[1:] if has_header else rows
+    for lineno, fields in body:
+        if len(fields) != width:
+            raise UserError(field_count_error(path, lineno, fmt, width, len(fields)))
+        yield lineno, fields[ti], fields[li]
+
+
+def field_count_error(path, lineno: int, fmt: str, width: int, found: int) -> str:
+    sep = "tab" if fmt == "tsv" else "comma"
+    hint = " (a tab inside the text?)" if fmt == "tsv" and found > width else ""
+    return f"{path}:{lineno}: expected {width} {sep}-separated fields, found {found}{hint}"
+
+
+def table_layout(path, fmt, rows, text_col, label_col, has_header, suspect=None) -> tuple[bool, int, int, int]:
+    """(has a header row, text column, label column, fields per row) of a TSV/CSV file from its
+    first `rows` (all of them, or its head: prepared data reads the rest in parallel and checks
+    a suspected header's label rule afterwards, `suspect` being the check on the head)."""
+    suspect = _suspect_header if suspect is None else suspect
     if has_header is None:
         named = isinstance(text_col, str) or isinstance(label_col, str)
         has_header = named or _looks_like_header(rows[0][1])
-        if not has_header and text_col is None and label_col is None and _suspect_header(rows, 0):
+        if not has_header and text_col is None and label_col is None and suspect(rows, 0):
             raise UserError(
                 f"{path}:{rows[0][0]}: the first row looks like a header but does not name a 'text' "
                 f"and a 'label' column (columns found: {', '.join(repr(f) for f in rows[0][1])}); "
@@ -221,13 +249,7 @@ def _table(path, fmt, text_col, label_col, has_header):
     width = len(header) if header is not None else (len(body[0][1]) if body else 0)
     if max(ti, li) >= width > 0:
         raise UserError(f"{path}:{rows[0][0]}: column {max(ti, li)} asked for, but rows have {width} fields")
-    sep = "tab" if fmt == "tsv" else "comma"
-    for lineno, fields in body:
-        if len(fields) != width:
-            hint = " (a tab inside the text?)" if fmt == "tsv" and len(fields) > width else ""
-            raise UserError(
-                f"{path}:{lineno}: expected {width} {sep}-separated fields, found {len(fields)}{hint}")
-        yield lineno, fields[ti], fields[li]
+    return has_header, ti, li, width
 
 
 def _jsonl(path, text_col, label_col):

@@ -28,6 +28,7 @@ from .recipe import ClassifyRecipe
 DEFAULT_BUDGET_MIN = 8.0  # minutes for the whole `train classify`: baseline, training, test
 MAX_BUCKETS = 50_000  # hashed bigram embeddings (the recipes that worked used 50k)
 MIN_TEXTS_FOR_BIGRAMS = 2_000
+PROFILE_SAMPLE = 200_000  # texts profiled for lengths and bigrams (and e5's estimate): a random sample of a bigger split
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,10 @@ class DataProfile:
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> "DataProfile":
+        """The profile of `texts`; lengths and bigrams from the first PROFILE_SAMPLE of them
+        (a training split is in seeded random order, so those are a random sample)."""
         cjk = not is_alphabetic(texts)
-        units = [list(t.replace(" ", "")) if cjk else t.lower().split() for t in texts]
+        units = [list(t.replace(" ", "")) if cjk else t.lower().split() for t in texts[:PROFILE_SAMPLE]]
         lengths = [len(u) for u in units] or [0]
         bigrams = {(a, b) for u in units for a, b in zip(u, u[1:])}
         return cls(len(texts), cjk, int(np.percentile(lengths, 99)), len(bigrams))
@@ -146,12 +149,12 @@ def adaptive_recipe(sets: Sequence[str] = (), flags: dict[str, Any] | None = Non
     `flags`) is read and profiled, `auto_recipe` is the base, then every `--set` and flag
     applies on top as usual (defaults -> adaptive choice -> --set -> flags)."""
     from ..runs import resolve_recipe
-    from .data import load_classification
+    from .data import load_classification, texts_of
 
     data_sets = [s for s in sets if s.strip().startswith("data.")]
     data_flags = {k: v for k, v in (flags or {}).items() if k.startswith("data.")}
     where = resolve_recipe(ClassifyRecipe, None, data_sets, data_flags)
-    texts = [t for t, _ in load_classification(where.data).train]
+    texts = texts_of(load_classification(where.data).train)
     if any(k.strip() == "time_budget" and v.strip().lower() in ("null", "none") for k, _, v in
            (s.partition("=") for s in sets)):
         time_budget = None  # no budget: one run (ensemble 0 needs a budget to count members)
@@ -192,7 +195,7 @@ def estimate_e5(texts: Sequence[str], n_eval: int, gflops: float | None = None) 
     if gflops is None:
         gflops = measured_gflops()
     cjk = not is_alphabetic(texts)
-    chars = float(np.mean([len(t) for t in texts])) if texts else 0.0
+    chars = float(np.mean([len(t) for t in texts[:PROFILE_SAMPLE]])) if len(texts) else 0.0
     tokens_per_text = (0.8 * chars if cjk else 0.3 * chars) + E5_TOKENS_EXTRA
     flops = E5_NON_EMBEDDING_PARAMS * tokens_per_text * (6 * E5_EPOCHS * len(texts) + 2 * n_eval)
     return E5Estimate(1.5 * flops / (gflops * 1e9) / 60, gflops)
@@ -273,10 +276,10 @@ def e5_candidate(recipe: ClassifyRecipe, log=print, chosen: bool = False,
     `e5_decision` says it does not fit or could not be told apart on valid (the log says why)."""
     if chosen or (recipe.time_budget or 0) < E5_MIN_BUDGET:
         return None
-    from .data import load_classification
+    from .data import load_classification, texts_of
 
     data = load_classification(recipe.data)
-    est = e5_decision([t for t, _ in data.train], len(data.valid) + len(data.test), recipe.time_budget, log,
+    est = e5_decision(texts_of(data.train), len(data.valid) + len(data.test), recipe.time_budget, log,
                       n_valid=len(data.valid), sets=sets)
     return e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None
 

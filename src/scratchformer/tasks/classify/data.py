@@ -12,7 +12,8 @@ import torch
 from ...data.batching import LengthBucketSampler, pad_sequences, segment, truncate
 from ...data.bert_tokenizer import BertTokenizer
 from ...data.datasets import ClassificationData
-from ...data.readers import read_labeled_file
+from ...data.prepared import TSV_SUFFIXES, LazyPairs, TokenShards, labeled_rows, prepared_enabled, vocab_tokenizer
+from ...data.readers import read_labeled_file, seeded_split_indices
 from ...data.tokenizers import CLS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer, encode_with_bigrams
 from ...errors import UserError
 from ...models.classifier import ClassifierConfig
@@ -31,6 +32,8 @@ def load_classification(dc) -> ClassificationData:
         return data
     if not Path(name).exists():
         raise UserError(f"training file {name} does not exist")
+    if _prepared_source(name, dc):
+        return _load_prepared(name, dc)
     train, valid, test = user_splits(lambda p: read_labeled_file(p, dc.text_col, dc.label_col), name, dc)
     labels = sorted({lab for _, lab in train})
     if len(labels) < 2:
@@ -92,6 +95,11 @@ class DocumentEncoder:
             ids, bis = self.tok.encode(text, add_special_tokens=False), None
         else:
             ids, bis = encode_with_bigrams(self.tok, text, self.bigram_buckets)
+        return self.shape(ids, bis)
+
+    def shape(self, ids: list[int], bis: list[int] | None) -> list[list[tuple[int, int]]]:
+        """A text's ids (and aligned bigram ids) as the segments the model reads (prepared data
+        stores the ids; this is the part that depends on the data config)."""
         pairs = list(zip(ids, bis or [0] * len(ids)))
         room = self.dc.max_len - len(self.prefix) - len(self.suffix)
         if self.dc.long_mode == "truncate":
@@ -99,6 +107,16 @@ class DocumentEncoder:
         else:
             segs = segment(pairs, room, max_segments=self.dc.max_segments) or [[]]
         return [self.prefix + s + self.suffix for s in segs]
+
+    def lengths(self, n_ids: np.ndarray) -> np.ndarray:
+        """The tokens `shape` gives a text of `n_ids` ids (all its segments), for many texts at once."""
+        n_ids = np.asarray(n_ids, dtype=np.int64)
+        extra = len(self.prefix) + len(self.suffix)
+        room = self.dc.max_len - extra
+        if self.dc.long_mode == "truncate":
+            return np.minimum(n_ids, room) + extra
+        n_segs = np.clip(-(-n_ids // room), 1, self.dc.max_segments)  # segment(): ceil(n / room) windows, >= 1
+        return np.minimum(n_ids, room * self.dc.max_segments) + n_segs * extra
 
 
 def collate(docs: Sequence[list[list[tuple[int, int]]]], labels: Sequence[int], bigrams: bool,
@@ -137,6 +155,201 @@ class EncodedSplit:
         return [collate([self.docs[i] for i in idx], [self.labels[i] for i in idx], self.bigrams,
                         None if self.soft is None else self.soft[np.asarray(idx)], self.pad_id)
                 for idx in self.sampler.epoch_batches(epoch)]
+
+
+class PreparedSplit:
+    """One split read from prepared data (`data/prepared.py`): the rows' ids memory-mapped,
+    each batch collated when it is taken. The same documents, lengths, sampler and so the same
+    batches as `EncodedSplit` of the same texts, in memory flat in the number of rows."""
+
+    def __init__(self, pairs: LazyPairs, shards: TokenShards, encode: DocumentEncoder, label_ids: dict[str, int],
+                 dc: ClassifyDataConfig, shuffle: bool, seed: int = 0):
+        self.index, self.shards, self.encode = pairs.index, shards, encode
+        to_id = np.asarray([label_ids.get(n, -1) for n in pairs.rows.names], dtype=np.int32)
+        self.labels = to_id[np.asarray(pairs.rows.labels[self.index])] if len(self.index) else np.zeros(0, np.int32)
+        self.soft = None
+        self.bigrams, self.pad_id = encode.bigrams, encode.pad_id
+        lengths = encode.lengths(shards.lengths(self.index))
+        self.sampler = LengthBucketSampler(lengths, batch_size=None if dc.max_tokens else dc.batch_size,
+                                           max_tokens=dc.max_tokens, shuffle=shuffle, seed=seed)
+        self.padding_fraction = self.sampler.padding_fraction(self.sampler.epoch_arrays(0))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def doc(self, j: int) -> list[list[tuple[int, int]]]:
+        return self.encode.shape(*self.shards.row(int(self.index[j])))
+
+    @property
+    def docs(self) -> "_Docs":
+        return _Docs(self)
+
+    def batch(self, idx: Sequence[int]) -> ClassifyBatch:
+        idx = np.asarray(idx, dtype=np.int64)
+        dc = self.encode.dc
+        if dc.long_mode == "truncate" and dc.truncate_keep in ("head", "tail") and not self.encode.suffix:
+            return self._gathered(idx, dc.truncate_keep == "tail")
+        return collate([self.doc(i) for i in idx], self.labels[idx].tolist(), self.bigrams, None, self.pad_id)
+
+    def _gathered(self, idx: np.ndarray, tail: bool) -> ClassifyBatch:
+        """`collate` of truncated documents as one gather from the memory-mapped ids (the
+        same tensors; the per-row Python of `shape` + `collate` was most of the data wait)."""
+        rows = self.index[idx]
+        start, end = self.shards.offsets[rows], self.shards.offsets[rows + 1]
+        room = self.encode.dc.max_len - len(self.encode.prefix)
+        n = np.minimum(end - start, room)  # (B,) ids kept of each text
+        first = end - n if tail else start
+        width = int(n.max()) if len(n) else 0
+        cols = np.arange(width)
+        keep = cols[None, :] < n[:, None]  # (B, W)
+        at = np.where(keep, first[:, None] + cols[None, :], 0)  # (B, W) positions in the flat ids
+        p = len(self.encode.prefix)
+
+        def matrix(flat: np.ndarray, fill: int, head: list[int]) -> torch.Tensor:
+            out = np.full((len(rows), p + width), fill, dtype=np.int64)  # (B, T)
+            if len(flat):
+                out[:, p:] = np.where(keep, flat[at], fill)
+            out[:, :p] = head
+            return torch.from_numpy(out)
+
+        ids = matrix(self.shards.ids, self.pad_id, [i for i, _ in self.encode.prefix])
+        bi = matrix(self.shards.bigrams, 0, [0] * p) if self.bigrams else None
+        return ClassifyBatch(ids, torch.from_numpy(self.labels[idx].astype(np.int64)), bi, None, None)
+
+    def batches(self, epoch: int = 0) -> "LazyBatches":
+        return LazyBatches(self.batch, self.sampler.epoch_arrays(epoch))
+
+
+class _Docs(Sequence):
+    def __init__(self, split: PreparedSplit):
+        self.split = split
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, j):
+        return self.split.doc(j)
+
+
+class LazyBatches(Sequence):
+    """An epoch's batches, each collated when it is taken (`make(indices)`), so that an epoch
+    of millions of rows holds its index lists, not its tensors."""
+
+    def __init__(self, make, index_batches: list[list[int]]):
+        self.make, self.index_batches = make, index_batches
+
+    def __len__(self) -> int:
+        return len(self.index_batches)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self.make(b) for b in self.index_batches[k]]
+        return self.make(self.index_batches[k])
+
+    def __iter__(self):
+        for b in self.index_batches:
+            yield self.make(b)
+
+
+def _prepared_source(name: str, dc) -> bool:
+    files = [name] + [f for f in (dc.valid_file, dc.test_file) if f]
+    return prepared_enabled() and all(Path(f).suffix.lower() in TSV_SUFFIXES for f in files)
+
+
+def _load_prepared(name: str, dc) -> ClassificationData:
+    """`load_classification` of the user's TSV files through their prepared row index: the same
+    splits (the seeded 80/10/10 rule by row number), labels and errors, texts read on demand."""
+    import sys
+
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    rows = labeled_rows(name, dc.text_col, dc.label_col, log=log)
+    other = {f: labeled_rows(f, dc.text_col, dc.label_col, log=log) for f in (dc.valid_file, dc.test_file) if f}
+    whole = lambda r: LazyPairs(r, np.arange(len(r)))  # noqa: E731
+    valid = whole(other[dc.valid_file]) if dc.valid_file else None
+    test = whole(other[dc.test_file]) if dc.test_file else None
+    if valid is None and test is None:
+        tr, va, te = seeded_split_indices(len(rows), 0, (0.8, 0.1, 0.1))
+        train, valid, test = LazyPairs(rows, tr), LazyPairs(rows, va), LazyPairs(rows, te)
+    elif valid is None:
+        tr, va = seeded_split_indices(len(rows), 0, (0.9, 0.1))
+        train, valid = LazyPairs(rows, tr), LazyPairs(rows, va)
+    else:
+        train = whole(rows)
+    labels = train.label_names()
+    if len(labels) < 2:
+        raise UserError(f"{name} has {len(labels)} distinct label(s); a classifier needs at least 2")
+    for split_name, split, path in (("valid", valid, dc.valid_file), ("test", test, dc.test_file)):
+        unknown = sorted(set(split.label_names() if split is not None else []) - set(labels))
+        if unknown:
+            raise UserError(f"{path or split_name} has labels not in the training data: {unknown[:5]}; "
+                            "every label must occur in training")
+    return ClassificationData(train, valid if valid is not None else [], test if test is not None else [], labels,
+                              {"name": Path(name).name, "source": str(name), "prepared": str(rows.folder)})
+
+
+def labeled_pairs(path: str, text_col=None, label_col=None):
+    """The (text, label) pairs of one labelled file: for a TSV file its prepared rows (read on
+    demand, tokenized once), else `read_labeled_file`'s list."""
+    if prepared_enabled() and Path(path).suffix.lower() in TSV_SUFFIXES and Path(path).is_file():
+        import sys
+
+        rows = labeled_rows(path, text_col, label_col, log=lambda m: print(m, file=sys.stderr))
+        return LazyPairs(rows, np.arange(len(rows)))
+    return read_labeled_file(path, text_col, label_col)
+
+
+def is_prepared(pairs) -> bool:
+    return isinstance(pairs, LazyPairs)
+
+
+def texts_of(pairs) -> Sequence[str]:
+    """The texts of `pairs`: a list, or for prepared data a sequence read on demand."""
+    return pairs.texts() if is_prepared(pairs) else [t for t, _ in pairs]
+
+
+def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int) -> Tokenizer:
+    """`build_tokenizer_for` of the training texts; for prepared data counted in parallel
+    from the file (char, word) or streamed into the `tokenizers` trainer (bpe, wordpiece)."""
+    if not is_prepared(train):
+        return build_tokenizer_for(dc, [t for t, _ in train], bigram_buckets)
+    kind = ("char" if train.cjk_fraction() > 0.30 else "bpe") if dc.tokenizer == "auto" else dc.tokenizer
+    if kind in ("char", "word"):
+        import sys
+
+        return vocab_tokenizer(kind, train, dc.min_freq, dc.lowercase, bigram_buckets if kind == "char" else 0,
+                               log=lambda m: print(m, file=sys.stderr))
+    return build_tokenizer(kind, train.texts(), vocab_size=dc.vocab_size)
+
+
+def prepare_classification(recipe: ClassifyRecipe, log=print) -> dict:
+    """What `train classify` with `recipe` would prepare, built now (or found in the cache):
+    the row index of each file, the tokenizer counted on the training split, the token ids.
+    Returns what was built, for `scratchformer prepare` to print."""
+    dc = recipe.data
+    if registered(dc.dataset) is not None or not _prepared_source(dc.dataset, dc):
+        raise UserError(f"{dc.dataset}: prepared data is made for the user's tab-separated files "
+                        f"({', '.join(TSV_SUFFIXES)}); registered data sets, CSV and JSON lines are read in memory")
+    if recipe.model.init:
+        raise UserError("a run with model.init (--init) uses its backbone's tokenizer and reads its data in memory; "
+                        "prepare the data without it")
+    data = load_classification(dc)
+    tok = tokenizer_for_split(dc, data.train, recipe.model.bigram_buckets)
+    enc = encoder_for(recipe, tok)
+    from ...data.prepared import token_shards
+
+    out: dict = {"dataset": dc.dataset, "tokenizer": tok.kind, "vocab_size": tok.vocab_size, "labels": len(data.labels),
+                 "splits": {k: len(getattr(data, k)) for k in ("train", "valid", "test")}, "files": []}
+    seen = set()
+    for pairs in (data.train, data.valid, data.test):
+        if not is_prepared(pairs) or pairs.rows.folder in seen:
+            continue
+        seen.add(pairs.rows.folder)
+        shards = token_shards(pairs.rows, tok, enc.bigram_buckets, log=log)
+        out["files"].append({"file": str(pairs.rows.path), "rows": len(pairs.rows), "index": str(pairs.rows.folder),
+                             "tokens": int(shards.meta["tokens"]), "dtype": shards.meta["dtype"],
+                             "folder": str(shards.folder), "mb_per_s": shards.meta.get("mb_per_s"),
+                             "bytes": sum(f.stat().st_size for f in shards.folder.iterdir() if f.is_file())})
+    return out
 
 
 def save_tokenizer(tok, run_dir: Path) -> None:

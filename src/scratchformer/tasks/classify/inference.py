@@ -15,7 +15,7 @@ from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import build_checked
 from ..runs import WEIGHTS, RunDir
 from .baseline import NAME as BASELINE_NAME, Baseline
-from .data import ClassifyBatch, EncodedSplit, collate, encoder_for, load_tokenizer
+from .data import ClassifyBatch, EncodedSplit, PreparedSplit, collate, encoder_for, is_prepared, load_tokenizer
 from .recipe import ClassifyRecipe
 from .report import write_report
 from .task import ClassificationTask
@@ -156,17 +156,27 @@ class Classifier:
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
         _check_labels(pairs, self.labels)
-        split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
-                             self.recipe.data, shuffle=False)
         task = self.task_for(self.recipe.data.batch_size * self.recipe.data.max_len)[0]  # a typical batch's choice
-        return task.report(split, Path(out_dir) if out_dir else None, name, meta)
+        return task.report(self._split(pairs), Path(out_dir) if out_dir else None, name, meta)
+
+    def _split(self, pairs):
+        """The labelled pairs encoded once: prepared data (a big file) memory-mapped, else in memory."""
+        label_ids = {lab: i for i, lab in enumerate(self.labels)}
+        if is_prepared(pairs) and not self._encode.bert:
+            import sys
+
+            from ...data.prepared import token_shards
+
+            shards = token_shards(pairs.rows, self.tokenizer, self._encode.bigram_buckets,
+                                  log=lambda m: print(m, file=sys.stderr))
+            return PreparedSplit(pairs, shards, self._encode, label_ids, self.recipe.data, shuffle=False)
+        return EncodedSplit(pairs, self._encode, label_ids, self.recipe.data, shuffle=False)
 
     @torch.no_grad()
     def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """`(N, n_classes)` probabilities for labelled pairs, in their order (empty texts allowed,
         as in evaluation)."""
-        split = EncodedSplit(pairs, self._encode, {lab: i for i, lab in enumerate(self.labels)},
-                             self.recipe.data, shuffle=False)
+        split = self._split(pairs)
         out = np.zeros((len(pairs), len(self.labels)))
         for idx, b in zip(split.sampler.epoch_batches(0), split.batches(0)):
             out[np.asarray(idx)] = torch.softmax(self.task_for(b.ids.numel())[0].logits(b).float(), -1).numpy()
@@ -183,7 +193,7 @@ class Classifier:
 
 
 def _check_labels(pairs, labels) -> None:
-    unknown = sorted({lab for _, lab in pairs} - set(labels))
+    unknown = sorted(set(pairs.label_names() if is_prepared(pairs) else {lab for _, lab in pairs}) - set(labels))
     if unknown:
         raise UserError(f"labels {unknown[:5]} were not seen in training; known labels: {labels}")
 
@@ -233,6 +243,9 @@ class EnsembleClassifier:
 def gold_ids(pairs: Sequence[tuple[str, str]], labels: list[str]) -> np.ndarray:
     """`(N,)` the label id of each labelled pair, in `labels` order."""
     ids = {lab: i for i, lab in enumerate(labels)}
+    if is_prepared(pairs):  # from the row index, no text read
+        to_id = np.asarray([ids.get(n, -1) for n in pairs.rows.names], dtype=np.int64)
+        return to_id[np.asarray(pairs.rows.labels[pairs.index])]
     return np.asarray([ids[lab] for _, lab in pairs], dtype=np.int64)
 
 

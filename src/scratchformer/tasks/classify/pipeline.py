@@ -17,13 +17,13 @@ from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ...train.distributed import agree, is_main, world_size
 from ..runs import RunDir, count_parameters, train_members
-from .baseline import NAME, Baseline, Comparison, fit_baseline, is_alphabetic
+from .baseline import FIT_SAMPLE, NAME, Baseline, Comparison, fit_baseline, is_alphabetic
 from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, Plan, StepTimer, StepTimes, measure_step_times, plan_budget
 from .distill import teacher_probabilities
-from .data import (EncodedSplit, build_tokenizer_for, encoder_for, load_classification, load_tokenizer,
-                   without_holdout_fold)
+from .data import (EncodedSplit, PreparedSplit, encoder_for, is_prepared, load_classification, load_tokenizer,
+                   tokenizer_for_split, without_holdout_fold)
 from .inference import Classifier
 from .pretrained import load_init
 from .recipe import ClassifyRecipe
@@ -66,7 +66,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         tok = source.tokenizer
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
-        tok = build_tokenizer_for(recipe.data, [t for t, _ in data.train], recipe.model.bigram_buckets)
+        tok = tokenizer_for_split(recipe.data, data.train, recipe.model.bigram_buckets)
     splits: dict[str, EncodedSplit | None] = {}
 
     def encode_splits(r: ClassifyRecipe) -> None:
@@ -135,6 +135,22 @@ def encoded_splits(data, tok, r: ClassifyRecipe, soft=None) -> tuple[EncodedSpli
     """train (shuffled with the run's seed), valid and test, encoded once with `tok` as `r` says;
     `soft`: a teacher's `(N, K)` probabilities of the training texts (distillation)."""
     encode, label_ids = encoder_for(r, tok), {lab: i for i, lab in enumerate(data.labels)}
+    if soft is None and not encode.bert and is_prepared(data.train):  # token ids memory-mapped, batches on demand
+        import sys
+
+        from ...data.prepared import token_shards
+
+        shards: dict = {}
+
+        def split(pairs, shuffle: bool, seed: int = 0):
+            if not pairs:
+                return None
+            key = pairs.rows.folder
+            if key not in shards:
+                shards[key] = token_shards(pairs.rows, tok, encode.bigram_buckets,
+                                           log=lambda m: print(m, file=sys.stderr))
+            return PreparedSplit(pairs, shards[key], encode, label_ids, r.data, shuffle, seed)
+        return split(data.train, True, r.train.seed), split(data.valid, False), split(data.test, False)
     train = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=r.train.seed, soft=soft)
     valid = EncodedSplit(data.valid, encode, label_ids, r.data, shuffle=False) if data.valid else None
     test = EncodedSplit(data.test, encode, label_ids, r.data, shuffle=False) if data.test else None
@@ -180,7 +196,7 @@ def members_that_fit(recipe: ClassifyRecipe, data, started: float, step_timer: S
     t0 = time.monotonic()
     probe = recipe.copy()
     probe.ensemble = 1
-    tok = build_tokenizer_for(probe.data, [t for t, _ in data.train], probe.model.bigram_buckets)
+    tok = tokenizer_for_split(probe.data, data.train, probe.model.bigram_buckets)
     probe.model.vocab_size, probe.model.n_classes = tok.vocab_size, len(data.labels)
     plan, times = measure_and_plan(probe, *encoded_splits(data, tok, probe), started, step_timer, setup_since=t0)
     n = plan.members_fit
@@ -212,7 +228,9 @@ def measure(r: ClassifyRecipe, train_batches: list, valid_batches: list) -> Step
 def fit_and_log_baseline(data, log) -> Baseline:
     base = fit_baseline(data.train, data.labels, data.valid or None)
     valid = f"valid {base.valid_accuracy:.4f} (C={base.C:g}), " if base.valid_accuracy is not None else ""
-    log(f"baseline {NAME}: {valid}fitted in {base.fit_seconds:.1f} s")
+    sample = (f" on a random sample of {FIT_SAMPLE:,} of the {len(data.train):,} training texts"
+              if len(data.train) > FIT_SAMPLE else "")
+    log(f"baseline {NAME}: {valid}fitted in {base.fit_seconds:.1f} s{sample}")
     return base
 
 
@@ -223,7 +241,7 @@ def compare_with_baseline(base: Baseline, data, result: dict, out_dir: Path, log
         return {}
     ours = result["test"]["accuracy"] if split == "test" else result["train"].get("best_metric")
     members = len(result["train"].get("members", [])) or 1
-    return baseline_beside(base, getattr(data, split), split, ours, data.labels, is_alphabetic([t for t, _ in data.train]),
+    return baseline_beside(base, getattr(data, split), split, ours, data.labels, is_alphabetic([t for t, _ in data.train[:2000]]),
                            out_dir, log, members)
 
 

@@ -62,13 +62,26 @@ class RandomWindows:
 def fixed_windows(ids: np.ndarray, context: int, batch_size: int, limit: int | None = None) -> list[LMBatch]:
     """Non-overlapping windows of `context` targets (stride `context`), evenly thinned to at
     most `limit`. A tail shorter than a full window is left out."""
-    n = (len(ids) - 1) // context
-    if n < 1:
-        return []
-    starts = np.arange(n) * context
-    if limit is not None and n > limit:
-        starts = starts[np.linspace(0, n - 1, limit).round().astype(np.int64)]
-    return [_windows(ids, starts[i : i + batch_size], context) for i in range(0, len(starts), batch_size)]
+    return list(FixedWindows(ids, context, batch_size, limit))
+
+
+class FixedWindows:
+    """`fixed_windows` made when iterated: every window of a big (memory-mapped) text costs
+    one batch at a time, not the whole text again as int64 tensors."""
+
+    def __init__(self, ids: np.ndarray, context: int, batch_size: int, limit: int | None = None):
+        n = max((len(ids) - 1) // context, 0)
+        starts = np.arange(n) * context
+        if limit is not None and n > limit:
+            starts = starts[np.linspace(0, n - 1, limit).round().astype(np.int64)]
+        self.ids, self.starts, self.context, self.batch_size = ids, starts, context, batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.starts) // self.batch_size)
+
+    def __iter__(self) -> Iterator[LMBatch]:
+        for i in range(0, len(self.starts), self.batch_size):
+            yield _windows(self.ids, self.starts[i : i + self.batch_size], self.context)
 
 
 @dataclass
@@ -94,6 +107,49 @@ def load_lm_text(dc: LMDataConfig) -> LMText:
     else:
         train, valid = split_text(text, dc.valid_frac)
     return LMText(train, valid, name)
+
+
+@dataclass
+class PreparedLM:
+    """A text file's ids, prepared once (`data.prepared.char_lm_stream`) and memory-mapped."""
+    tokenizer: Tokenizer
+    train: np.ndarray  # (N,) ids, a memory map
+    valid: np.ndarray
+    name: str
+    train_chars: int
+    valid_chars: int
+    folder: str = ""  # where the stream of --data lies in the cache
+
+
+def prepared_lm(dc: LMDataConfig, tok: Tokenizer | None = None) -> PreparedLM | None:
+    """The prepared form of the user's text file for a char LM (None: a registered corpus, a
+    BPE tokenizer, or SCRATCHFORMER_PREPARED=0; those are read in memory as before). `tok`:
+    the run's own tokenizer (a resumed run), else the one counted on the training part."""
+    import sys
+
+    from ...data.prepared import char_lm_stream, prepared_enabled
+
+    if dc.tokenizer != "char" or not prepared_enabled() or registered(dc.dataset) is not None:
+        return None
+    if not Path(dc.dataset).is_file() or (dc.valid_file and not Path(dc.valid_file).is_file()):
+        return None  # read_text_file says what is wrong
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if dc.valid_file:
+        tok, stream, _ = char_lm_stream(dc.dataset, None, dc.min_freq, tok=tok, log=log)
+        _, vstream, _ = char_lm_stream(dc.valid_file, None, dc.min_freq, tok=tok, log=log)
+        train, valid = stream.ids, vstream.ids
+    else:
+        tok, stream, cut = char_lm_stream(dc.dataset, dc.valid_frac, dc.min_freq, tok=tok, log=log)
+        train, valid = stream.ids[:cut], stream.ids[cut:]
+    return PreparedLM(tok, train, valid, Path(dc.dataset).name, len(train), len(valid), str(stream.folder))
+
+
+def unk_share(ids: np.ndarray, block: int = 1 << 22) -> float:
+    """The share of <unk> ids, read in blocks (a memory map is never copied whole)."""
+    from ...data.tokenizers import UNK_ID
+
+    n = sum(int((ids[i:i + block] == UNK_ID).sum()) for i in range(0, len(ids), block))
+    return n / max(len(ids), 1)
 
 
 def encode_text(tok: Tokenizer, text: str) -> np.ndarray:

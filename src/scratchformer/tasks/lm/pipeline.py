@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ...data.tokenizers import UNK_ID, Tokenizer
+from ...data.tokenizers import Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text
 from ...models.language_model import DecoderLM
 from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ..runs import count_parameters
-from .data import EncodedSplit, build_lm_tokenizer, chars_per_token, encode_text, fixed_windows, load_lm_text
+from .data import (EncodedSplit, FixedWindows, build_lm_tokenizer, chars_per_token, encode_text, fixed_windows,
+                   load_lm_text, prepared_lm, unk_share)
 from .recipe import LMRecipe
 from .task import LMTask, evaluate_windows
 
@@ -34,27 +34,33 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     out_dir = Path(out_dir)
     dc = recipe.data
     _check_model_fits(recipe)
-    text = load_lm_text(dc)
-    if resume and (out_dir / "tokenizer.json").exists():
-        tok = Tokenizer.load(out_dir / "tokenizer.json")
+    saved = Tokenizer.load(out_dir / "tokenizer.json") if resume and (out_dir / "tokenizer.json").exists() else None
+    prep = prepared_lm(dc, saved)  # a char LM on the user's file: ids memory-mapped
+    if prep is not None:
+        tok, name, n_chars = prep.tokenizer, prep.name, (prep.train_chars, prep.valid_chars)
     else:
-        tok = build_lm_tokenizer(dc, text.train)
+        text = load_lm_text(dc)
+        tok = saved if saved is not None else build_lm_tokenizer(dc, text.train)
+        name, n_chars = text.name, (len(text.train), len(text.valid))
     given = recipe
 
     def derive(r: LMRecipe) -> None:  # what comes from the data
         r.model.vocab_size = tok.vocab_size
 
     recipe = recipe.resolved(derive)
-    train_ids, valid_ids = encode_text(tok, text.train), encode_text(tok, text.valid)
+    if prep is not None:
+        train_ids, valid_ids = prep.train, prep.valid
+    else:
+        train_ids, valid_ids = encode_text(tok, text.train), encode_text(tok, text.valid)
     if len(train_ids) <= dc.context + 1:
         raise UserError(f"the training text has {len(train_ids)} tokens, not more than data.context={dc.context}; "
                         "use more text or a smaller context")
     if len(valid_ids) <= dc.context + 1:
         raise UserError(f"the validation text has {len(valid_ids)} tokens, fewer than one window of "
                         f"data.context={dc.context}; use more text, a larger data.valid_frac or a smaller context")
-    cpt = chars_per_token(tok, text.valid, valid_ids)
-    unk = float(np.mean(valid_ids == UNK_ID))
-    log(f"data: {text.name}: {len(text.train):,} / {len(text.valid):,} train / valid characters, "
+    cpt = 1.0 if prep is not None else chars_per_token(tok, text.valid, valid_ids)
+    unk = unk_share(valid_ids)
+    log(f"data: {name}: {n_chars[0]:,} / {n_chars[1]:,} train / valid characters, "
         f"{type(tok).__name__} vocab {tok.vocab_size}, {len(train_ids):,} / {len(valid_ids):,} tokens "
         f"({cpt:.2f} chars/token), <unk> rate on valid {unk:.3%}")
     seed = recipe.train.seed
@@ -72,7 +78,7 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     summary = trainer.fit(resume=resume)
     model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
     load_weights(model, out_dir / "model.safetensors")
-    full = evaluate_windows(task, fixed_windows(valid_ids, dc.context, dc.eval_batch_size))
+    full = evaluate_windows(task, FixedWindows(valid_ids, dc.context, dc.eval_batch_size))
     full.update({"split": "valid", "best_step": summary.get("best_step")})
     atomic_write_text(out_dir / "valid_metrics.json", json.dumps(full, indent=1) + "\n", root=out_dir)
     log(f"valid (all {int(full['tokens']):,} tokens, best checkpoint from step {summary.get('best_step')}): "

@@ -1,0 +1,855 @@
+"""Prepared data: a data set tokenized once into flat binary files and read memory-mapped.
+
+Python objects are the memory wall of a big data set: a list of (text, label) pairs and
+then lists of ids per text take about 35x the file's size (1M rows of an 109 MB file:
+4 GB). Here a labelled file is read once into an index and its texts are tokenized once into
+flat arrays, so that training holds only numbers it needs and touches the rest through
+`np.memmap` (like nanoGPT's `train.bin`, for every task):
+
+    rows   <cache>/prepared/rows-<content>-<settings>/       the row index of a labelled file
+             spans.i64   (N, 2) byte start and end of each row's line in the file
+             labels.i32  (N,)  label code of each row (an index into meta.json's sorted labels)
+             chars.i64   (N, 2) non-space characters and CJK characters of each row's text
+                         (the `auto` tokenizer's and jieba's 30% rule, over any subset of rows)
+    tokens <cache>/prepared/tokens-<content>-<tokenizer>/     a tokenizer's ids of those rows
+             ids.u16 | ids.u32   every row's ids, one after the other (uint16 when the
+                                 vocabulary fits in 65,536 ids, else uint32)
+             offsets.i64         (N + 1,) row i is ids[offsets[i]:offsets[i + 1]]
+             bigrams.u16 | .u32  hashed bigram ids aligned with ids (when asked for)
+    lm     <cache>/prepared/lm-<content>-<tokenizer>/          a text as one id stream
+             ids.u16 | ids.u32   the whole text's ids (char tokenizer: one id per character)
+
+A folder is keyed by the sha256 of the file's bytes and the settings that shape it (the
+tokenizer's own JSON for tokens), so a changed file or tokenizer gets a new folder and an
+unchanged one is reused. Each folder is filled in a staging folder beside it
+(`fileio.staged_folder`) and renamed into place in one step; `.complete` is written last and
+records every file's size and sha256. A folder without it, or with a file of another size, is
+never read: it is built again (a killed `prepare` leaves only a hidden staging folder).
+
+Reading a big file is parallel and streaming: the file is cut into chunks of about
+`CHUNK_BYTES` at line ends, and worker processes (`workers`, default the CPU count) each read,
+check and tokenize their chunk; the parent writes the chunks' arrays in file order. The
+vocabulary is counted over the same chunks (a `Counter` per chunk, merged: memory bounded by
+the vocabulary, not the data). Each row keeps today's rules: a malformed line stops with
+`file:line: what is wrong`, the same message `data/readers.py` gives.
+
+Supported: `.tsv` / `.tab` / `.txt` labelled files (the `label<TAB>text` default, a header
+row, or columns by position / name) and plain text for the char LM. CSV (whose quoted fields
+may span lines) and JSON lines are read in memory as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import UserError
+from ..fileio import atomic_write_text, staged_folder, write_data
+from .fetch import cache_dir
+from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, table_layout
+
+FORMAT_VERSION = 1
+CHUNK_BYTES = 4 << 20  # 4 MiB of the file per task: big enough to amortise a task, small for memory
+PARALLEL_MIN_BYTES = 16 << 20  # a smaller file is read in this process: starting workers costs ~1 s
+TSV_SUFFIXES = (".tsv", ".tab", ".txt")
+_BOM = b"\xef\xbb\xbf"
+
+
+def prepared_dir() -> Path:
+    return cache_dir() / "prepared"
+
+
+def prepared_enabled() -> bool:
+    """Prepared data is used for the user's files unless SCRATCHFORMER_PREPARED=0 (in memory, as before)."""
+    return os.environ.get("SCRATCHFORMER_PREPARED", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits (vocab_size <= 65,536), else uint32."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+def default_workers(nbytes: int | None = None) -> int:
+    """Worker processes for a file of `nbytes`: $SCRATCHFORMER_PREPARE_WORKERS, else the CPU
+    count; 1 (this process) for a file under PARALLEL_MIN_BYTES."""
+    if nbytes is not None and nbytes < PARALLEL_MIN_BYTES:
+        return 1
+    env = os.environ.get("SCRATCHFORMER_PREPARE_WORKERS")
+    return max(1, int(env)) if env else max(1, os.cpu_count() or 1)
+
+
+# ----------------------------------------------------------------------------- content digests
+_digests: dict[tuple, str] = {}
+
+
+def content_digest(path: str | Path) -> str:
+    """sha256 of the file's bytes (remembered per (path, size, mtime, inode) in this process)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    key = (str(path.absolute()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _digests:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+        _digests[key] = h.hexdigest()
+    return _digests[key]
+
+
+def _digest_of(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------- the cache folders
+class _Writer:
+    """One binary file of a staging folder, written in pieces, its sha256 kept as it goes."""
+
+    def __init__(self, folder: Path, name: str):
+        self.name, self.f, self.h, self.n = name, open(folder / name, "xb"), hashlib.sha256(), 0
+
+    def write(self, arr: np.ndarray) -> None:
+        data = np.ascontiguousarray(arr).tobytes()
+        write_data(self.f, data)
+        self.h.update(data)
+        self.n += len(data)
+
+    def close(self) -> dict:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        return {"bytes": self.n, "sha256": self.h.hexdigest()}
+
+
+def _complete(folder: Path) -> dict | None:
+    """The completion record of a finished folder, or None (missing, damaged, or a file whose
+    size differs from the record: a half-written folder is never reused)."""
+    try:
+        record = json.loads((folder / ".complete").read_text(encoding="utf-8"))
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("format_version") != FORMAT_VERSION:
+        return None
+    for name, f in record.get("files", {}).items():
+        try:
+            if (folder / name).stat().st_size != f["bytes"]:
+                return None
+        except OSError:
+            return None
+    return meta
+
+
+def verify(folder: str | Path) -> list[str]:
+    """The files of a prepared folder whose sha256 differs from its `.complete` record."""
+    folder = Path(folder)
+    record = json.loads((folder / ".complete").read_text(encoding="utf-8"))
+    bad = []
+    for name, f in record["files"].items():
+        h = hashlib.sha256()
+        with open(folder / name, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+        if h.hexdigest() != f["sha256"]:
+            bad.append(name)
+    return bad
+
+
+def _build(folder: Path, fill: Callable[[Path, dict], dict], replace: bool = False) -> dict:
+    """Fill a staging folder with `fill(staging, files)` (which records its files in `files`
+    and returns the meta), write meta.json and then `.complete`, rename it to `folder`."""
+    # an incomplete folder (a killed build) is replaced; a complete one that another process
+    # renamed into place meanwhile is kept (staged_folder drops ours): a reader never loses files
+    with staged_folder(folder, replace=replace or (folder.exists() and _complete(folder) is None)) as tmp:
+        files: dict[str, dict] = {}
+        meta = fill(tmp, files)
+        meta = {"format_version": FORMAT_VERSION, **meta}
+        atomic_write_text(tmp / "meta.json", json.dumps(meta, ensure_ascii=False, indent=1) + "\n")
+        atomic_write_text(tmp / ".complete", json.dumps({"format_version": FORMAT_VERSION, "files": files,
+                                                         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                  time.gmtime())}) + "\n")
+    return meta
+
+
+def _cached(folder: Path, fill: Callable[[Path, dict], dict], rebuild: bool = False) -> tuple[dict, bool]:
+    """(meta, whether it was built now): the finished `folder`, else built."""
+    meta = None if rebuild else _complete(folder)
+    if meta is not None:
+        return meta, False
+    return _build(folder, fill, replace=rebuild), True
+
+
+# ----------------------------------------------------------------------------- chunks and workers
+@dataclass(frozen=True)
+class Chunk:
+    start: int  # byte offsets in the file, [start, end); a chunk ends just after a b"\n" (or at EOF)
+    end: int
+    line: int  # 1-based number of its first line
+
+
+def chunks_of(path: Path, size: int | None = None) -> list[Chunk]:
+    """The file cut at line ends into pieces of about `size` bytes, with each piece's first
+    line number (lines end at \\n, \\r\\n or a lone \\r, as `readers.decode_utf8` reads them)."""
+    size = CHUNK_BYTES if size is None else size
+    out, start, line, carry = [], 0, 1, b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(size)
+            data = carry + block
+            if not block:
+                if data:
+                    out.append(Chunk(start, start + len(data), line))
+                return out
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # a line longer than a chunk: keep reading
+                carry = data
+                continue
+            piece, carry = data[:cut], data[cut:]
+            out.append(Chunk(start, start + cut, line))
+            line += piece.count(b"\n") + piece.count(b"\r") - piece.count(b"\r\n")
+            start += cut
+
+
+def _lines(path: Path, chunk: Chunk) -> Iterator[tuple[int, int, int, bytes]]:
+    """(line number, byte start, byte end, raw bytes) of each line of a chunk, split as
+    `readers.decode_utf8` splits a file (a BOM dropped, \\r\\n and lone \\r end lines)."""
+    with open(path, "rb") as f:
+        f.seek(chunk.start)
+        raw = f.read(chunk.end - chunk.start)
+    pos, lineno = chunk.start, chunk.line
+    if chunk.start == 0 and raw.startswith(_BOM):
+        raw, pos = raw[3:], 3
+    pieces = raw.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()  # the chunk ends with a line break: no line after it
+    for piece in pieces:
+        at = pos
+        pos += len(piece) + 1
+        if b"\r" not in piece:
+            yield lineno, at, at + len(piece), piece
+            lineno += 1
+            continue
+        body = piece[:-1] if piece.endswith(b"\r") else piece
+        for sub in body.split(b"\r"):
+            yield lineno, at, at + len(sub), sub
+            at += len(sub) + 1
+            lineno += 1
+
+
+def _decode(path: Path, lineno: int, at: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, lineno, at + exc.start, raw[exc.start]) from None
+
+
+def _run(fn: Callable, tasks: Sequence, workers: int) -> Iterator:
+    """fn(task) for each task, results in task order; `workers` processes (1: in this one).
+    At most 2 x workers results are pending, so memory stays bounded by a few chunks. A
+    worker's UserError comes back as ("error", message) and is raised here."""
+    def unwrap(res):
+        if isinstance(res, tuple) and len(res) == 2 and res[0] == "__error__":
+            raise UserError(res[1])
+        return res
+
+    if workers <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield unwrap(_guarded(fn, t))
+        return
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
+        pending, it = [], iter(tasks)
+        for t in it:
+            pending.append(ex.submit(_guarded, fn, t))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            res = pending.pop(0).result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(ex.submit(_guarded, fn, nxt))
+            yield unwrap(res)
+
+
+def _guarded(fn, task):
+    try:
+        return fn(task)
+    except UserError as e:
+        return ("__error__", str(e))
+
+
+# ----------------------------------------------------------------------------- labelled rows
+@dataclass(frozen=True)
+class Layout:
+    """Where a row's text and label are: fields per line, their positions, the header line."""
+    width: int
+    text_at: int
+    label_at: int
+    header_line: int | None  # the line of the header row (skipped), or None
+
+    def fields(self, path, lineno: int, line: str) -> tuple[str, str]:
+        fields = line.split("\t")
+        if len(fields) != self.width:
+            raise UserError(field_count_error(path, lineno, "tsv", self.width, len(fields)))
+        return fields[self.text_at], fields[self.label_at]
+
+
+def _head_rows(path: Path, limit: int = 64) -> list[tuple[int, list[str]]]:
+    """The first non-blank rows (line, fields), for the header rule (errors come later, in order)."""
+    rows: list[tuple[int, list[str]]] = []
+    for chunk in chunks_of(path, 1 << 16)[:4]:
+        for lineno, at, _, raw in _lines(path, chunk):
+            line = _decode(path, lineno, at, raw)
+            if line.strip():
+                rows.append((lineno, line.split("\t")))
+                if len(rows) >= limit:
+                    return rows
+    return rows
+
+
+def _head_suspect(rows, label_at) -> bool:
+    """The header rule's first half (a usual column name); the second (the first row's label
+    occurs nowhere else) is checked on all labels once they are read (`_check_suspect`)."""
+    return any(f.strip().lower() in _COLUMN_NAMES for f in rows[0][1])
+
+
+def _index_chunk(task) -> dict:
+    path, chunk, layout, want_chars = task
+    from .segment import CJK
+
+    spans, labels, chars, codes = [], [], [], {}
+    for lineno, at, end, raw in _lines(path, chunk):
+        line = _decode(path, lineno, at, raw)
+        if not line.strip() or lineno == layout.header_line:
+            continue
+        text, label = layout.fields(path, lineno, line)
+        if not text.strip():
+            raise UserError(f"{path}:{lineno}: empty text (fix the row, or pass skip_empty=True)")
+        label = label.strip()
+        if not label:
+            raise UserError(f"{path}:{lineno}: empty label")
+        check_label(label, f"{path}:{lineno}")
+        spans.append((at, end))
+        labels.append(codes.setdefault(label, len(codes)))
+        if want_chars:
+            t = text.strip()
+            chars.append((len("".join(t.split())), len(t) - len(CJK.sub("", t))))
+    return {"spans": np.asarray(spans, dtype=np.int64).reshape(-1, 2), "labels": np.asarray(labels, np.int32),
+            "names": list(codes), "chars": np.asarray(chars, dtype=np.int64).reshape(-1, 2)}
+
+
+class LabeledRows:
+    """The row index of a labelled file (memory-mapped): where each row is, its label, the
+    character counts of its text. `text(i)` reads row i's text from the file on demand."""
+
+    def __init__(self, folder: Path, meta: dict, path: str | Path | None = None):
+        self.folder, self.meta = folder, meta
+        # the file read now: the index is keyed by content, so it may have been built from a copy
+        # elsewhere (meta["source"], perhaps gone since)
+        self.path = Path(meta["source"] if path is None else path)
+        self.n = int(meta["rows"])
+        self.names: list[str] = meta["labels"]
+        self.layout = Layout(**meta["layout"])
+        self.digest = meta["content"]
+        self.spans = _memmap(folder / "spans.i64", np.int64, (self.n, 2))
+        self.labels = _memmap(folder / "labels.i32", np.int32, (self.n,))
+        self.chars = _memmap(folder / "chars.i64", np.int64, (self.n, 2))
+        self._file = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _fd(self) -> int:
+        """The file, open for `os.pread`: reading rows here and there maps nothing (a memory map
+        of it would count every page the kernel maps around each read in the RSS)."""
+        if self._file is None:
+            self._file = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return self._file
+
+    def raw(self, i: int) -> str:
+        a, b = self.spans[i].tolist()
+        return os.pread(self._fd(), b - a, a).decode("utf-8")
+
+    def text(self, i: int) -> str:
+        return self.raw(i).split("\t")[self.layout.text_at].strip()
+
+    def texts(self, index: np.ndarray) -> list[str]:
+        """The texts of rows `index`, read in one go (what `text(i)` gives for each)."""
+        fd, at = self._fd(), self.layout.text_at
+        return [os.pread(fd, b - a, a).decode("utf-8").split("\t")[at].strip()
+                for a, b in self.spans[np.asarray(index)].tolist()]
+
+    def __del__(self):
+        if isinstance(getattr(self, "_file", None), int):
+            try:
+                os.close(self._file)
+            except OSError:
+                pass
+
+    def pair(self, i: int) -> tuple[str, str]:
+        return self.text(i), self.names[self.labels[i]]
+
+    def __getstate__(self):  # workers reopen the memmaps
+        return {"folder": self.folder, "meta": self.meta, "path": str(self.path)}
+
+    def __setstate__(self, s):
+        self.__init__(s["folder"], s["meta"], s["path"])
+
+
+def _memmap(path: Path, dtype, shape) -> np.ndarray:
+    """The file as a read-only array mapped from disk (a plain ndarray over the np.memmap, whose
+    per-access bookkeeping was most of the cost of reading rows one by one)."""
+    if int(np.prod(shape)) == 0:
+        return np.zeros(shape, dtype=dtype)
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=shape))
+
+
+def labeled_rows(path: str | Path, text_col=None, label_col=None, workers: int | None = None,
+                 rebuild: bool = False, log=None) -> LabeledRows:
+    """The row index of the labelled TSV file `path` (built once per content and columns,
+    then reused): every row checked as `read_labeled_file` checks it."""
+    path = Path(path)
+    if path.suffix.lower() not in TSV_SUFFIXES:
+        raise UserError(f"{path}: prepared data reads tab-separated files ({', '.join(TSV_SUFFIXES)}); "
+                        "this one is read in memory")
+    digest = content_digest(path)
+    settings = {"text_col": text_col, "label_col": label_col, "kind": "rows"}
+    folder = prepared_dir() / f"rows-{digest[:16]}-{_digest_of(settings)[:8]}"
+    workers = default_workers(path.stat().st_size) if workers is None else workers
+
+    def fill(tmp: Path, files: dict) -> dict:
+        t0 = time.monotonic()
+        head = _head_rows(path)
+        if not head:
+            raise UserError(f"{path}: no labelled rows found")
+        has_header, ti, li, width = table_layout(path, "tsv", head, text_col, label_col, None, _head_suspect)
+        layout = Layout(width, ti, li, head[0][0] if has_header else None)
+        chunks = chunks_of(path)
+        w = {name: _Writer(tmp, name) for name in ("spans.i64", "labels.i32", "chars.i64")}
+        names: dict[str, int] = {}
+        n, counts = 0, []
+        for res in _run(_index_chunk, [(path, c, layout, True) for c in chunks], workers):
+            remap = np.asarray([names.setdefault(lab, len(names)) for lab in res["names"]], dtype=np.int32)
+            codes = remap[res["labels"]] if len(res["labels"]) else res["labels"]
+            w["spans.i64"].write(res["spans"])
+            w["labels.i32"].write(codes)
+            w["chars.i64"].write(res["chars"])
+            counts.append(np.bincount(codes, minlength=len(names)) if len(codes) else np.zeros(0, np.int64))
+            n += len(codes)
+        for name, wr in w.items():
+            files[name] = wr.close()
+        if n == 0:
+            raise UserError(f"{path}: no labelled rows found")
+        order = sorted(names)  # codes by sorted label: rewrite the label file once
+        to_sorted = np.empty(len(names), dtype=np.int32)
+        for new, lab in enumerate(order):
+            to_sorted[names[lab]] = new
+        old = np.fromfile(tmp / "labels.i32", dtype=np.int32)
+        os.unlink(tmp / "labels.i32")
+        wr = _Writer(tmp, "labels.i32")
+        wr.write(to_sorted[old])
+        files["labels.i32"] = wr.close()
+        if layout.header_line is None and text_col is None and label_col is None:
+            _check_suspect(path, head, to_sorted[old], order, li)
+        return {"kind": "rows", "source": str(path.absolute()), "content": digest, "rows": n, "labels": order,
+                "layout": layout.__dict__, "settings": settings, "seconds": round(time.monotonic() - t0, 3),
+                "bytes": path.stat().st_size}
+
+    meta, built = _cached(folder, fill, rebuild)
+    if built and log:
+        log(f"prepared: {path} indexed, {meta['rows']:,} rows in {meta['seconds']:.1f} s -> {folder}")
+    return LabeledRows(folder, meta, path)
+
+
+def _check_suspect(path, head, codes: np.ndarray, names: list[str], label_at: int) -> None:
+    """The header rule's second half over every row (readers._suspect_header on all labels)."""
+    from .readers import _NAME
+
+    first = [f.strip() for f in head[0][1]]
+    if len(codes) < 4 or label_at >= len(first) or not all(_NAME.fullmatch(f) for f in first):
+        return
+    rest = codes[1:]
+    if names[codes[0]] in {names[c] for c in np.unique(rest)}:
+        return
+    if len(np.unique(rest)) < len(rest):
+        raise UserError(
+            f"{path}:{head[0][0]}: the first row looks like a header but does not name a 'text' "
+            f"and a 'label' column (columns found: {', '.join(repr(f) for f in head[0][1])}); "
+            "say which columns to use with --text-col/--label-col (text_col=/label_col=): "
+            "by name, or by 0-based position if that row is data")
+
+
+class LazyPairs(Sequence):
+    """(text, label) pairs of some rows of a labelled file, read from it on demand: a split
+    of millions of rows costs one int64 per row, not the texts. Slicing gives a LazyPairs."""
+
+    def __init__(self, rows: LabeledRows, index: np.ndarray):
+        self.rows, self.index = rows, np.asarray(index, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return LazyPairs(self.rows, self.index[i])
+        return self.rows.pair(int(self.index[i]))
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for r in self.index:
+            yield self.rows.pair(int(r))
+
+    def texts(self) -> "LazyTexts":
+        return LazyTexts(self)
+
+    def label_names(self) -> list[str]:
+        """The labels that occur in these rows, sorted."""
+        return [self.rows.names[c] for c in np.unique(self.rows.labels[self.index])] if len(self) else []
+
+    def cjk_fraction(self) -> float:
+        """`tokenizers.cjk_fraction` of these rows' texts, from the index alone."""
+        counts = self.rows.chars[self.index].sum(axis=0) if len(self) else np.zeros(2)
+        return float(counts[1] / counts[0]) if counts[0] else 0.0
+
+
+class LazyTexts(Sequence):
+    """The texts of a LazyPairs, read on demand (what `[t for t, _ in pairs]` gives in memory)."""
+
+    def __init__(self, pairs: LazyPairs):
+        self.pairs = pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return LazyTexts(self.pairs[i])
+        return self.pairs.rows.text(int(self.pairs.index[i]))
+
+    def __iter__(self) -> Iterator[str]:
+        for a in range(0, len(self.pairs.index), 10_000):
+            yield from self.pairs.rows.texts(self.pairs.index[a:a + 10_000])
+
+
+# ----------------------------------------------------------------------------- vocabularies
+def _tok_state(tok) -> str:
+    from .tokenizers import FORMAT_VERSION as TOK_FORMAT
+
+    return json.dumps({"type": tok.kind, "format_version": TOK_FORMAT, **tok._state()}, ensure_ascii=False,
+                      sort_keys=True)
+
+
+def _tok_from_state(state: str):
+    from .tokenizers import _REGISTRY
+
+    data = json.loads(state)
+    return _REGISTRY[data["type"]]._from_state(data)
+
+
+def _row_groups(rows: LabeledRows, index: np.ndarray, chunk_rows: int) -> list[np.ndarray]:
+    """`index` (row numbers) cut into runs of about `chunk_rows` rows, each a worker's task."""
+    return [index[a:a + chunk_rows] for a in range(0, len(index), chunk_rows)] or [index[:0]]
+
+
+def _rows_per_task(rows: LabeledRows) -> int:
+    per_row = max(1, rows.meta.get("bytes", 1) // max(rows.n, 1))
+    return max(1000, CHUNK_BYTES // per_row)
+
+
+def _count_task(task) -> Counter:
+    rows, index, state = task
+    tok = _tok_from_state(state)
+    texts = rows.texts(np.sort(index))  # file order: the reads go forward through the file
+    if tok.kind == "char":  # one count of the run's code points (what _split gives, joined)
+        cps = _code_points("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
+        counts = np.bincount(cps) if len(cps) else np.zeros(0, np.int64)
+        return Counter({chr(c): int(counts[c]) for c in np.flatnonzero(counts)})
+    counts: Counter = Counter()
+    for t in texts:
+        counts.update(tok._split(t))
+    return counts
+
+
+def _char_ids(tok, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids of all texts one after the other, ids per text) of a char tokenizer, by numpy: the
+    code points of the joined texts mapped through a table of the distinct ones."""
+    if tok.lowercase:
+        texts = [t.lower() for t in texts]
+    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    cps = _code_points("".join(texts))
+    if not len(cps):
+        return np.zeros(0, np.uint32), lengths
+    from .tokenizers import UNK_ID
+
+    table = np.full(int(cps.max()) + 1, UNK_ID, dtype=np.uint32)  # code point -> id (<= 1.1M entries)
+    for token, i in tok.stoi.items():
+        if len(token) == 1 and ord(token) < len(table):  # the specials are longer: never text
+            table[ord(token)] = i
+    return table[cps], lengths
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
+    """How often each piece of `tok._split` occurs in the texts of `pairs`, counted in
+    parallel over runs of rows; memory is bounded by the vocabulary."""
+    workers = default_workers(pairs.rows.meta.get("bytes", 0)) if workers is None else workers
+    state = _tok_state(tok)
+    total: Counter = Counter()
+    for c in _run(_count_task, [(pairs.rows, g, state) for g in _row_groups(pairs.rows, pairs.index,
+                                                                              _rows_per_task(pairs.rows))], workers):
+        total.update(c)
+    return total
+
+
+def vocab_tokenizer(kind: str, pairs: LazyPairs, min_freq: int = 1, lowercase: bool = False,
+                    bigram_buckets: int = 0, workers: int | None = None, log=None):
+    """The char or word tokenizer `build_tokenizer(kind, texts, ...)` would train on these
+    texts (the same vocabulary, ids and segmenter), counted in parallel; cached beside the
+    row index by (rows, kind, settings)."""
+    from .tokenizers import SPECIAL_TOKENS, CharTokenizer, Tokenizer, WordTokenizer
+
+    if kind == "char":
+        blank = CharTokenizer(SPECIAL_TOKENS, lowercase, 0)
+        make = lambda vocab: CharTokenizer(vocab, lowercase, bigram_buckets)  # noqa: E731
+    elif kind == "word":
+        segmenter = "jieba" if pairs.cjk_fraction() > 0.30 else "regex"
+        blank = WordTokenizer(SPECIAL_TOKENS, lowercase, segmenter)
+        make = lambda vocab: WordTokenizer(vocab, lowercase, segmenter)  # noqa: E731
+    else:
+        raise ValueError(f"vocab_tokenizer builds char and word tokenizers, not {kind!r}")
+    key = {"kind": kind, "min_freq": min_freq, "lowercase": lowercase, "bigram_buckets": bigram_buckets,
+           "index": pairs.rows.folder.name, "rows": hashlib.sha256(pairs.index.tobytes()).hexdigest()}
+    folder = pairs.rows.folder.parent / f"vocab-{pairs.rows.digest[:16]}-{_digest_of(key)[:16]}"
+
+    def fill(tmp: Path, files: dict) -> dict:
+        t0 = time.monotonic()
+        counts = count_tokens(pairs, blank, workers)
+        tok = make(blank._build_vocab(counts, min_freq, None))
+        tok.save(tmp / "tokenizer.json")
+        return {"kind": "vocab", "tokenizer": kind, "settings": key | {"rows": key["rows"][:16]},
+                "vocab_size": tok.vocab_size, "seconds": round(time.monotonic() - t0, 3)}
+
+    meta, built = _cached(folder, fill)
+    if built and log:
+        log(f"prepared: {kind} vocabulary of {meta['vocab_size']:,} counted over {len(pairs):,} texts "
+            f"in {meta['seconds']:.1f} s")
+    return Tokenizer.load(folder / "tokenizer.json")
+
+
+# ----------------------------------------------------------------------------- token shards
+def _encode_task(task) -> dict:
+    rows, index, state, bigram_buckets = task
+    from .tokenizers import encode_with_bigrams
+
+    tok = _tok_from_state(state)
+    ids, lengths, bis = [], [], []
+    texts = rows.texts(index)
+    if tok.kind == "char" and not bigram_buckets:
+        flat, n = _char_ids(tok, texts)
+        return {"ids": flat, "lengths": n, "bigrams": None}
+    if hasattr(tok, "hf") and not bigram_buckets:  # the `tokenizers` library encodes a batch in Rust
+        encoded = tok.encode_batch(texts)
+    else:
+        encoded = None
+    for j, text in enumerate(texts):
+        if encoded is not None:
+            a, b = encoded[j], None
+        else:
+            a, b = encode_with_bigrams(tok, text, bigram_buckets)
+        ids.append(np.asarray(a, dtype=np.uint32))
+        lengths.append(len(a))
+        if bigram_buckets:
+            bis.append(np.asarray(b, dtype=np.uint32))
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.uint32)  # noqa: E731
+    return {"ids": cat(ids), "lengths": np.asarray(lengths, dtype=np.int64), "bigrams": cat(bis) if bigram_buckets else None}
+
+
+class TokenShards:
+    """Every row's token ids (and bigram ids), memory-mapped: row i is
+    `ids[offsets[i]:offsets[i + 1]]`."""
+
+    def __init__(self, folder: Path, meta: dict):
+        self.folder, self.meta = folder, meta
+        self.dtype = np.dtype(meta["dtype"])
+        n, total = int(meta["rows"]), int(meta["tokens"])
+        self.offsets = _memmap(folder / "offsets.i64", np.int64, (n + 1,))
+        self.ids = _memmap(folder / meta["ids_file"], self.dtype, (total,))
+        self.bigrams = (_memmap(folder / meta["bigrams_file"], np.dtype(meta["bigram_dtype"]), (total,))
+                        if meta.get("bigrams_file") else None)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        return (self.offsets[index + 1] - self.offsets[index]).astype(np.int64)
+
+    def row(self, i: int) -> tuple[list[int], list[int] | None]:
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.ids[a:b].tolist(), None if self.bigrams is None else self.bigrams[a:b].tolist()
+
+
+def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int | None = None,
+                 rebuild: bool = False, log=None) -> TokenShards:
+    """Every row of `rows` tokenized by `tok` (as `encode_with_bigrams(tok, text,
+    bigram_buckets)` gives it), built once per (content, tokenizer, buckets) and reused."""
+    state = _tok_state(tok)
+    key = {"tokenizer": hashlib.sha256(state.encode("utf-8")).hexdigest(), "bigram_buckets": bigram_buckets,
+           "layout": rows.meta["layout"]}
+    folder = rows.folder.parent / f"tokens-{rows.digest[:16]}-{_digest_of(key)[:16]}"
+    workers = default_workers(rows.meta.get("bytes", 0)) if workers is None else workers
+    dtype = id_dtype(tok.vocab_size)
+    bdtype = id_dtype(bigram_buckets)
+
+    def fill(tmp: Path, files: dict) -> dict:
+        t0 = time.monotonic()
+        ids_file, bi_file = f"ids.{dtype.char == 'H' and 'u16' or 'u32'}", f"bigrams.{bdtype.char == 'H' and 'u16' or 'u32'}"
+        w_ids, w_off = _Writer(tmp, ids_file), _Writer(tmp, "offsets.i64")
+        w_bi = _Writer(tmp, bi_file) if bigram_buckets else None
+        w_off.write(np.zeros(1, np.int64))
+        total = 0
+        tasks = [(rows, g, state, bigram_buckets) for g in _row_groups(rows, np.arange(rows.n), _rows_per_task(rows))]
+        for res in _run(_encode_task, tasks, workers):
+            w_ids.write(res["ids"].astype(dtype))
+            w_off.write(total + np.cumsum(res["lengths"]))
+            total += int(res["lengths"].sum())
+            if w_bi is not None:
+                w_bi.write(res["bigrams"].astype(bdtype))
+        files[ids_file], files["offsets.i64"] = w_ids.close(), w_off.close()
+        if w_bi is not None:
+            files[bi_file] = w_bi.close()
+        secs = time.monotonic() - t0
+        return {"kind": "tokens", "source": rows.meta["source"], "content": rows.digest, "rows": rows.n,
+                "tokens": total, "dtype": dtype.name, "ids_file": ids_file, "vocab_size": tok.vocab_size,
+                "tokenizer": tok.kind, "bigrams_file": bi_file if bigram_buckets else None,
+                "bigram_dtype": bdtype.name, "settings": key, "seconds": round(secs, 3),
+                "mb_per_s": round(rows.meta.get("bytes", 0) / 1e6 / max(secs, 1e-9), 2)}
+
+    meta, built = _cached(folder, fill, rebuild)
+    if built and log:
+        log(f"prepared: {meta['rows']:,} rows -> {meta['tokens']:,} {meta['tokenizer']} tokens ({meta['dtype']}) "
+            f"in {meta['seconds']:.1f} s, {meta['mb_per_s']:.1f} MB/s -> {folder}")
+    return TokenShards(folder, meta)
+
+
+# ----------------------------------------------------------------------------- LM text streams
+def _decode_chunk(path: Path, chunk: Chunk) -> str:
+    """A chunk's text as `readers.read_utf8` gives the whole file (BOM dropped, newlines \\n)."""
+    parts = []
+    for lineno, at, _, raw in _lines(path, chunk):
+        parts.append(_decode(path, lineno, at, raw))
+    text = "\n".join(parts)
+    with open(path, "rb") as f:  # the chunk's own last line break (or none, at the end of a file)
+        f.seek(chunk.end - 1)
+        last = f.read(1)
+    return text + "\n" if chunk.end > chunk.start and last in (b"\n", b"\r") else text
+
+
+def _char_count_task(task) -> tuple[int, bool, Counter]:
+    path, chunk = task
+    text = _decode_chunk(path, chunk)
+    return len(text), bool(text.strip()), Counter(text)
+
+
+def _char_encode_task(task) -> np.ndarray:
+    path, chunk, state = task
+    tok = _tok_from_state(state)
+    text = _decode_chunk(path, chunk)
+    if not text:
+        return np.zeros(0, np.uint32)
+    return _char_ids(tok, [text])[0]
+
+
+class TokenStream:
+    """A text's ids as one memory-mapped array; `cut` is where the training part ends."""
+
+    def __init__(self, folder: Path, meta: dict):
+        self.folder, self.meta = folder, meta
+        self.ids = _memmap(folder / meta["ids_file"], np.dtype(meta["dtype"]), (int(meta["tokens"]),))
+
+
+def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1, workers: int | None = None,
+                   tok=None, rebuild: bool = False, log=None):
+    """(char tokenizer, stream, cut) for a plain-text file: the tokenizer is
+    `build_tokenizer("char", [train], min_freq)` of the training part (the first
+    1 - valid_frac of the characters, `datasets.split_text`'s rule; `valid_frac` None: all of
+    it), unless `tok` is given; the stream holds the whole file's ids (one per character), so
+    train = ids[:cut] and valid = ids[cut:]."""
+    from .tokenizers import SPECIAL_TOKENS, CharTokenizer
+
+    path = Path(path)
+    digest = content_digest(path)
+    workers = default_workers(path.stat().st_size) if workers is None else workers
+    chunks = chunks_of(path)
+    vkey = {"valid_frac": valid_frac, "min_freq": min_freq, "kind": "char-lm"}
+    vfolder = prepared_dir() / f"lmvocab-{digest[:16]}-{_digest_of(vkey)[:16]}"
+
+    def fill_vocab(tmp: Path, files: dict) -> dict:
+        t0 = time.monotonic()
+        lengths, counters, nonblank = [], [], False
+        for n, nb, c in _run(_char_count_task, [(path, ch) for ch in chunks], workers):
+            lengths.append(n)
+            counters.append(c)
+            nonblank |= nb
+        if not nonblank:
+            raise UserError(f"{path}: the file is empty; a language model needs some text")
+        total = sum(lengths)
+        cut = total if valid_frac is None else int(total * (1.0 - valid_frac))
+        counts: Counter = Counter()
+        seen = 0
+        for ch, n, c in zip(chunks, lengths, counters):
+            if seen + n <= cut:
+                counts.update(c)
+            elif seen < cut:  # the chunk the cut falls in: its first part only
+                counts.update(_decode_chunk(path, ch)[:cut - seen])
+            seen += n
+        vocab = CharTokenizer(SPECIAL_TOKENS)._build_vocab(counts, min_freq, None)
+        CharTokenizer(vocab).save(tmp / "tokenizer.json")
+        return {"kind": "lm-vocab", "characters": total, "cut": cut, "vocab_size": len(vocab),
+                "seconds": round(time.monotonic() - t0, 3)}
+
+    vmeta, _ = _cached(vfolder, fill_vocab, rebuild)
+    from .tokenizers import Tokenizer
+
+    tok = Tokenizer.load(vfolder / "tokenizer.json") if tok is None else tok
+    state = _tok_state(tok)
+    key = {"tokenizer": hashlib.sha256(state.encode("utf-8")).hexdigest(), "kind": "lm"}
+    folder = prepared_dir() / f"lm-{digest[:16]}-{_digest_of(key)[:16]}"
+    dtype = id_dtype(tok.vocab_size)
+
+    def fill(tmp: Path, files: dict) -> dict:
+        t0 = time.monotonic()
+        name = f"ids.{'u16' if dtype == np.uint16 else 'u32'}"
+        w = _Writer(tmp, name)
+        total = 0
+        for arr in _run(_char_encode_task, [(path, ch, state) for ch in chunks], workers):
+            w.write(arr.astype(dtype))
+            total += len(arr)
+        files[name] = w.close()
+        secs = time.monotonic() - t0
+        return {"kind": "lm", "source": str(path.absolute()), "content": digest, "tokens": total, "dtype": dtype.name,
+                "ids_file": name, "tokenizer": "char", "vocab_size": tok.vocab_size, "seconds": round(secs, 3),
+                "mb_per_s": round(path.stat().st_size / 1e6 / max(secs, 1e-9), 2)}
+
+    meta, built = _cached(folder, fill, rebuild)
+    if built and log:
+        log(f"prepared: {path} -> {meta['tokens']:,} char tokens ({meta['dtype']}) in {meta['seconds']:.1f} s, "
+            f"{meta['mb_per_s']:.1f} MB/s -> {folder}")
+    return tok, TokenStream(folder, meta), int(vmeta["cut"])
+
+
+__all__ = ["LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
+           "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
+           "prepared_dir", "prepared_enabled", "chunks_of"]
