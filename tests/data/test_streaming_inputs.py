@@ -49,7 +49,7 @@ class _Model:
 
 def test_embed_file_streams_in_blocks_into_the_same_files(tmp_path, monkeypatch, capsys):
     model = _Model()
-    monkeypatch.setattr(embed_cmd, "_load", lambda name: (model, _Tok()))
+    monkeypatch.setattr(embed_cmd, "_load", lambda name, *compute: (model, _Tok()))
     monkeypatch.setattr(embed_cmd, "STREAM_BLOCK", 4)
     texts = [f"line {i} " + "x" * (i % 5) for i in range(11)]
     f = tmp_path / "in.txt"

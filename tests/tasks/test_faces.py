@@ -16,13 +16,13 @@ SLOTS = {f.name for f in dataclasses.fields(Face)}
 def test_every_face_fills_every_slot():
     assert set(faces()) == {"classify", "translate", "lm", "mlm", "embed"}
     assert SLOTS == {"name", "words", "recipe", "data_form", "train", "train_recipe", "load", "inspect", "exports",
-                     "routes", "noun"}
+                     "routes", "prepare", "noun"}
     for name, f in faces().items():
         assert f.name == name and face(name) is f
         assert f.words.startswith(("a ", "an ")) and f.noun, name
         assert f.data_form in DATA_FORMS, name
         assert isinstance(f.recipe, Unavailable) or (isinstance(f.recipe, type) and issubclass(f.recipe, Recipe)), name
-        for slot in ("train", "train_recipe", "load", "inspect"):
+        for slot in ("train", "train_recipe", "load", "inspect", "prepare"):
             value = getattr(f, slot)
             assert value is not None and callable(value), (name, slot)
             if isinstance(value, Unavailable):  # a slot not filled says why, in one line, when asked for

@@ -49,6 +49,10 @@ class Face:
     inspect: Callable[..., Any]
     exports: Mapping[str, Export]
     routes: tuple[str, ...]
+    # `prepare(config, sets, given, log) -> dict`: build the prepared (memory-mapped) data the
+    # task's train would read, and say what was built (data/prepared.py; `scratchformer prepare`)
+    prepare: Callable[..., Any] | Unavailable = Unavailable(
+        "this task reads its data in memory: `scratchformer prepare` is for classify and lm")
     noun: str = ""  # how "... runs" names the task's runs ("translation runs"); default: its name
 
     def __post_init__(self):

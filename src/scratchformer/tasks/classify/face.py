@@ -26,6 +26,17 @@ def _train_recipe(config: str | None, sets: list[str], flags: dict | None = None
     return resolve_recipe(ClassifyRecipe, config, sets, flags, base=base)
 
 
+def _prepare(config: str | None, sets: list[str], given: dict, log=print) -> dict:
+    """What `train classify` would prepare with these settings (the adaptive default without
+    --config), built now."""
+    from ..runs import resolve_recipe
+    from .auto import adaptive_recipe
+    from .data import prepare_classification
+
+    recipe = resolve_recipe(ClassifyRecipe, config, sets, given) if config else adaptive_recipe(sets, given)
+    return prepare_classification(recipe, log)
+
+
 def _load(run_dir, **options):
     from .inference import Classifier
 
@@ -55,5 +66,5 @@ FACE = Face(
     train=_train, train_recipe=_train_recipe, load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx, tokenizer.json, preprocess.py, labels.json, export.json, README.md",
                             _onnx_parity)},
-    routes=(CLASSIFY, EMBEDDINGS),
+    routes=(CLASSIFY, EMBEDDINGS), prepare=_prepare,
 )

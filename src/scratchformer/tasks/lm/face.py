@@ -36,10 +36,29 @@ def _onnx_parity(report) -> list[str]:
             f"{report['max_abs_diff']:.2e}, tokens equal: {report['greedy_equal']}"]
 
 
+def _prepare(config: str | None, sets: list[str], given: dict, log=print) -> dict:
+    """A char LM's prepared id stream for the user's .txt file, built now."""
+    from ...errors import UserError
+    from ..runs import resolve_recipe
+    from .data import prepared_lm
+
+    extra = [k for k in ("data.test_file", "data.text_col", "data.label_col") if given.get(k) is not None]
+    if extra:
+        raise UserError("--test, --text-col and --label-col are for classify; an LM reads one text")
+    recipe = resolve_recipe(LMRecipe, config, sets, given)
+    prep = prepared_lm(recipe.data)
+    if prep is None:
+        raise UserError("prepared LM data is made for a char LM (data.tokenizer=char) on the user's .txt file; "
+                        "registered corpora and BPE are read in memory")
+    return {"dataset": recipe.data.dataset, "tokenizer": "char", "vocab_size": prep.tokenizer.vocab_size,
+            "train_tokens": len(prep.train), "valid_tokens": len(prep.valid),
+            "dtype": str(prep.train.dtype), "folder": prep.folder}
+
+
 FACE = Face(
     name="lm", words="a language model", recipe=LMRecipe, data_form="file",
     train=_train, train_recipe=recipe_from(LMRecipe), load=_load, inspect=_inspect,
-    exports={"onnx": Export(_onnx, "model.onnx: one decoding step, KV cache in and out; tokenizer.json, export.json",
+    exports={"onnx": Export(_onnx, "model.onnx: one decoding step, KV cache in and out; tokenizer.json, generate.py, export.json, README.md",
                             _onnx_parity)},
-    routes=(COMPLETIONS,),
+    routes=(COMPLETIONS,), prepare=_prepare,
 )
