@@ -318,6 +318,27 @@ def user_splits(read, train_file: str, dc) -> tuple[list, list, list | None]:
     return train, valid, test
 
 
+def split_of(data: Any, split: str, run_dir: str | Path, verb: str = "evaluate") -> list:
+    """The `split` part of a run's loaded data, or one line saying it has none and how to give
+    one (a run trained with `--valid FILE` and no `--test` has no test split: `data.test` is
+    empty, and the reports below it would fail on nothing to concatenate)."""
+    pairs = getattr(data, split, None)
+    if not pairs:
+        others = [s for s in ("valid", "test") if s != split and getattr(data, s, None)]
+        alt = f", or `--split {others[0]}`" if others else ""
+        given = " (it was trained with --valid and no --test)" if split == "test" else ""
+        raise UserError(f"{run_dir} has no {split} split{given}: give a file of the training data's form "
+                        f"with `{verb} {run_dir} --data FILE`{alt}; a new run takes one with `--test FILE`")
+    return pairs
+
+
+def file_report_name(path: str | Path) -> str:
+    """The report name of `evaluate --data FILE`: `file_<stem>`, never a split's own name (a file
+    called test.tsv would otherwise replace the training-time test report, which belongs to the
+    run's own test split)."""
+    return f"file_{Path(str(path).split(',')[0]).stem}"
+
+
 # ----------------------------------------------------------------------------- evaluation
 
 @contextlib.contextmanager

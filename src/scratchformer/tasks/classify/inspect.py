@@ -10,6 +10,7 @@ from ...data.specials import BOS_ID, CLS_ID, EOS_ID, NUM_SPECIALS, PAD_ID, UNK_I
 from ...errors import UserError
 from ..inspection import (ENC, AttentionResult, AttentionView, EmbeddingTable, Subject, attention_modules, chunks,
                           encoder_views, initial_copy, sample, seen_counts, special_kinds)
+from ..runs import split_of
 from .data import EncodedSplit, load_classification, without_holdout_fold
 from .inference import Classifier
 
@@ -52,7 +53,7 @@ class ClassifyInspector:
             from ...data.readers import read_labeled_file
 
             return read_labeled_file(data, dc.text_col, dc.label_col), Path(data).name
-        return getattr(load_classification(dc), split), f"the {split} split"
+        return split_of(load_classification(dc), split, self.run_dir, "attention"), f"the {split} split"
 
     def subject(self, data: str | None, split: str, n: int) -> Subject:
         clf = self.clf
