@@ -162,7 +162,7 @@ def evaluate(args) -> int:
                              file_report_name(args.data), None)
     else:
         data = load_classification(clf.recipe.data)
-        pairs, name, meta = split_of(data, args.split, args.run_dir), args.split, data.meta
+        pairs, name, meta = split_of(data, args.split, args.run_dir, "evaluate"), args.split, data.meta
     split = name
     if args.max_len is not None:  # its own report files beside the trained-length ones
         name = f"{name}_maxlen{args.max_len}"

@@ -93,7 +93,8 @@ def run_export(args) -> int:
         from ..tasks.lm.export import export_lm_onnx
 
         report = export_lm_onnx(args.run_dir, args.out, check=not args.no_check)
-        print(f"wrote {args.out}/ (model.onnx: one decoding step, KV cache in and out; tokenizer.json, export.json)")
+        print(f"wrote {args.out}/ (model.onnx: one decoding step, KV cache in and out; tokenizer.json, generate.py, "
+              "export.json, README.md)")
         if report:
             print(f"parity with our model over {report['steps']} greedy steps: max |Δ logits| = "
                   f"{report['max_abs_diff']:.2e}, tokens equal: {report['greedy_equal']}")

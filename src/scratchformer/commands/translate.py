@@ -122,7 +122,7 @@ def evaluate(args) -> int:
     if args.data:
         pairs, name = read_parallel_spec(args.data), file_report_name(args.data)
     else:
-        pairs, name = split_of(load_translation(tr.recipe.data), args.split, args.run_dir), args.split
+        pairs, name = split_of(load_translation(tr.recipe.data), args.split, args.run_dir, "evaluate"), args.split
     if args.ensemble:
         name = f"{name}_ensemble{len(args.ensemble) + 1}"
     rep = tr.evaluate(pairs, args.run_dir, name, **_overrides(args))

@@ -268,7 +268,10 @@ def load_backend(spec: ModelSpec, backend: str = "torch", quantize: str = "none"
     with int8 projections (the load APIs' `quantize=`; an ONNX export is served as exported)."""
     path = Path(spec.source)
     if (path / "export.json").is_file():
+        from ..tasks.export_folder import require_complete
+
         meta = json.loads((path / "export.json").read_text(encoding="utf-8"))
+        require_complete(path, "ctranslate2" if meta.get("format") == "ctranslate2" else "onnxruntime")
         if meta.get("format") == "ctranslate2":
             return Ct2TranslatorBackend(spec.name, path)
         if meta.get("format") != "onnx":

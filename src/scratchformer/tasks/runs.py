@@ -318,7 +318,7 @@ def user_splits(read, train_file: str, dc) -> tuple[list, list, list | None]:
     return train, valid, test
 
 
-def split_of(data: Any, split: str, run_dir: str | Path, verb: str = "evaluate") -> list:
+def split_of(data: Any, split: str, run_dir: str | Path, verb: str | None = None) -> list:
     """The `split` part of a run's loaded data, or one line saying it has none and how to give
     one (a run trained with `--valid FILE` and no `--test` has no test split: `data.test` is
     empty, and the reports below it would fail on nothing to concatenate)."""
@@ -327,8 +327,9 @@ def split_of(data: Any, split: str, run_dir: str | Path, verb: str = "evaluate")
         others = [s for s in ("valid", "test") if s != split and getattr(data, s, None)]
         alt = f", or `--split {others[0]}`" if others else ""
         given = " (it was trained with --valid and no --test)" if split == "test" else ""
+        how = f"{verb} {run_dir} --data FILE" if verb else "--data FILE"
         raise UserError(f"{run_dir} has no {split} split{given}: give a file of the training data's form "
-                        f"with `{verb} {run_dir} --data FILE`{alt}; a new run takes one with `--test FILE`")
+                        f"with `{how}`{alt}; a new run takes one with `--test FILE`")
     return pairs
 
 

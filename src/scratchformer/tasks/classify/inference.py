@@ -101,7 +101,7 @@ class Classifier:
         for i in range(0, len(texts), batch_size):
             logits = self.task.logits(self._batch(texts[i : i + batch_size]))
             out.append(torch.softmax(logits.float(), -1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
+        return finite(np.concatenate(out) if out else np.zeros((0, len(self.labels))), "probabilities")
 
     def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict[str, Any]]:
         """One dict per text: `label`, its `score`, and `probs` for every label."""
@@ -128,7 +128,19 @@ class Classifier:
 
                 seg = pool_segments(seg, b.doc_index, len(b.labels), self.recipe.model.segment_pooling)  # (N, C)
             out.append(torch.nn.functional.normalize(seg.float(), dim=-1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.recipe.model.d_model), dtype=np.float32)
+        return finite(np.concatenate(out) if out else np.zeros((0, self.recipe.model.d_model), dtype=np.float32),
+                      "sentence embeddings")
+
+
+def finite(values: np.ndarray, what: str) -> np.ndarray:
+    """`values` (one row per text) when every number is finite; else one line naming the rows: a
+    NaN probability or vector is never printed, served or returned as if it were a number."""
+    bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(1)) if len(values) else []
+    if len(bad):
+        raise UserError(f"the model's {what} of {len(bad)} of {len(values)} texts (the first: text {bad[0] + 1}) are "
+                        "not finite (NaN or inf): its weights hold NaN or inf (`scratchformer doctor RUN` looks "
+                        "for where); retrain or resume from an earlier checkpoint")
+    return values
 
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:

@@ -53,7 +53,7 @@ class ClassifyInspector:
             from ...data.readers import read_labeled_file
 
             return read_labeled_file(data, dc.text_col, dc.label_col), Path(data).name
-        return split_of(load_classification(dc), split, self.run_dir, "attention"), f"the {split} split"
+        return split_of(load_classification(dc), split, self.run_dir), f"the {split} split"
 
     def subject(self, data: str | None, split: str, n: int) -> Subject:
         clf = self.clf

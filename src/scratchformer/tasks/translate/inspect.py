@@ -60,7 +60,7 @@ class TranslateInspector:
     def _pairs(self, data: str | None, split: str):
         if data:
             return read_parallel_spec(data), Path(data).name
-        return split_of(load_translation(self.tr.recipe.data), split, self.run_dir, "attention"), f"the {split} split"
+        return split_of(load_translation(self.tr.recipe.data), split, self.run_dir), f"the {split} split"
 
     def _encode_pair(self, s: str, t: str) -> tuple[list[int], list[int], list[int]]:
         y = self.tr.tgt_tok.encode(t)
