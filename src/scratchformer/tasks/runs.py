@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -331,6 +332,19 @@ def split_of(data: Any, split: str, run_dir: str | Path, verb: str | None = None
         raise UserError(f"{run_dir} has no {split} split{given}: give a file of the training data's form "
                         f"with `{how}`{alt}; a new run takes one with `--test FILE`")
     return pairs
+
+
+def same_source(a: Any, b: Any) -> bool:
+    """Whether two data settings name the same thing: the same file by identity, not by spelling
+    (`./data/x.tsv` is `data/x.tsv`, and a link is its target), else equal values."""
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and a and b:
+        try:
+            return os.path.samefile(a, b)
+        except OSError:  # one of them is not a file here: a registered name, or gone
+            return os.path.normpath(a) == os.path.normpath(b)
+    return False
 
 
 def file_report_name(path: str | Path) -> str:

@@ -101,7 +101,7 @@ class ClassifyInspector:
         seen = seen_counts(self.run_dir / "model.safetensors", train.batches, ids_of, sizes, whole, self.notes)
         tables = [EmbeddingTable("token embedding", emb.tokens.weight, emb0.tokens.weight, seen.counts[0],
                                  clf.tokenizer.id_to_token, set(range(NUM_SPECIALS)), data_counts=seen.data[0],
-                                 saved_step=seen.step)]
+                                 saved_step=seen.step, token_dropout=clf.recipe.model.token_dropout)]
         if emb.bigrams is not None:
             tables.append(EmbeddingTable("bigram embedding", emb.bigrams.weight, emb0.bigrams.weight, seen.counts[1],
                                          str, {0}, hashed=True, data_counts=seen.data[1], saved_step=seen.step))

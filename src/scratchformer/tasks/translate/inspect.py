@@ -120,9 +120,11 @@ class TranslateInspector:
         else:
             tables = [EmbeddingTable("source embedding", m.src_embed.tokens.weight, fresh.src_embed.tokens.weight,
                                      seen.counts[0], tr.src_tok.id_to_token, set(range(NUM_SPECIALS)),
-                                     data_counts=seen.data[0], saved_step=seen.step)]
+                                     data_counts=seen.data[0], saved_step=seen.step,
+                                     token_dropout=getattr(m.cfg, "src_token_dropout", 0.0))]
         if not shared:
             tables.append(EmbeddingTable("target embedding", m.tgt_embed.tokens.weight, fresh.tgt_embed.tokens.weight,
                                          seen.counts[1], tr.tgt_tok.id_to_token, set(range(NUM_SPECIALS)),
-                                         data_counts=seen.data[1], saved_step=seen.step))
+                                         data_counts=seen.data[1], saved_step=seen.step,
+                                         token_dropout=getattr(m.cfg, "tgt_token_dropout", 0.0)))
         return tables
