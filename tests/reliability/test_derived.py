@@ -92,19 +92,28 @@ def test_a_tokenizer_file_listing_a_token_twice_is_refused(blended, tmp_path, ca
         CharTokenizer(["<pad>", "<unk>", "<bos>", "<eos>", "<cls>", "a", "b", "a"])
 
 
-def test_a_resume_that_changes_the_weights_drops_the_blend_and_says_so(blended, tmp_path, capsys):
+def test_a_resume_that_changes_the_weights_drops_the_blend_and_says_so(blended, tmp_path, capsys, monkeypatch):
+    from scratchformer.tasks.classify import Classifier, pipeline
+
     d, run = blended
     run = _copy(run, tmp_path)
+    resume = ["train", "classify", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"), "--out", str(run),
+              "--resume", "--no-baseline", *SMALL]
+    assert main(resume) == 0  # the weights did not change: the blend stays theirs
+    assert (run / "baseline" / "blend.json").is_file()
+    digests = iter(["before", "after"])  # the resumed training moved the saved weights
+    monkeypatch.setattr(pipeline, "_digest", lambda path: next(digests))
     capsys.readouterr()
-    assert main(["train", "classify", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
-                 "--out", str(run), "--resume", "--no-baseline", *SMALL[:-4], "--set", "train.epochs=2",
-                 "--set", "ensemble=1", "--set", "train.progress=false"]) == 0
+    assert main(resume) == 0
     out = capsys.readouterr()
     assert "blend dropped: --resume changed the weights it was chosen for" in out.out + out.err
     assert not (run / "baseline" / "blend.json").exists()
-    from scratchformer.tasks.classify import Classifier
-
     assert not hasattr(Classifier.load(run), "baseline")  # the model alone, not a stale blend
+    # with the baseline refitted after the resume, the blend is chosen again (and said so)
+    (run / "baseline" / "blend.json").write_text("{}")
+    lines = []
+    pipeline.stale_blend(run, refit=True, log=lines.append)
+    assert lines == ["blend: --resume changed the weights; its weight is chosen again on valid below"]
 
 
 def test_the_teacher_is_tied_to_its_targets_and_a_bad_temperature_is_named(blended, tmp_path):

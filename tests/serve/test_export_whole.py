@@ -58,8 +58,10 @@ def _export(request, run_fixture, fmt, out, *extra):
 
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
-    return err[len("error: "):]
+    assert "Traceback" not in err, err
+    last = err.replace("\r", "\n").splitlines()[-1]  # after transformers' own progress bar, if any
+    assert last.startswith("error: "), err
+    return last[len("error: "):]
 
 
 def _leftovers(parent):
