@@ -6,6 +6,7 @@ soft targets that are not finite named as such."""
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from toy_data import headlines, write_tsv
@@ -128,8 +129,18 @@ def test_the_teacher_is_tied_to_its_targets_and_a_bad_temperature_is_named(blend
     other = soft[::-1].copy()
     with pytest.raises(UserError, match="gives other probabilities of the training texts than when"):
         check_teacher(student, run, other, resume=True)
-    with pytest.raises(UserError, match="distill_temperature 1e-300 .* not finite"):
-        teacher_probabilities(run, pairs, ["体育", "财经"], log=lambda m: None, temperature=1e-300)
+
+
+
+def test_non_finite_distillation_is_named_not_called_a_learning_rate(blended, tmp_path, capsys):
+    d, run = blended
+    capsys.readouterr()
+    assert main(["train", "classify", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
+                 "--out", str(tmp_path / "student"), "--teacher", str(run), "--no-baseline",
+                 "--set", "distill_temperature=1e-300", *SMALL]) == 2
+    msg = _err(capsys)
+    assert msg.startswith("the distillation term is") and "distill_temperature 1e-300" in msg
+    assert "learning rate" not in msg
 
 
 def test_files_are_compared_by_identity_not_spelling(tmp_path, monkeypatch):
@@ -145,3 +156,33 @@ def test_files_are_compared_by_identity_not_spelling(tmp_path, monkeypatch):
     assert not same_source("data/y.tsv", "data/x.tsv")  # same bytes, another file
     assert same_source("thucnews", "thucnews") and not same_source("thucnews", "tnews")
     assert same_source(None, None) and not same_source("data/x.tsv", None)
+
+
+def test_a_file_of_the_wrong_kind_is_refused_by_kind(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[2]
+    spec = root / "recipes" / "experiments" / "heads.json"
+    recipe = root / "recipes" / "thucnews-demo.json"
+    for argv, want in ((["params", "--config", str(spec)], f"{spec} is an experiment spec"),
+                       (["train", "classify", "--data", "x.tsv", "--config", str(spec), "--out", str(tmp_path / "r")],
+                        f"{spec} is an experiment spec"),
+                       (["experiment", str(recipe), "--out", str(tmp_path / "e")], f"{recipe} is a recipe, not an "
+                                                                                    "experiment spec")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        assert _err(capsys).startswith(want)
+    bad = json.loads(spec.read_text())
+    bad["checks"][0]["kind"] = "median"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    capsys.readouterr()
+    assert main(["experiment", str(tmp_path / "bad.json"), "--out", str(tmp_path / "e2")]) == 2
+    assert _err(capsys) == (f"{tmp_path / 'bad.json'}: check 1 has kind 'median'; known kinds: diff, ratio, value, "
+                            "diverged_more")
+    assert not (tmp_path / "e2" / "cells").exists()
+
+
+def test_embed_given_a_classifier_run_says_what_to_use(blended, capsys):
+    _, run = blended
+    capsys.readouterr()
+    assert main(["embed", "--model", str(run), "a text"]) == 2
+    assert _err(capsys).startswith(f"{run} is a scratchformer classify run, not a pretrained encoder; its sentence "
+                                   f"embeddings come from `scratchformer serve {run}`")

@@ -80,6 +80,35 @@ def check_minutes(name: str, v: Any) -> None:
         raise UserError(f"{name} must be a finite number of minutes > 0 (or null), got {v!r}")
 
 
+SPEC_KEYS = {"claim", "checks", "grid"}  # what only an experiment spec holds
+RECIPE_KEYS = {"data", "model", "train"}  # a recipe's sections
+
+
+def json_kind(d: Any) -> str | None:
+    """"experiment spec", "recipe" or "run config" for a loaded JSON object, when its keys say so."""
+    if not isinstance(d, dict):
+        return None
+    if SPEC_KEYS <= set(d):
+        return "experiment spec"
+    if "task" in d and RECIPE_KEYS <= set(d):
+        return "run config"
+    if set(d) & RECIPE_KEYS and not set(d) & SPEC_KEYS:
+        return "recipe"
+    return None
+
+
+def refuse_wrong_kind(d: Any, path: str | Path, want: str) -> None:
+    """One line when `d` (loaded from `path`) is another kind of file than `want` ("recipe" or
+    "experiment spec"), naming the verb that takes it, before its keys are read one by one."""
+    kind = json_kind(d)
+    if want == "recipe" and kind == "experiment spec":
+        raise UserError(f"{path} is an experiment spec (it has a claim, a grid and checks), not a recipe: run it "
+                        f"with `scratchformer experiment {path}`; --config takes a recipe (sections data, model, train)")
+    if want == "experiment spec" and kind in ("recipe", "run config"):
+        raise UserError(f"{path} is a {kind}, not an experiment spec: train it with `scratchformer train TASK "
+                        f"--config {path}`, or sweep it with `scratchformer sweep --config {path} --grid ...`")
+
+
 def resolve_recipe(cls: type[Recipe], config: str | None = None, sets: list[str] = (),
                    flags: dict[str, Any] | None = None, base: Recipe | None = None) -> Recipe:
     """defaults (or `base`) -> `config` file -> `sets` ("key=value", typed) -> `flags`
@@ -92,6 +121,7 @@ def resolve_recipe(cls: type[Recipe], config: str | None = None, sets: list[str]
             raise UserError(f"config file {config} does not exist") from None
         except json.JSONDecodeError as e:
             raise UserError(f"{config}:{e.lineno}: not valid JSON ({e.msg})") from None
+        refuse_wrong_kind(override, config, "recipe")
         d = recipe.to_dict()
         _merge(d, override, config, cls)
         recipe = cls.from_dict(d)
