@@ -117,3 +117,33 @@ def test_experiment_runs_without_out_as_the_docs_write_it(tmp_path, monkeypatch,
     assert main(["experiment", "copy-task", "--bugs"]) == 0
     assert str(seen["out"]) == "runs/exp-copy-task" and seen["options"] == {"bugs": "all"}
     assert "--out not given: writing into runs/exp-copy-task/" in capsys.readouterr().err
+
+
+def test_a_signal_to_a_sweep_or_experiment_stops_its_child(tmp_path):
+    """SIGTERM to the parent reaches the cell's child (which would otherwise train on, alone) and
+    then stops the parent; the child is gone when the parent returns."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from scratchformer.experiments.runner import run_child
+
+    pidfile = tmp_path / "child.pid"
+    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+
+    def term_the_parent():
+        deadline = time.time() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=term_the_parent, daemon=True).start()
+    start = time.time()
+    with open(tmp_path / "log", "w") as log, pytest.raises(SystemExit) as stop:
+        run_child([sys.executable, "-c", code], log)
+    assert stop.value.code == 128 + signal.SIGTERM and time.time() - start < 60
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)  # reaped: not left training
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler before it is back
