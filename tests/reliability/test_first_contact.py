@@ -147,3 +147,19 @@ def test_a_signal_to_a_sweep_or_experiment_stops_its_child(tmp_path):
     with pytest.raises(ProcessLookupError):
         os.kill(int(pidfile.read_text()), 0)  # reaped: not left training
     assert signal.getsignal(signal.SIGTERM) is before  # the handler before it is back
+
+
+def test_label_case_and_repeated_test_texts_are_said(tmp_path):
+    from scratchformer.tasks.classify import load_classification
+    from scratchformer.tasks.classify.recipe import ClassifyDataConfig
+
+    rows = [(f"text {i}", "Pos" if i % 3 == 0 else "pos" if i % 3 == 1 else "neg") for i in range(30)]
+    write_tsv(tmp_path / "train.tsv", rows)
+    write_tsv(tmp_path / "test.tsv", [("text 4", "pos"), ("text 9", "Pos"), ("new text", "neg")])
+    dc = ClassifyDataConfig(dataset=str(tmp_path / "train.tsv"), test_file=str(tmp_path / "test.tsv"))
+    data = load_classification(dc)
+    notes = data.meta["hygiene"]
+    assert notes[0] == "labels 'Pos', 'pos' differ only in case: they are 2 classes; if one was meant, write it one " \
+                       "way in the file"
+    assert "2 of the 3 test texts also occur in the training data" in notes[-1]
+    assert data.meta["test_in_train"] == [0, 1]

@@ -45,6 +45,8 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
     data = load_classification(recipe.data)
+    for note in data.meta.get("hygiene", []) if not resume else []:
+        log(f"data: {note}")
     soft = (teacher_probabilities(recipe.teacher, data.train, data.labels, log, recipe.distill_temperature,
                                   recipe.data) if recipe.teacher else None)  # for the whole split: folds index it
     if soft is not None:
