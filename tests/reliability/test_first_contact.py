@@ -55,8 +55,7 @@ def _one_line(capsys) -> str:
     return err[len("error: "):]
 
 
-@pytest.mark.parametrize("verb", [["evaluate"], ["evaluate", "--no-blend"], ["attention", "--split", "test"],
-                                  ["doctor", "--split", "test"]])
+@pytest.mark.parametrize("verb", [["evaluate"], ["evaluate", "--no-blend"], ["doctor", "--split", "test"]])
 def test_a_classify_run_without_a_test_split_says_so_in_every_verb(no_test_run, verb, capsys):
     _, run = no_test_run
     capsys.readouterr()
@@ -69,7 +68,7 @@ def test_a_classify_run_without_a_test_split_says_so_in_every_verb(no_test_run, 
 
 def test_a_translation_run_without_a_test_split_says_so(no_test_translation, capsys):
     _, run = no_test_translation
-    for verb in (["evaluate", str(run)], ["attention", str(run), "--split", "test"]):
+    for verb in (["evaluate", str(run)], ["doctor", str(run), "--split", "test"]):
         capsys.readouterr()
         assert main(verb) == 2
         assert f"{run} has no test split" in _one_line(capsys)
