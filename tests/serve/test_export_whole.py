@@ -23,26 +23,12 @@ pytest.importorskip("ctranslate2", reason="pip install -e '.[test]' brings ctran
 
 @pytest.fixture(scope="module")
 def postln_mt(tmp_path_factory):
-    """A tiny Post-LN word translator (the Marian layout, which both translation formats take)."""
-    import random
+    """The toy word translator, Post-LN (the Marian layout, which both translation formats take)."""
+    from toy_data import train_toy_translator
 
-    d = tmp_path_factory.mktemp("mt-postln")
-    rng = random.Random(0)
-    words = "ab cd ef gh ij kl".split()
-    for name, n in (("train", 160), ("valid", 8), ("test", 8)):
-        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 4))) for _ in range(n)]
-        (d / f"{name}.tsv").write_text("".join(f"{s}\t{s.upper()}\n" for s in src))
-    out = d / "run"
-    assert main(["train", "translate", "--data", str(d / "train.tsv"), "--valid", str(d / "valid.tsv"),
-                 "--test", str(d / "test.tsv"), "--out", str(out),
-                 "--set", "model.transformer.d_model=32", "--set", "model.transformer.n_heads=2",
-                 "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1",
-                 "--set", "model.transformer.norm_first=false", "--set", "model.transformer.dropout=0.0",
-                 "--set", "data.src_tokenizer=word", "--set", "data.tgt_tokenizer=word",
-                 "--set", "data.max_tokens=300", "--set", "train.epochs=6", "--set", "train.progress=false",
-                 "--set", "average_last=1", "--set", "decode.beam=1", "--set", "decode.precision=fp32",
-                 "--set", "data.bleu_sentences=4"]) == 0
-    return out
+    return train_toy_translator(tmp_path_factory.mktemp("mt-postln"), "--set", "model.transformer.norm_first=false",
+                                "--set", "model.transformer.dropout=0.0", "--set", "train.epochs=6",
+                                "--set", "decode.precision=fp32", "--set", "data.bleu_sentences=4")
 
 
 FORMATS = [("clf_run", "onnx"), ("lm_run", "onnx"), ("postln_mt", "transformers"), ("postln_mt", "ctranslate2")]

@@ -19,7 +19,6 @@ as their own exception types (`SafetensorError`, `RuntimeError`) carrying the OS
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import tempfile
@@ -87,16 +86,10 @@ def _remove_dead_stages(out: Path) -> None:
                 remove(p)
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _files(folder: Path) -> dict[str, dict]:
-    return {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _digest(p)}
+    from ..data.fetch import sha256_file
+
+    return {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in (_PID, COMPLETE)}
 
 
