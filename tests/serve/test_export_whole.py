@@ -277,3 +277,20 @@ def test_non_finite_probabilities_and_vectors_are_one_line_never_numbers(clf_run
         next(clf.model.encoder.parameters()).fill_(float("inf"))
     with pytest.raises(UserError, match="sentence embeddings of .* not finite"):
         clf.embed(["股市涨跌"])
+
+
+def test_the_ctranslate2_export_refuses_an_over_long_sentence_as_ours(exports, postln_mt):
+    from scratchformer.tasks.translate import Translator
+    from scratchformer.tasks.translate.ct2_runtime import Ct2Translator
+
+    ours, theirs = Translator.load(postln_mt), Ct2Translator(exports[("postln_mt", "ctranslate2")])
+    limit = ours.decode_config().max_input_len
+    long = " ".join(["ab"] * (limit + 1))
+    with pytest.raises(UserError) as a:
+        ours.translate([long])
+    with pytest.raises(UserError) as b:
+        theirs.translate(["ab cd", long])
+    assert str(a.value).replace("sentence 1", "sentence 2") == str(b.value)
+    for bad in ("", "  "):
+        with pytest.raises(UserError, match="is empty"):
+            theirs.translate([bad])

@@ -76,7 +76,8 @@ def write_transformers(tr, folder: Path) -> dict:
             "banned_ids": vocab.banned, "residual_permutation": "sines then cosines (PE_hf = PE_ours[:, 0::2 | 1::2])",
             "max_positions": n_pos, "source_ends_with": EOS,
             "decode": {"beam": d.beam, "length_penalty": d.length_penalty, "max_len_ratio": d.max_len_ratio,
-                       "max_len_offset": d.max_len_offset, "max_output_len": d.max_output_len}}
+                       "max_len_offset": d.max_len_offset, "max_output_len": d.max_output_len,
+                       "max_input_len": d.max_input_len}}
 
 
 def _move_files(src: Path, dst: Path) -> None:
