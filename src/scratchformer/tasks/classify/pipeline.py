@@ -46,7 +46,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     given = recipe
     data = load_classification(recipe.data)
     for note in data.meta.get("hygiene", []) if not resume else []:
-        log(f"data: {note}")
+        log(f"data hygiene: {note}")
     soft = (teacher_probabilities(recipe.teacher, data.train, data.labels, log, recipe.distill_temperature,
                                   recipe.data) if recipe.teacher else None)  # for the whole split: folds index it
     if soft is not None:
