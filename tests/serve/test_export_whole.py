@@ -36,8 +36,9 @@ FORMATS = [("clf_run", "onnx"), ("lm_run", "onnx"), ("postln_mt", "transformers"
 
 def _export(request, run_fixture, fmt, out, *extra):
     run = request.getfixturevalue(run_fixture)
-    # the toy word translator's CTranslate2 greedy output differs from ours (the parity check finds it,
-    # see the report of issue 33); these tests are about the folder, so CTranslate2 runs unchecked
+    # the toy translator barely learns (it repeats one word to the length limit): its logits are near
+    # ties, where CTranslate2's float order can pick another token on some test sentences; these tests
+    # are about the folder, so CTranslate2 runs unchecked (tests/tasks/test_translate_export.py checks parity)
     check = ["--no-check"] if fmt == "ctranslate2" and "--no-check" not in extra else []
     return main(["export", str(run), "--format", fmt, "--out", str(out), *extra, *check])
 
