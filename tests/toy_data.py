@@ -68,8 +68,9 @@ def train_toy_lm(d, steps=10):
     return out
 
 
-def train_toy_translator(d):
-    """A tiny word-level translator (copy in upper case) trained in `d/run` from 200 toy pairs; returns the run."""
+def train_toy_translator(d, *extra):
+    """A tiny word-level translator (copy in upper case) trained in `d/run` from 200 toy pairs; returns the run.
+    `extra`: more arguments of `train translate` (a later --set wins)."""
     from scratchformer.cli import main
 
     rng = random.Random(0)
@@ -88,7 +89,7 @@ def train_toy_translator(d):
                  "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1",
                  "--set", "data.src_tokenizer=word", "--set", "data.tgt_tokenizer=word", "--set", "data.max_tokens=300",
                  "--set", "train.epochs=2", "--set", "train.progress=false", "--set", "average_last=1",
-                 "--set", "decode.beam=1"]) == 0
+                 "--set", "decode.beam=1", *extra]) == 0
     return out
 
 

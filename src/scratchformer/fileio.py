@@ -524,6 +524,16 @@ def remove_empty_dir(path: str | Path, root: str | Path | None = None) -> bool:
         return False
 
 
+def folder_mode(path: str | Path) -> None:
+    """Give a folder made by `tempfile.mkdtemp` (0o700: private) the mode `mkdir` gives every
+    other folder (0o777 less the umask), before it is renamed into place: a cache or an export
+    is not a secret, and the user's group reads it as it reads the rest."""
+    umask = os.umask(0)
+    os.umask(umask)
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o777 & ~umask)
+
+
 @contextlib.contextmanager
 def staged_folder(target: str | Path, replace: bool = False) -> Iterator[Path]:
     """A new temporary folder beside `target` to fill; on a clean exit it is renamed to `target`
@@ -539,6 +549,7 @@ def staged_folder(target: str | Path, replace: bool = False) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield tmp
+        folder_mode(tmp)
         if replace:
             remove(target)
         try:

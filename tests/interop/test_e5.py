@@ -227,6 +227,9 @@ def test_the_decoded_folder_is_written_whole_and_replaced_whole(e5file, tok_json
     cfg = json.loads((target / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 1 and cfg["vocab_size"] == len(rows)
     write_hf_folder(target, e5file, tok_json.encode(), layers=2, word_rows=rows, provenance={"run": 2})
-    assert json.loads((target / ".complete").read_text()) == {"run": 2}
+    record = json.loads((target / ".complete").read_text())
+    assert record.pop("files").keys() == {"config.json", "model.safetensors", "sentence_bert_config.json",
+                                          "tokenizer.json", "tokenizer_config.json"}  # with their digests
+    assert record == {"run": 2}
     assert json.loads((target / "config.json").read_text())["num_hidden_layers"] == 2
     assert [p.name for p in target.parent.iterdir()] == ["e5"]

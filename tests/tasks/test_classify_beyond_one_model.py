@@ -12,7 +12,7 @@ from scratchformer.cli import main
 from scratchformer.errors import UserError
 from scratchformer.tasks.classify import Classifier
 from scratchformer.tasks.classify.baseline import Baseline, _clip, fit_baseline
-from scratchformer.tasks.classify.blend import WEIGHTS, choose_weight
+from scratchformer.tasks.classify.blend import MARGIN, WEIGHTS, choose_weight, margin_for
 from scratchformer.tasks.classify.distill import soften
 from scratchformer.tasks.classify.inference import BlendedClassifier
 from toy_data import write_reviews_tsv
@@ -77,23 +77,40 @@ def test_a_damaged_saved_baseline_gives_one_line_errors(tmp_path):
         Baseline.load(tmp_path / "b")
 
 
-def test_the_weight_is_the_best_on_valid_and_ties_go_to_the_even_mix():
+def test_a_mix_is_kept_only_when_it_beats_the_better_part_by_the_margin():
     ours, base = np.array([[0.9, 0.1]]), np.array([[0.2, 0.8]])
-    # label 1 wins iff 0.1w + 0.8(1-w) > 0.9w + 0.2(1-w), i.e. w < 3/7: w in 0..0.4 are right
-    assert choose_weight(ours, base, np.array([1])) == (0.4, 1.0)
-    assert choose_weight(ours, base, np.array([0])) == (0.5, 1.0)  # w in 0.5..1 are right
-    two = np.concatenate([ours, ours]), np.concatenate([base, base])
-    assert choose_weight(*two, np.array([1, 0])) == (0.5, 0.5)  # every w is 50%: the even mix
-    # ours always right, the baseline always wrong with more confidence: only w >= 0.7 is right
-    assert choose_weight(np.array([[0.8, 0.2]] * 3), np.array([[0.0, 1.0]] * 3), np.zeros(3, int)) == (0.7, 1.0)
+    # w in 0..0.4 are right on label 1, but so is the baseline alone: no mix beats it
+    assert choose_weight(ours, base, np.array([1])) == (0.0, 1.0)
+    assert choose_weight(ours, base, np.array([0])) == (1.0, 1.0)  # ours alone
+    # each part right on two of four texts; w = 0.7 and 0.8 get all four (two more: the margin on 4)
+    ours = np.array([[0.6, 0.4], [0.6, 0.4], [0.45, 0.55], [0.45, 0.55]])
+    base = np.array([[0.3, 0.7], [0.3, 0.7], [0.9, 0.1], [0.9, 0.1]])
+    assert choose_weight(ours, base, np.zeros(4, int)) == (0.7, 1.0)
+    assert margin_for(4) == pytest.approx(0.5) and margin_for(1000) == MARGIN == 0.005
+    # the same on 10 texts where the six others are right either way: 1.0 vs 0.8 beats 2/10
+    six = np.array([[0.9, 0.1]] * 6)
+    assert choose_weight(np.concatenate([ours, six]), np.concatenate([base, six]), np.zeros(10, int)) == (0.7, 1.0)
+    # one text more right than ours alone (9 of 10) is not enough on 10: ours alone
+    ours1, base1 = np.concatenate([ours[:3], six, [[0.9, 0.1]]]), np.concatenate([base[:3], six, [[0.9, 0.1]]])
+    assert choose_weight(ours1, base1, np.zeros(10, int)) == (1.0, 0.9)
     assert WEIGHTS[0] == 0.0 and WEIGHTS[-1] == 1.0 and len(WEIGHTS) == 11
+
+
+def test_a_chance_level_model_that_ties_tfidf_on_valid_loses_to_tfidf_alone():
+    """The probe's case: flat probabilities that happen to be right on 6 of 10 valid texts, TF-IDF
+    right on the same 6, every mix too: TF-IDF alone (the old rule took the even mix)."""
+    gold = np.array([0] * 6 + [1] * 4)
+    ours = np.array([[0.51, 0.49]] * 10)  # says 0 everywhere: 6 right
+    base = np.array([[0.9, 0.1]] * 6 + [[0.6, 0.4]] * 4)  # 6 right, confident where right
+    w, acc = choose_weight(ours, base, gold)
+    assert (w, acc) == (0.0, 0.6)
     # accuracy and macro-F1 disagree: ours says class 0 for all five (4 right), the baseline catches the one
-    # class-1 text but misses two class-0 ones; with ours at 0.7 the baseline's votes win for w <= 0.7
+    # class-1 text but misses two class-0 ones
     ours, base = np.array([[0.7, 0.3]] * 5), np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
     gold = np.array([0, 0, 0, 1, 0])
-    assert choose_weight(ours, base, gold) == (0.8, 0.8)  # accuracy 0.8 for w >= 0.8, 0.6 below
-    w, f1 = choose_weight(ours, base, gold, metric="macro_f1")  # macro-F1 0.583 for w <= 0.7, 0.444 above
-    assert w == 0.5 and f1 == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert choose_weight(ours, base, gold) == (1.0, 0.8)  # accuracy 0.8 for w >= 0.8: ours alone has it
+    w, f1 = choose_weight(ours, base, gold, metric="macro_f1")  # macro-F1 0.583 for w <= 0.7: the baseline's
+    assert w == 0.0 and f1 == pytest.approx((2 / 3 + 1 / 2) / 2)
     with pytest.raises(UserError, match="valid split, which is empty"):
         choose_weight(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0, int))
 

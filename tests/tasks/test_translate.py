@@ -373,7 +373,7 @@ def test_ensemble_cli_and_tokenizer_check(run, tmp_path, capsys):
     assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--json", "--greedy",
                  "--ensemble", str(out)]) == 0  # the run with itself: the same translations
     pair = json.loads(capsys.readouterr().out)
-    assert pair["bleu"] == alone["bleu"] and (out / "test_ensemble2_hyps.txt").exists()
+    assert pair["bleu"] == alone["bleu"] and (out / "file_test_ensemble2_hyps.txt").exists()
     assert main(["translate", str(out), "--ensemble", str(out), "ab cd"]) == 0
     assert capsys.readouterr().out.strip() == "AB CD"
     other = tmp_path / "other"

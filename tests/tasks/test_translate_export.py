@@ -157,8 +157,9 @@ def test_runs_that_cannot_be_exported_say_why(post_ln, tmp_path, capsys):
         f"{tmp_path / 'lm'} holds a 'lm' run; --format ctranslate2 exports translation runs "
         "(classify and lm runs: --format onnx)")
     (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
     assert error(post_ln, "--format", "transformers", "--out", tmp_path / "taken") == (
-        f"{tmp_path / 'taken'} already exists: give a new folder to --out")
+        f"{tmp_path / 'taken'} is not empty: give a new folder to --out")
     ens = tmp_path / "ens"
     ens.mkdir()
     (ens / "config.json").write_text((post_ln / "config.json").read_text())
@@ -202,5 +203,6 @@ def test_a_failed_parity_check_writes_nothing(post_ln, tmp_path, monkeypatch, ca
     assert main(["export", str(post_ln), "--format", "transformers", "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "the transformers export differs from our model (max |Δ logits| 5.00e-01, greedy_equal False, "
-        "beam_equal_where_finished True); not written")
+        f"beam_equal_where_finished True); {out} not written (`scratchformer export ... --no-check` writes it "
+        "anyway, unchecked)")
     assert not out.exists()

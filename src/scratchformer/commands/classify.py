@@ -151,6 +151,7 @@ def evaluate(args) -> int:
     from ..tasks.classify.data import labeled_pairs
     from ..tasks.classify import format_report, load_classification
     from ..tasks.classify.report import meta_for
+    from ..tasks.runs import file_report_name, split_of
     from ..errors import UserError
 
     if getattr(args, "context", None) is not None:
@@ -161,10 +162,11 @@ def evaluate(args) -> int:
     if args.max_len is not None:
         clf = clf.with_max_len(args.max_len)
     if args.data:
-        pairs, name, meta = labeled_pairs(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col), Path(args.data).stem, None
+        pairs, name, meta = (labeled_pairs(args.data, clf.recipe.data.text_col, clf.recipe.data.label_col),
+                             file_report_name(args.data), None)
     else:
         data = load_classification(clf.recipe.data)
-        pairs, name, meta = getattr(data, args.split), args.split, data.meta
+        pairs, name, meta = split_of(data, args.split, args.run_dir, "evaluate"), args.split, data.meta
     split = name
     if args.max_len is not None:  # its own report files beside the trained-length ones
         name = f"{name}_maxlen{args.max_len}"

@@ -51,6 +51,16 @@ def register(cli) -> None:
 def _load(name: str, compute: str | None = None, say: bool = False):
     from ..interop.hf_bert import compute_choice, load_hf_bert
 
+    cfg = Path(name) / "config.json"
+    try:
+        task = json.loads(cfg.read_text(encoding="utf-8")).get("task") if cfg.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        task = None
+    if task is not None:  # one of our runs, not a BERT checkpoint: say what gives its vectors
+        hint = (f"its sentence embeddings come from `scratchformer serve {name}` (/v1/embeddings) or "
+                f"`Classifier.load({str(name)!r}).embed(texts)`" if task == "classify" else
+                "embed takes a pretrained encoder (minilm, e5) or a BERT checkpoint folder")
+        raise UserError(f"{name} is a scratchformer {task} run, not a pretrained encoder; {hint}")
     model, tok = load_hf_bert(name, compute_type=compute)
     if say:  # --compute-type auto: what it chose (for a 32 x 128 batch) and why
         print("compute type: {} ({})".format(*compute_choice(model, "auto")), file=sys.stderr)

@@ -32,7 +32,7 @@ def register(cli) -> None:
     names = available() + sorted(PROGRAMS)
     p = cli.verb("experiment", help="test a tutorial claim: " + ", ".join(names))
     p.add_argument("name", help=f"one of: {', '.join(names)}; or the path of a spec .json")
-    p.add_argument("--out", required=True, type=Path, help="experiment folder (rerun to resume)")
+    p.add_argument("--out", type=Path, help="experiment folder (rerun to resume; default runs/exp-NAME)")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, data subset (seconds; no evidence)")
     p.add_argument("--seeds", type=int, help="runs per grid point (default: the spec's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -89,6 +89,9 @@ def experiment_cmd(args) -> int:
     from ..experiments.experiment import run_experiment
     from ..experiments.programs import program
 
+    if args.out is None:  # the docs' convention (docs/claims.md), so that the first try runs as written
+        args.out = Path("runs") / f"exp-{Path(args.name).stem}"
+        _log(f"--out not given: writing into {args.out}/ (rerun the same command to resume)")
     run = program(args.name)
     if run is not None:  # an experiment written as a program (its own tiny models, no spec)
         if args.set or args.grid:

@@ -109,6 +109,7 @@ def translate(args) -> int:
 
 
 def evaluate(args) -> int:
+    from ..tasks.runs import file_report_name, split_of
     from ..tasks.translate import Translator, load_translation, read_parallel_spec
 
     for flag, value in (("--context", getattr(args, "context", None)), ("--max-len", getattr(args, "max_len", None)),
@@ -117,9 +118,9 @@ def evaluate(args) -> int:
             raise UserError(f"{flag} is for language-model or classification runs, not translation")
     tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args))
     if args.data:
-        pairs, name = read_parallel_spec(args.data), Path(args.data.split(",")[0]).stem
+        pairs, name = read_parallel_spec(args.data), file_report_name(args.data)
     else:
-        pairs, name = getattr(load_translation(tr.recipe.data), args.split), args.split
+        pairs, name = split_of(load_translation(tr.recipe.data), args.split, args.run_dir, "evaluate"), args.split
     if args.ensemble:
         name = f"{name}_ensemble{len(args.ensemble) + 1}"
     rep = tr.evaluate(pairs, args.run_dir, name, **_overrides(args))

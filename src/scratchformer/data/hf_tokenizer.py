@@ -35,7 +35,7 @@ _WORD = r"[\p{L}\p{N}_]+|[^\p{L}\p{N}_\s]"
 def to_hf(tok):
     """`tok` (ours, or a `BertTokenizer`) -> a `tokenizers.Tokenizer` giving the same ids for
     `encode(text, add_special_tokens=False)`."""
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     if hasattr(tok, "cls_id"):  # BertTokenizer / XLMRTokenizer: already a `tokenizers` pipeline
         return Tokenizer.from_str(tok.hf.to_str())
@@ -54,6 +54,7 @@ def to_hf(tok):
         hf.normalizer = normalizers.Lowercase()
     if kind == "char":
         hf.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), "isolated")
+        hf.decoder = decoders.Fuse()  # `decode` joins the characters, as ours (WordLevel's joins with spaces)
     else:
         hf.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\s+"), "removed"),
                                                     pre_tokenizers.Split(Regex(_WORD), "isolated")])

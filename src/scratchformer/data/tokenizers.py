@@ -169,6 +169,12 @@ class _VocabTokenizer(Tokenizer):
             raise ValueError(f"vocabulary must start with {SPECIAL_TOKENS}")
         self.itos = list(tokens)
         self.stoi = {t: i for i, t in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):  # two ids for one token: encode would give only the last
+            seen: dict[str, int] = {}
+            for i, t in enumerate(self.itos):
+                if t in seen:
+                    raise ValueError(f"the token {t!r} is listed twice (ids {seen[t]} and {i}); every token has one id")
+                seen[t] = i
         self.lowercase = lowercase
 
     @property

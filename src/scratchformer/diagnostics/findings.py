@@ -282,6 +282,10 @@ def embeddings(table, rows: dict[str, list[int]], sample_ids: set[int]) -> Findi
     after = (f"; {len(later)} row(s) of tokens whose first training batch came after the saved weights "
              f"(step {table.saved_step}), so still at their initial values as they should be: {show(later)}"
              if later else "")
+    dropped = rows.get("dropped", [])
+    if dropped:
+        after += (f"; {len(dropped)} row(s) of tokens seen so rarely that token dropout "
+                  f"({table.token_dropout:g}) may have turned every occurrence into <unk>: {show(dropped)}")
     every = "every row seen before the saved step was trained" if later else "every used row was trained"
     return Finding("embedding_rows", level,
                    f"{table.name}: {len(unseen)} token(s) never seen in training" if unseen else f"{table.name}: {every}",

@@ -134,8 +134,9 @@ def unchanged_rows(table: EmbeddingTable, tol: float = 1e-4) -> dict:
     barely trained model). All-zero initial rows (padding) are left out. Returns the ids
     split into 'special', 'unseen' (0 training occurrences), 'seen' (they occur in the batches
     the weights were trained on, so they should have moved: a bug), 'later' (their tokens occur
-    in the training data only after the step the weights were saved at: nothing wrong) and
-    'unknown_count', and 'typical_change', the median
+    in the training data only after the step the weights were saved at: nothing wrong),
+    'dropped' (seen, but so rarely that token dropout may have hidden every occurrence: p^count
+    >= DROPPED_CHANCE) and 'unknown_count', and 'typical_change', the median
     relative change of the rows whose tokens occur in training."""
     w, w0 = table.weight.detach().double(), table.initial.detach().double()
     norm0 = w0.norm(dim=1)
@@ -150,7 +151,8 @@ def unchanged_rows(table: EmbeddingTable, tol: float = 1e-4) -> dict:
     # rows that never got a gradient (that case is reported through `typical`)
     limit = min(tol, 0.01 * typical) if typical == typical else tol
     still = ((residual < limit) & (norm0 > 0)).nonzero().squeeze(1).tolist()
-    out = {"special": [], "unseen": [], "seen": [], "later": [], "unknown_count": [], "typical_change": typical}
+    out = {"special": [], "unseen": [], "seen": [], "later": [], "dropped": [], "unknown_count": [],
+           "typical_change": typical}
     for i in still:
         if i in table.special:
             out["special"].append(i)
@@ -159,9 +161,15 @@ def unchanged_rows(table: EmbeddingTable, tol: float = 1e-4) -> dict:
         elif int(table.train_counts[i]) == 0:
             later = table.data_counts is not None and int(table.data_counts[i]) > 0
             out["later" if later else "unseen"].append(i)
+        elif table.token_dropout > 0 and table.token_dropout ** int(table.train_counts[i]) >= DROPPED_CHANCE:
+            # token dropout may have turned every occurrence into <unk>: p^count is not negligible
+            out["dropped"].append(i)
         else:
             out["seen"].append(i)
     return out
+
+
+DROPPED_CHANCE = 1e-3  # a seen row is an error only when token dropout had less chance than this to hide it
 
 
 def unk_share(subject: Subject) -> tuple[int, int]:

@@ -126,7 +126,7 @@ def run(out: Path, seeds: int = 5, quick: bool = False, log: Callable[[str], Non
     runs = pd.DataFrame(rows)
     runs["cell"] = runs["task"] + "/" + runs["scoring"]
     runs["diverged"] = False
-    outcomes = [evaluate_check(c, runs, ["task", "scoring"]) for c in CHECKS]
+    outcomes = [evaluate_check(c, runs, ["task", "scoring"], quick) for c in CHECKS]
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))  # pandas' to_csv(path) follows a link
     summary = runs.groupby(["task", "scoring"], sort=False).agg(
         acc_mean=("test_accuracy", "mean"), acc_std=("test_accuracy", "std"),

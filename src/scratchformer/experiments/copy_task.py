@@ -333,7 +333,7 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
                          for r in results])
     runs["cell"], runs["diverged"] = runs["bug"], False
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))  # pandas' to_csv(path) follows a link
-    outcomes = [evaluate_check(c, runs, ["bug"]) for c in CHECKS]
+    outcomes = [evaluate_check(c, runs, ["bug"], quick) for c in CHECKS]
     figures = plot_all(results, out)
     command = (f"scratchformer experiment copy-task --seeds {seeds}{' --quick' if quick else ''}"
                f"{' --bugs ' + bugs if bugs else ''} --out {out}")

@@ -97,7 +97,7 @@ def _run_experiment(spec: ExperimentSpec, plan: Plan, axes: list, out: Path, qui
         if path is not None:
             result.figures[name] = path
     axes = [a.name for a in sw.axes]
-    outcomes = [evaluate_check(c, result.runs, axes) for c in spec.checks]
+    outcomes = [evaluate_check(c, result.runs, axes, quick) for c in spec.checks]
     extra = "".join(f" --grid {x}" for x in grid or []) + "".join(f" --set {x}" for x in sets or [])
     command = f"scratchformer experiment {spec.name}{' --quick' if quick else ''} --seeds {plan.seeds}{extra} --out {out}"
     report = write_report(spec, plan, result, outcomes, command, time.monotonic() - t0)

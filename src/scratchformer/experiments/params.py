@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..tasks.runs import refuse_wrong_kind
 from ..nn.config import TransformerConfig
 
 COMPONENTS = ("embeddings", "attention", "cross-attention", "ffn", "recurrence", "norms", "head", "other")
@@ -182,6 +183,7 @@ def params_table(run_or_config: Path, task: str | None = None) -> tuple[list[tup
         if not isinstance(recipe, dict):
             raise UserError(f"{path}: expected a JSON object of recipe sections (as `train --config`), "
                             f"found {type(recipe).__name__}")
+        refuse_wrong_kind(recipe, path, "recipe")
         recipe.setdefault("task", task or "classify")
         counted = None
         note = (f"closed form only ({path} is a recipe: the vocabulary size comes from the tokenizer, "

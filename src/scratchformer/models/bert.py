@@ -269,6 +269,11 @@ class BertEncoder(nn.Module):
                 out[torch.tensor(idx, device=device)] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
         finally:
             self.train(was_training)
+        bad = (~torch.isfinite(out).all(-1)).nonzero().flatten().tolist()
+        if bad:  # never a NaN vector handed on (it would be printed, served or searched as a number)
+            raise UserError(f"the encoder's vectors of {len(bad)} of {len(texts)} texts (the first: text {bad[0] + 1}) "
+                            "are not finite (NaN or inf): its weights hold NaN or inf; a decoded model in the cache "
+                            "is damaged: delete its folder there and run again")
         return out
 
 

@@ -296,7 +296,10 @@ def load_backend(spec: ModelSpec, backend: str = "torch", compute_type: str | No
 def _open_backend(spec: ModelSpec, backend: str, compute_type: str | None, quantize: str | None) -> Served:
     path = Path(spec.source)
     if (path / "export.json").is_file():
+        from ..tasks.export_folder import require_complete
+
         meta = json.loads((path / "export.json").read_text(encoding="utf-8"))
+        require_complete(path, "ctranslate2" if meta.get("format") == "ctranslate2" else "onnxruntime")
         if meta.get("format") == "ctranslate2":
             return Ct2TranslatorBackend(spec.name, path)
         if meta.get("format") != "onnx":

@@ -124,6 +124,7 @@ class EmbeddingTable:
     hashed: bool = False  # rows are hash buckets (bigrams): unused rows are expected
     data_counts: torch.Tensor | None = None
     saved_step: int | None = None  # the optimizer step of the weights, when they say
+    token_dropout: float = 0.0  # training turned this share of the tokens into <unk> (their rows got nothing)
 
 
 @dataclass

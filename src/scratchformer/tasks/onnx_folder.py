@@ -1,10 +1,11 @@
 """What every ONNX export (classify, lm) checks first: the exporter's packages are there, and
-`--out` is a new or empty folder (an export never mixes its files with others)."""
+`--out` is a new or empty folder, not a link (export_folder.check_out)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import UserError
+from .export_folder import check_out
 
 
 def new_export_folder(out_dir: str | Path) -> Path:
@@ -14,7 +15,4 @@ def new_export_folder(out_dir: str | Path) -> Path:
         import onnxscript  # noqa: F401
     except ImportError:
         raise UserError("ONNX export needs onnx and onnxscript: pip install 'scratchformer[export]'") from None
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} is not empty: give a new folder to --out")
-    return out
+    return check_out(out_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -79,6 +80,35 @@ def check_minutes(name: str, v: Any) -> None:
         raise UserError(f"{name} must be a finite number of minutes > 0 (or null), got {v!r}")
 
 
+SPEC_KEYS = {"claim", "checks", "grid"}  # what only an experiment spec holds
+RECIPE_KEYS = {"data", "model", "train"}  # a recipe's sections
+
+
+def json_kind(d: Any) -> str | None:
+    """"experiment spec", "recipe" or "run config" for a loaded JSON object, when its keys say so."""
+    if not isinstance(d, dict):
+        return None
+    if SPEC_KEYS <= set(d):
+        return "experiment spec"
+    if "task" in d and RECIPE_KEYS <= set(d):
+        return "run config"
+    if set(d) & RECIPE_KEYS and not set(d) & SPEC_KEYS:
+        return "recipe"
+    return None
+
+
+def refuse_wrong_kind(d: Any, path: str | Path, want: str) -> None:
+    """One line when `d` (loaded from `path`) is another kind of file than `want` ("recipe" or
+    "experiment spec"), naming the verb that takes it, before its keys are read one by one."""
+    kind = json_kind(d)
+    if want == "recipe" and kind == "experiment spec":
+        raise UserError(f"{path} is an experiment spec (it has a claim, a grid and checks), not a recipe: run it "
+                        f"with `scratchformer experiment {path}`; --config takes a recipe (sections data, model, train)")
+    if want == "experiment spec" and kind in ("recipe", "run config"):
+        raise UserError(f"{path} is a {kind}, not an experiment spec: train it with `scratchformer train TASK "
+                        f"--config {path}`, or sweep it with `scratchformer sweep --config {path} --grid ...`")
+
+
 def resolve_recipe(cls: type[Recipe], config: str | None = None, sets: list[str] = (),
                    flags: dict[str, Any] | None = None, base: Recipe | None = None) -> Recipe:
     """defaults (or `base`) -> `config` file -> `sets` ("key=value", typed) -> `flags`
@@ -91,6 +121,7 @@ def resolve_recipe(cls: type[Recipe], config: str | None = None, sets: list[str]
             raise UserError(f"config file {config} does not exist") from None
         except json.JSONDecodeError as e:
             raise UserError(f"{config}:{e.lineno}: not valid JSON ({e.msg})") from None
+        refuse_wrong_kind(override, config, "recipe")
         d = recipe.to_dict()
         _merge(d, override, config, cls)
         recipe = cls.from_dict(d)
@@ -316,6 +347,41 @@ def user_splits(read, train_file: str, dc) -> tuple[list, list, list | None]:
     elif valid is None:
         train, valid = seeded_split(train, 0, (0.9, 0.1))
     return train, valid, test
+
+
+def split_of(data: Any, split: str, run_dir: str | Path, verb: str | None = None) -> list:
+    """The `split` part of a run's loaded data, or one line saying it has none and how to give
+    one (a run trained with `--valid FILE` and no `--test` has no test split: `data.test` is
+    empty, and the reports below it would fail on nothing to concatenate)."""
+    pairs = getattr(data, split, None)
+    if not pairs:
+        others = [s for s in ("valid", "test") if s != split and getattr(data, s, None)]
+        alt = f", or `--split {others[0]}`" if others else ""
+        given = " (it was trained with --valid and no --test)" if split == "test" else ""
+        how = f"{verb} {run_dir} --data FILE" if verb else "--data FILE"
+        raise UserError(f"{run_dir} has no {split} split{given}: give a file of the training data's form "
+                        f"with `{how}`{alt}; a new run takes one with `--test FILE`")
+    return pairs
+
+
+def same_source(a: Any, b: Any) -> bool:
+    """Whether two data settings name the same thing: the same file by identity, not by spelling
+    (`./data/x.tsv` is `data/x.tsv`, and a link is its target), else equal values."""
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and a and b:
+        try:
+            return os.path.samefile(a, b)
+        except OSError:  # one of them is not a file here: a registered name, or gone
+            return os.path.normpath(a) == os.path.normpath(b)
+    return False
+
+
+def file_report_name(path: str | Path) -> str:
+    """The report name of `evaluate --data FILE`: `file_<stem>`, never a split's own name (a file
+    called test.tsv would otherwise replace the training-time test report, which belongs to the
+    run's own test split)."""
+    return f"file_{Path(str(path).split(',')[0]).stem}"
 
 
 # ----------------------------------------------------------------------------- evaluation

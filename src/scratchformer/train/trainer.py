@@ -548,6 +548,12 @@ class Trainer:
         self._append(row)
         if bar is not None:
             bar.set_postfix(self._postfix(), refresh=False)
+        if cfg.progress and self.dist.is_main and not sys.stderr.isatty():
+            # no bar off a terminal (tqdm draws none): a log file or CI sees one line per evaluation
+            train = f", train loss {self._last_train_loss:.4f}" if self._last_train_loss is not None else ""
+            best = f"{st.best_metric:.4f} at step {st.best_step}" if st.best_metric is not None else "none yet"
+            print(f"step {st.step}/{self.total_steps} (epoch {st.epoch}): valid {cfg.metric} {value:.4f}, best "
+                  f"{best}{train}, {self._elapsed():.0f} s", file=sys.stderr, flush=True)
         self._plot()
         return True
 

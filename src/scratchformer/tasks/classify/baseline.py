@@ -130,6 +130,7 @@ class Baseline:
             vectorizers = []
             for i, v in enumerate(spec["vectorizers"]):
                 params = {k: tuple(v[k]) if k == "ngram_range" else v[k] for k in _SAVED_PARAMS}
+                _check_params(params, directory / SPEC_FILE)
                 vec = TfidfVectorizer(vocabulary={t: j for j, t in enumerate(v["vocabulary"])}, dtype=np.float32,
                                       **params)
                 vec.idf_ = tensors[f"idf.{i}"]
@@ -159,6 +160,29 @@ class Baseline:
 # what a vectorizer needs besides its vocabulary and idf to turn texts into the same features
 _SAVED_PARAMS = ("analyzer", "ngram_range", "token_pattern", "lowercase", "sublinear_tf", "norm", "use_idf",
                  "smooth_idf", "strip_accents")
+
+
+# what `_features` writes, and nothing else: a regex read from a run folder is code of a kind (a
+# crafted one backtracks for ever), so only the two patterns we use are accepted
+_ALLOWED = {"analyzer": {"word", "char", "char_wb"}, "token_pattern": {r"(?u)\b\w+\b", r"(?u)\b\w\w+\b"},
+            "norm": {"l1", "l2", None}, "strip_accents": {None, "ascii", "unicode"}}
+
+
+def _check_params(params: dict, where: Path) -> None:
+    """The saved vectorizer settings are ours (see `_ALLOWED`); else one line, nothing compiled."""
+    for k, allowed in _ALLOWED.items():
+        if params[k] not in allowed:
+            raise UserError(f"{where}: {k} {str(params[k])[:60]!r} is not one scratchformer writes "
+                            f"(expected one of {sorted(map(str, allowed))}); the file was edited: delete "
+                            f"{where.parent} and run `scratchformer blend RUN_DIR` again")
+    n = params["ngram_range"]
+    if not (len(n) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in n) and 1 <= n[0] <= n[1] <= 8):
+        raise UserError(f"{where}: ngram_range {n!r} is not one scratchformer writes (1 <= low <= high <= 8); "
+                        f"delete {where.parent} and run `scratchformer blend RUN_DIR` again")
+    for k in ("lowercase", "sublinear_tf", "use_idf", "smooth_idf"):
+        if not isinstance(params[k], bool):
+            raise UserError(f"{where}: {k} must be true or false, found {params[k]!r}; delete {where.parent} "
+                            "and run `scratchformer blend RUN_DIR` again")
 
 
 def _features(cjk: bool) -> list:

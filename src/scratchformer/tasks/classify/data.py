@@ -43,8 +43,31 @@ def load_classification(dc) -> ClassificationData:
         if unknown:
             raise UserError(f"{path or split_name} has labels not in the training data: {unknown[:5]}; "
                             "every label must occur in training")
-    return ClassificationData(train, valid or [], test or [], labels,
-                              {"name": Path(name).name, "source": str(name)})
+    meta = {"name": Path(name).name, "source": str(name)}
+    meta.update(hygiene(train, {"valid": valid or [], "test": test or []}, labels))
+    return ClassificationData(train, valid or [], test or [], labels, meta)
+
+
+def hygiene(train, splits: dict[str, list], labels: list[str]) -> dict:
+    """What the user's data says about itself, said rather than silent (meta["hygiene"], logged by
+    the pipeline): labels that differ only in case (two classes, where one was likely meant), and
+    valid/test texts that repeat a training text (`<split>_in_train`, their indices: the reports
+    give the accuracy without them)."""
+    out: dict = {"hygiene": []}
+    by_case: dict[str, list[str]] = {}
+    for lab in labels:
+        by_case.setdefault(lab.casefold(), []).append(lab)
+    for same in (v for v in by_case.values() if len(v) > 1):
+        out["hygiene"].append(f"labels {', '.join(map(repr, same))} differ only in case: they are {len(same)} classes; "
+                              "if one was meant, write it one way in the file")
+    seen = {t for t, _ in train}
+    for split, pairs in splits.items():
+        repeat = [i for i, (t, _) in enumerate(pairs) if t in seen]
+        if repeat:
+            out[f"{split}_in_train"] = repeat
+            out["hygiene"].append(f"{len(repeat)} of the {len(pairs)} {split} texts also occur in the training "
+                                  f"data (the {split} report gives the accuracy without them too)")
+    return out
 
 
 def without_holdout_fold(data: ClassificationData, dc: ClassifyDataConfig,

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import UserError
+from ..runs import same_source
 from .inference import Classifier, gold_ids
 
 SAME_SPLIT = ("dataset", "dataset_options", "valid_file", "test_file", "text_col", "label_col")
@@ -45,7 +46,7 @@ def teacher_probabilities(run_dir: str | Path, pairs, labels: list[str], log=pri
         raise UserError(f"teacher {run_dir} is not a run directory: train one first (e.g. --set ensemble=5)")
     teacher = Classifier.load(run_dir, blend=False)
     if teacher.recipe.cross_fit and data_config is not None and any(
-            getattr(teacher.recipe.data, k) != getattr(data_config, k) for k in SAME_SPLIT):
+            not same_source(getattr(teacher.recipe.data, k), getattr(data_config, k)) for k in SAME_SPLIT):
         raise UserError(f"teacher {run_dir} is cross-fitted on another training split ({', '.join(SAME_SPLIT)} "
                         "must match): a text's fold would not be the one its member left out")
     if teacher.labels != labels:
@@ -76,3 +77,32 @@ def cross_fitted(teacher, run_dir, pairs) -> np.ndarray:
         idx = np.arange(i, len(pairs), k)
         probs[idx] = m.split_proba([pairs[j] for j in idx])
     return probs
+
+
+TEACHER_FILE = "teacher.json"
+
+
+def check_teacher(out_dir: str | Path, teacher: str | Path, soft: np.ndarray, resume: bool) -> None:
+    """Tie the run to its teacher's soft targets: the first start records their sha256 in
+    `teacher.json`; a `--resume` whose teacher now gives other targets (replaced or retrained
+    between a kill and the resume) is refused, since the run would be trained on two teachers."""
+    import hashlib
+    import json
+
+    from ...fileio import atomic_write_text, make_dirs
+
+    digest = hashlib.sha256(np.round(soft.astype(np.float64), 6).tobytes()).hexdigest()
+    path = Path(out_dir) / TEACHER_FILE
+    if resume and path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = {}
+        if saved.get("soft_targets_sha256") != digest:
+            raise UserError(f"the teacher {teacher} gives other probabilities of the training texts than when "
+                            f"{out_dir} started (it was replaced or retrained since): resuming would train on two "
+                            "teachers; restore that teacher, or start again with --overwrite")
+        return
+    make_dirs(out_dir)
+    atomic_write_text(path, json.dumps({"teacher": str(teacher), "soft_targets_sha256": digest}) + "\n",
+                      root=out_dir)

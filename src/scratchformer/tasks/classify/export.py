@@ -38,6 +38,7 @@ from ...errors import UserError
 from ...fileio import atomic_write_text
 from ...models.pooling import masked_pool
 from ...nn.fast_linear import use_onednn
+from ..export_folder import parity_failed, staged_export
 from ..onnx_folder import new_export_folder
 
 OPSET = 18
@@ -141,8 +142,16 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
     args = (ids, torch.randint(1, max(2, clf.recipe.model.bigram_buckets), (b, t)), mask) if bigrams else (ids, mask)
     names = ["input_ids", "bigram_ids", "attention_mask"] if bigrams else ["input_ids", "attention_mask"]
     batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=1, max=_max_length(clf))
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "model.onnx.tmp"
+    with staged_export(out, "onnx", run_dir) as stage:
+        report = _write(clf, model, run_dir, out, stage, args, names, (batch, length), bigrams, settings, hf_tokenizer,
+                        check, check_texts)
+    return report
+
+
+def _write(clf, model, run_dir: Path, out: Path, stage: Path, args, names, dims, bigrams: bool, settings: dict,
+           hf_tokenizer, check: bool, check_texts) -> dict:
+    """The folder's files into `stage` (renamed to `out` once whole and checked)."""
+    batch, length = dims
     previous = use_onednn(False)
     # packing drops padded rows with a data-dependent branch (torch.export cannot trace it); the
     # graph computes them and the mask keeps them out, as the plain path does
@@ -155,13 +164,12 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
                                         output_names=["logits", "sentence_embedding"], opset_version=OPSET, dynamo=True,
                                         dynamic_shapes=tuple({0: batch, 1: length} for _ in names),
                                         external_data=False, verbose=False)
-            program.save(str(tmp))
+            program.save(str(stage / "model.onnx"))
     finally:
         use_onednn(previous)
         encoder.set_padding_packing(packing)  # the parity check compares with the run as it serves
-    tmp.replace(out / "model.onnx")
-    atomic_write_text(out / "tokenizer.json", hf_tokenizer.to_str(pretty=True))
-    atomic_write_text(out / "labels.json", json.dumps(clf.labels, ensure_ascii=False, indent=1) + "\n")
+    atomic_write_text(stage / "tokenizer.json", hf_tokenizer.to_str(pretty=True))
+    atomic_write_text(stage / "labels.json", json.dumps(clf.labels, ensure_ascii=False, indent=1) + "\n")
     dc, mc = clf.recipe.data, clf.recipe.model
     backbone = "ours" if mc.bert is None else f"{mc.bert.model_type} ({mc.init})"
     meta = {"format": "onnx", "task": "classify", "source_run": str(run_dir), "opset": OPSET,
@@ -170,18 +178,19 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
             "blend_in_run": (run_dir / "baseline" / "blend.json").is_file(), "preprocess": settings,
             "note": "the run's Transformer alone (no TF-IDF blend, no ensemble); texts longer than max_len "
                     "tokens are truncated as preprocess.truncate_keep says"}
-    atomic_write_text(out / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
     source = resources.files(__package__).joinpath("onnx_preprocess.py").read_text(encoding="utf-8")
-    atomic_write_text(out / "preprocess.py", source)
-    atomic_write_text(out / "README.md", _readme(meta, out))
+    atomic_write_text(stage / "preprocess.py", source)
+    atomic_write_text(stage / "README.md", _readme(meta, out))
+    atomic_write_text(stage / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
     report = {"n_texts": 0, "max_abs_diff": None}
-    if check:
-        report = check_parity(clf, out, check_texts or _real_texts(clf))
+    if check:  # the folder as written (export.json included: preprocess.py reads its settings)
+        report = check_parity(clf, stage, check_texts or _real_texts(clf))
         meta["parity"] = report
-        atomic_write_text(out / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
-        if report["max_abs_diff"] > TOLERANCE:
-            raise UserError(f"the export differs from our model by {report['max_abs_diff']:.2e} in the logits "
-                            f"(> {TOLERANCE:g}) on {report['n_texts']} texts; {out} is kept for inspection")
+        atomic_write_text(stage / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+    if check and (report["max_abs_diff"] > TOLERANCE or not report["argmax_agree"]):
+        raise parity_failed(f"the export differs from our model by {report['max_abs_diff']:.2e} in the logits "
+                            f"(tolerance {TOLERANCE:g}; argmax agrees on every text: {report['argmax_agree']}) "
+                            f"on {report['n_texts']} texts", out)
     return report
 
 

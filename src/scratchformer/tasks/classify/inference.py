@@ -124,7 +124,7 @@ class Classifier:
             b = self._batch(texts[i : i + batch_size])
             logits = self.task_for(b.ids.numel())[0].logits(b)
             out.append(torch.softmax(logits.float(), -1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
+        return finite(np.concatenate(out) if out else np.zeros((0, len(self.labels))), "probabilities")
 
     def predict(self, texts: Sequence[str], batch_size: int = 64) -> list[dict[str, Any]]:
         """One dict per text: `label`, its `score`, and `probs` for every label."""
@@ -151,7 +151,8 @@ class Classifier:
 
                 seg = pool_segments(seg, b.doc_index, len(b.labels), self.recipe.model.segment_pooling)  # (N, C)
             out.append(torch.nn.functional.normalize(seg.float(), dim=-1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.recipe.model.d_model), dtype=np.float32)
+        return finite(np.concatenate(out) if out else np.zeros((0, self.recipe.model.d_model), dtype=np.float32),
+                      "sentence embeddings")
 
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
@@ -336,3 +337,14 @@ class BlendedClassifier:
 
     def with_max_len(self, max_len: int) -> "BlendedClassifier":
         return BlendedClassifier(self.ours.with_max_len(max_len), self.baseline, self.weight)
+
+
+def finite(values: np.ndarray, what: str) -> np.ndarray:
+    """`values` (one row per text) when every number is finite; else one line naming the rows: a
+    NaN probability or vector is never printed, served or returned as if it were a number."""
+    bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(1)) if len(values) else []
+    if len(bad):
+        raise UserError(f"the model's {what} of {len(bad)} of {len(values)} texts (the first: text {bad[0] + 1}) are "
+                        "not finite (NaN or inf): its weights hold NaN or inf (`scratchformer doctor RUN` looks "
+                        "for where); retrain or resume from an earlier checkpoint")
+    return values

@@ -10,6 +10,7 @@ from ...data.specials import BOS_ID, CLS_ID, EOS_ID, NUM_SPECIALS, PAD_ID, UNK_I
 from ...errors import UserError
 from ..inspection import (ENC, AttentionResult, AttentionView, EmbeddingTable, Subject, attention_modules, chunks,
                           encoder_views, initial_copy, sample, seen_counts, special_kinds)
+from ..runs import split_of
 from .data import EncodedSplit, load_classification, without_holdout_fold
 from .inference import Classifier
 
@@ -52,7 +53,7 @@ class ClassifyInspector:
             from ...data.readers import read_labeled_file
 
             return read_labeled_file(data, dc.text_col, dc.label_col), Path(data).name
-        return getattr(load_classification(dc), split), f"the {split} split"
+        return split_of(load_classification(dc), split, self.run_dir), f"the {split} split"
 
     def subject(self, data: str | None, split: str, n: int) -> Subject:
         clf = self.clf
@@ -100,7 +101,7 @@ class ClassifyInspector:
         seen = seen_counts(self.run_dir / "model.safetensors", train.batches, ids_of, sizes, whole, self.notes)
         tables = [EmbeddingTable("token embedding", emb.tokens.weight, emb0.tokens.weight, seen.counts[0],
                                  clf.tokenizer.id_to_token, set(range(NUM_SPECIALS)), data_counts=seen.data[0],
-                                 saved_step=seen.step)]
+                                 saved_step=seen.step, token_dropout=clf.recipe.model.token_dropout)]
         if emb.bigrams is not None:
             tables.append(EmbeddingTable("bigram embedding", emb.bigrams.weight, emb0.bigrams.weight, seen.counts[1],
                                          str, {0}, hashed=True, data_counts=seen.data[1], saved_step=seen.step))

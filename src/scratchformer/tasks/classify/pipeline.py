@@ -21,7 +21,7 @@ from .baseline import FIT_SAMPLE, NAME, Baseline, Comparison, fit_baseline, is_a
 from .blend import blend_run
 from . import budget
 from .budget import ENSEMBLE_EVAL_SHARE, Plan, StepTimer, StepTimes, measure_step_times, plan_budget
-from .distill import teacher_probabilities
+from .distill import check_teacher, teacher_probabilities
 from .data import (EncodedSplit, PreparedSplit, encoder_for, is_prepared, load_classification, load_tokenizer,
                    tokenizer_for_split, without_holdout_fold)
 from .inference import Classifier
@@ -46,8 +46,12 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
     data = load_classification(recipe.data)
+    for note in data.meta.get("hygiene", []) if not resume else []:
+        log(f"data hygiene: {note}")
     soft = (teacher_probabilities(recipe.teacher, data.train, data.labels, log, recipe.distill_temperature,
                                   recipe.data) if recipe.teacher else None)  # for the whole split: folds index it
+    if soft is not None:
+        check_teacher(out_dir, recipe.teacher, soft, resume)
     data, soft = without_holdout_fold(data, recipe.data, soft)  # a cross-fit member: without its fold
     base = fit_and_log_baseline(data, log) if baseline else None
     if recipe.ensemble == 0:
@@ -104,11 +108,14 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     task = ClassificationTask(model, recipe, tok, data.labels, given)
     valid_batches = valid.batches(0) if valid else None
     trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
+    weights_before = _digest(out_dir / "model.safetensors") if resume else None
     summary = trainer.fit(resume=resume)
     result: dict[str, Any] = {"train": summary}
     if not is_main():  # under torchrun the test, the baseline and the blend are rank 0's (one writer)
         return result
     model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
+    if resume and _digest(out_dir / "model.safetensors") != weights_before:
+        stale_blend(out_dir, refit=base is not None and recipe.blend, log=log)
     if test is not None:
         load_weights(model, out_dir / "model.safetensors")
         result["test"] = task.report(test, out_dir, "test", data.meta)
@@ -118,6 +125,29 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         result.update(maybe_blend(recipe, out_dir, base, data, log))
     log(f"wall time: {(time.monotonic() - started) / 60:.1f} min")
     return result
+
+
+def _digest(path: Path) -> str | None:
+    from ...data.fetch import sha256_file
+
+    return sha256_file(path) if path.is_file() else None
+
+
+def stale_blend(out_dir: Path, refit: bool, log) -> None:
+    """The blend weight belongs to the weights it was chosen for: when `--resume` changed them, the
+    saved blend is refitted (`refit`: the baseline runs after this) or dropped, and the run says so."""
+    from ...fileio import remove
+    from .inference import BLEND_DIR, BLEND_FILE
+
+    blend = out_dir / BLEND_DIR / BLEND_FILE
+    if not blend.is_file():
+        return
+    if refit:
+        log("blend: --resume changed the weights; its weight is chosen again on valid below")
+        return
+    remove(blend, root=out_dir)
+    log(f"blend dropped: --resume changed the weights it was chosen for; the run predicts with its model alone "
+        f"(`scratchformer blend {out_dir}` chooses a new weight)")
 
 
 def maybe_blend(recipe: ClassifyRecipe, out_dir: Path, base: Baseline, data, log) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...data.tokenizers import Tokenizer
+from ...errors import UserError
 from ...models.classifier import EncoderClassifier
 from ..runs import RunDir, eval_mode
 from .data import ClassifyBatch, EncodedSplit, save_tokenizer
@@ -43,7 +44,11 @@ class ClassificationTask:
                                label_smoothing=self.recipe.data.label_smoothing)
         if b.soft is not None:
             a, t = self.recipe.distill_weight, self.recipe.distill_temperature
-            loss = (1 - a) * loss + a * t * t * -(b.soft * F.log_softmax(logits / t, -1)).sum()
+            soft = a * t * t * -(b.soft * F.log_softmax(logits / t, -1)).sum()
+            if not torch.isfinite(soft):  # the real cause, before the Trainer calls it a divergence
+                raise UserError(f"the distillation term is {float(soft.detach())} at distill_temperature {t:g}: the logits "
+                                "divided by it overflow; use a temperature between 0.5 and 10 (2 is the default)")
+            loss = (1 - a) * loss + soft
         return loss, {"accuracy": float((logits.argmax(-1) == b.labels).sum())}
 
     def predictions(self, batches) -> tuple[np.ndarray, np.ndarray, float]:

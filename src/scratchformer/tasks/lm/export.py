@@ -20,17 +20,20 @@ instead (the same keys and values, in the same order). The projections run as pl
 from __future__ import annotations
 
 import json
-import shutil
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from ...data.hf_tokenizer import to_hf
+from ...data.specials import NUM_SPECIALS
 from ...errors import UserError
 from ...fileio import atomic_write_text
 from ...nn.cache import KVCache
 from ...nn.fast_linear import use_onednn
+from ..export_folder import parity_failed, staged_export
 from ..onnx_folder import new_export_folder
 
 OPSET = 18
@@ -82,34 +85,66 @@ def export_lm_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True)
     names = ["input_ids"] + [f"past_{i}_{kind}" for i in range(n) for kind in ("key", "value")]
     outputs = ["logits"] + [f"present_{i}_{kind}" for i in range(n) for kind in ("key", "value")]
     b, t, p = torch.export.Dim("batch", min=1), torch.export.Dim("new", min=1), torch.export.Dim("past", min=1)
-    out.mkdir(parents=True, exist_ok=True)
-    previous = use_onednn(False)
-    try:
-        with torch.no_grad():
-            program = torch.onnx.export(_Step(model, n), (torch.tensor([[7, 8, 9]]), past), input_names=names,
-                                        output_names=outputs, opset_version=OPSET, dynamo=True,
-                                        dynamic_shapes=({0: b, 1: t}, [{0: b, 2: p} for _ in past]),
-                                        external_data=False, verbose=False)
-            program.save(str(out / "model.onnx.tmp"))
-    finally:
-        use_onednn(previous)
-    (out / "model.onnx.tmp").replace(out / "model.onnx")
-    shutil.copyfile(run_dir / "tokenizer.json", out / "tokenizer.json")
-    kv_heads, head_dim = past[0].shape[1], past[0].shape[3]
-    meta = {"format": "onnx", "task": "lm", "source_run": str(run_dir), "opset": OPSET, "inputs": names,
-            "outputs": outputs, "n_layers": n, "kv_heads": kv_heads, "head_dim": head_dim,
-            "max_positions": model.max_positions, "context": lm.context,
-            "never_generate_ids_below": 5,  # our specials <pad> <unk> <bos> <eos> <cls>
-            "note": "prompt: one step with empty pasts (P = 0); then one token per step, presents fed back"}
-    report = {}
-    if check:
-        report = check_lm_parity(lm, out)
-        meta["parity"] = report
-    atomic_write_text(out / "export.json", json.dumps(meta, indent=1) + "\n")
-    if check and (report["max_abs_diff"] > TOLERANCE or not report["greedy_equal"]):
-        raise UserError(f"the export differs from our model (max |Δ logits| {report['max_abs_diff']:.2e}, "
-                        f"greedy tokens equal: {report['greedy_equal']}); {out} is kept for inspection")
+    hf = to_hf(lm.tokenizer)  # refuses what has no standard form, before any writing
+    with staged_export(out, "onnx", run_dir) as stage:
+        previous = use_onednn(False)
+        try:
+            with torch.no_grad():
+                program = torch.onnx.export(_Step(model, n), (torch.tensor([[7, 8, 9]]), past), input_names=names,
+                                            output_names=outputs, opset_version=OPSET, dynamo=True,
+                                            dynamic_shapes=({0: b, 1: t}, [{0: b, 2: p} for _ in past]),
+                                            external_data=False, verbose=False)
+                program.save(str(stage / "model.onnx"))
+        finally:
+            use_onednn(previous)
+        atomic_write_text(stage / "tokenizer.json", hf.to_str(pretty=True))
+        source = resources.files(__package__).joinpath("onnx_generate.py").read_text(encoding="utf-8")
+        atomic_write_text(stage / "generate.py", source)
+        kv_heads, head_dim = past[0].shape[1], past[0].shape[3]
+        meta = {"format": "onnx", "task": "lm", "source_run": str(run_dir), "opset": OPSET, "inputs": names,
+                "outputs": outputs, "n_layers": n, "kv_heads": kv_heads, "head_dim": head_dim,
+                "max_positions": model.max_positions, "context": lm.context,
+                "never_generate_ids_below": NUM_SPECIALS,  # our specials <pad> <unk> <bos> <eos> <cls>
+                "tokenizer": lm.tokenizer.kind,
+                "note": "prompt: one step with empty pasts (P = 0); then one token per step, presents fed back"}
+        atomic_write_text(stage / "README.md", _readme(meta, out))
+        atomic_write_text(stage / "export.json", json.dumps(meta, indent=1) + "\n")
+        report = {}
+        if check:
+            report = check_lm_parity(lm, stage)
+            meta["parity"] = report
+            atomic_write_text(stage / "export.json", json.dumps(meta, indent=1) + "\n")
+        if check and (report["max_abs_diff"] > TOLERANCE or not report["greedy_equal"]):
+            raise parity_failed(f"the export differs from our model (max |Δ logits| {report['max_abs_diff']:.2e} over "
+                                f"{report['steps']} greedy steps, tolerance {TOLERANCE:g}; greedy tokens equal: "
+                                f"{report['greedy_equal']}; standard tokenizer gives our ids: {report['tokenizer_equal']})",
+                                out)
     return report
+
+
+def _readme(meta: dict, out: Path) -> str:
+    return f"""# ONNX export of {meta["source_run"]} (a language model)
+
+Runs with `onnxruntime`, `tokenizers` and `numpy` (no torch, no scratchformer):
+
+```python
+import sys
+sys.path.insert(0, "{out}")
+from generate import ExportedLM
+lm = ExportedLM("{out}")
+print(lm.generate("a prompt", max_new_tokens=50))   # greedy: the run's own tokens
+```
+
+- `model.onnx`: one decoding step with the KV cache as inputs and outputs: `input_ids` (B, T) int64 and
+  `past_{{i}}_key`, `past_{{i}}_value` (B, {meta["kv_heads"]}, P, {meta["head_dim"]}) float32 for each of the
+  {meta["n_layers"]} layers; outputs `logits` (B, T, V) and the presents (P + T positions). The prompt goes in
+  with empty pasts (P = 0), then one token a step.
+- `tokenizer.json`: a standard `tokenizers` file (`Tokenizer.from_file`); `encode(text, add_special_tokens=False)`
+  gives the model's ids, `decode(ids)` the text.
+- `generate.py`: encode, decode and generation as the run's model does it: an empty prompt refused, a prompt
+  read by its last {meta["context"]} tokens (the window), ids below {meta["never_generate_ids_below"]} (the
+  specials) never generated, the window cropped and re-filled when full. `export.json`: the settings.
+"""
 
 
 def onnx_greedy(session, prompt_ids: list[int], steps: int, n_layers: int, kv_heads: int, head_dim: int,
@@ -149,5 +184,26 @@ def check_lm_parity(lm, folder: Path, steps: int = 24) -> dict:
     p0 = caches[0].get()[0]
     got_tokens, got_logits = onnx_greedy(session, prompt, steps, len(caches), p0.shape[1], p0.shape[3])
     diff = max(float(np.abs(a - b).max()) for a, b in zip(got_logits, want_logits))
+    # the folder's own generate.py past the window (it crops and re-fills as ours), and its tokenizer
+    from .onnx_generate import ExportedLM
+
+    exported = ExportedLM(folder, threads=1)
+    text = _sample_text(lm)
+    ids = lm.tokenizer.encode(text)
+    long_steps = lm.context + 8
+    ours_long = lm.generate_ids(ids[:8] or [5], long_steps, temperature=0.0, seed=0)
+    theirs_long = exported.generate_ids(ids[:8] or [5], long_steps)
     return {"steps": steps, "prompt_tokens": len(prompt), "max_abs_diff": diff,
-            "greedy_equal": got_tokens == want_tokens}
+            "greedy_equal": got_tokens == want_tokens and ours_long == theirs_long,
+            "window_steps": long_steps, "tokenizer_equal": exported.encode(text) == ids
+            and exported.decode(ids) == lm.tokenizer.decode(ids, skip_special=False)}
+
+
+def _sample_text(lm, n: int = 400) -> str:
+    """Some of the run's own training text (else a few of the vocabulary's tokens)."""
+    try:
+        from .data import load_lm_text
+
+        return load_lm_text(lm.recipe.data).valid[:n]
+    except Exception:  # noqa: BLE001 - the data may be gone
+        return lm.tokenizer.decode(list(range(5, min(lm.tokenizer.vocab_size, 40))))

@@ -51,6 +51,11 @@ class Ct2Translator:
                 raise UserError(f"sentence {i} is empty: there is nothing to translate")
         beam = self.decode["beam"] if beam is None else beam
         toks = [self.tokens(t) for t in texts]
+        longest = self.decode.get("max_input_len")  # refused as ours refuses it (decoding.check_sources)
+        for i, t in enumerate(toks, 1):
+            if longest is not None and len(t) - 1 > longest:
+                raise UserError(f"sentence {i} has {len(t) - 1} tokens, more than max_input_len={longest}; "
+                                "split it into shorter sentences (or raise decode.max_input_len)")
         limits = [self.limit(len(t), max_output_len) for t in toks]
         out: list[str] = [""] * len(texts)
         for limit in sorted(set(limits)):

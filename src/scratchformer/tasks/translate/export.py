@@ -4,7 +4,8 @@ CTranslate2's `TransformersConverter` converts), or already converted for CTrans
 
 The mapping onto the Marian / Pegasus layouts (and the five differences it closes) is in
 `hf_layout.py`; the parity checks every export runs before it is written are in `export_check.py`.
-Everything is written into `OUT/.partial` and renamed into place only when the check passed.
+Everything is written into a staging folder beside `OUT` and renamed into place only when the check
+passed, with its completion record (tasks/export_folder.py).
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from ...data.specials import BOS, EOS, PAD_ID
 from ...errors import UserError
-from ...fileio import atomic_write_text, make_dirs, remove, remove_empty_dir
+from ...fileio import atomic_write_text, make_dirs, remove
+from ..export_folder import check_out, parity_failed, staged_export
 from ..runs import RunDir
 from .export_check import check_ctranslate2, check_transformers
 from .hf_layout import SOURCE_DIR, Vocab, _write_tokenizer, generation_config, hf_config, hf_state, layout_of, \
@@ -29,10 +31,7 @@ def _out_folder(out_dir: str | Path) -> Path:
         import transformers  # noqa: F401
     except ImportError:
         raise UserError("exporting translation runs needs transformers: pip install 'scratchformer[export]'") from None
-    out = Path(out_dir)
-    if out.exists():
-        raise UserError(f"{out} already exists: give a new folder to --out")
-    return out
+    return check_out(out_dir)
 
 
 def load_translator(run_dir: str | Path):
@@ -77,7 +76,8 @@ def write_transformers(tr, folder: Path) -> dict:
             "banned_ids": vocab.banned, "residual_permutation": "sines then cosines (PE_hf = PE_ours[:, 0::2 | 1::2])",
             "max_positions": n_pos, "source_ends_with": EOS,
             "decode": {"beam": d.beam, "length_penalty": d.length_penalty, "max_len_ratio": d.max_len_ratio,
-                       "max_len_offset": d.max_len_offset, "max_output_len": d.max_output_len}}
+                       "max_len_offset": d.max_len_offset, "max_output_len": d.max_output_len,
+                       "max_input_len": d.max_input_len}}
 
 
 def _move_files(src: Path, dst: Path) -> None:
@@ -92,20 +92,14 @@ def _move_files(src: Path, dst: Path) -> None:
 def export_transformers(run_dir: str | Path, out_dir: str | Path, check: bool = True) -> dict:
     out = _out_folder(out_dir)
     tr = load_translator(run_dir)
-    make_dirs(out)
-    staging = out / ".partial"
-    try:
-        meta = write_transformers(tr, staging)
+    with staged_export(out, "transformers", run_dir) as stage:
+        meta = write_transformers(tr, stage)
         meta.update(format="transformers", source_run=str(run_dir))
-        report = check_transformers(tr, staging) if check else {}
+        report = check_transformers(tr, stage) if check else {}
         meta["parity"] = report
-        atomic_write_text(staging / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        atomic_write_text(stage / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
         if check and not report["equal"]:
-            raise UserError(f"the transformers export differs from our model ({_summary(report)}); not written")
-        _move_files(staging, out)
-    finally:
-        remove(staging)
-        remove_empty_dir(out)  # a failed export leaves no folder behind
+            raise parity_failed(f"the transformers export differs from our model ({_summary(report)})", out)
     return report
 
 
@@ -117,10 +111,9 @@ def export_ctranslate2(run_dir: str | Path, out_dir: str | Path, check: bool = T
     except ImportError:
         raise UserError("--format ctranslate2 needs ctranslate2: pip install 'scratchformer[export]'") from None
     tr = load_translator(run_dir)
-    make_dirs(out)
-    staging = out / ".partial"
-    try:
-        hf_dir, ct2_dir = staging / "transformers", staging / "ct2"
+    with staged_export(out, "ctranslate2", run_dir) as stage:
+        # the converter's input and output (it empties its output folder first), moved up when checked
+        hf_dir, ct2_dir = stage / ".transformers", stage / ".ct2"
         meta = write_transformers(tr, hf_dir)
         convert(hf_dir, ct2_dir, meta, quantization)
         for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -132,15 +125,14 @@ def export_ctranslate2(run_dir: str | Path, out_dir: str | Path, check: bool = T
         if check:
             report = {"transformers": check_transformers(tr, hf_dir), "ctranslate2": check_ctranslate2(tr, ct2_dir)}
             report["equal"] = report["transformers"]["equal"] and report["ctranslate2"]["equal"]
+        _move_files(ct2_dir, stage)
+        remove(hf_dir)
+        remove(ct2_dir)
         meta["parity"] = report
-        atomic_write_text(ct2_dir / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+        atomic_write_text(stage / "export.json", json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
         if check and not report["equal"]:
-            raise UserError(f"the CTranslate2 export differs from our model ({_summary(report['ctranslate2'])}, "
-                            f"transformers: {_summary(report['transformers'])}); not written")
-        _move_files(ct2_dir, out)
-    finally:
-        remove(staging)
-        remove_empty_dir(out)
+            raise parity_failed(f"the CTranslate2 export differs from our model ({_summary(report['ctranslate2'])}, "
+                                f"transformers: {_summary(report['transformers'])})", out)
     return report
 
 

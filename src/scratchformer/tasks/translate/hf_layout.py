@@ -233,9 +233,10 @@ def generation_config(recipe, vocab: Vocab):
     from transformers import GenerationConfig
 
     d = recipe.decode
+    # greedy (beam 1): no beam settings, which transformers refuses to save beside num_beams=1
+    beam = dict(length_penalty=d.length_penalty, early_stopping=d.early_stop) if d.beam > 1 else {}
     return GenerationConfig(decoder_start_token_id=vocab.start, eos_token_id=EOS_ID, pad_token_id=vocab.pad,
-                            num_beams=d.beam, length_penalty=d.length_penalty, early_stopping=d.early_stop,
-                            do_sample=False)
+                            num_beams=d.beam, do_sample=False, **beam)
 
 
 # ----------------------------------------------------------------------------- tokenizers

@@ -11,6 +11,7 @@ from ...data.specials import BOS_ID, EOS_ID, NUM_SPECIALS, PAD_ID, UNK_ID
 from ..inspection import (CROSS, DEC, ENC, AttentionBatch, AttentionResult, AttentionView, EmbeddingTable, Subject,
                           attention_modules, attention_of, chunks, encoder_views, initial_copy, pad, sample,
                           seen_counts, special_kinds)
+from ..runs import split_of
 from .data import EncodedSplit, load_translation, read_parallel_spec
 from .inference import FINAL, Translator, _final_weights
 
@@ -59,7 +60,7 @@ class TranslateInspector:
     def _pairs(self, data: str | None, split: str):
         if data:
             return read_parallel_spec(data), Path(data).name
-        return getattr(load_translation(self.tr.recipe.data), split), f"the {split} split"
+        return split_of(load_translation(self.tr.recipe.data), split, self.run_dir), f"the {split} split"
 
     def _encode_pair(self, s: str, t: str) -> tuple[list[int], list[int], list[int]]:
         y = self.tr.tgt_tok.encode(t)
@@ -119,9 +120,11 @@ class TranslateInspector:
         else:
             tables = [EmbeddingTable("source embedding", m.src_embed.tokens.weight, fresh.src_embed.tokens.weight,
                                      seen.counts[0], tr.src_tok.id_to_token, set(range(NUM_SPECIALS)),
-                                     data_counts=seen.data[0], saved_step=seen.step)]
+                                     data_counts=seen.data[0], saved_step=seen.step,
+                                     token_dropout=getattr(m.cfg, "src_token_dropout", 0.0))]
         if not shared:
             tables.append(EmbeddingTable("target embedding", m.tgt_embed.tokens.weight, fresh.tgt_embed.tokens.weight,
                                          seen.counts[1], tr.tgt_tok.id_to_token, set(range(NUM_SPECIALS)),
-                                         data_counts=seen.data[1], saved_step=seen.step))
+                                         data_counts=seen.data[1], saved_step=seen.step,
+                                         token_dropout=getattr(m.cfg, "tgt_token_dropout", 0.0)))
         return tables
