@@ -53,14 +53,18 @@ def _load(name: str, compute: str | None = None, say: bool = False):
 
     cfg = Path(name) / "config.json"
     try:
-        task = json.loads(cfg.read_text(encoding="utf-8")).get("task") if cfg.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        task = None
-    if task is not None:  # one of our runs, not a BERT checkpoint: say what gives its vectors
+        ours = cfg.is_file() and "task" in json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        ours = False
+    if ours:
+        from ..tasks.faces import task_of
+        from ..tasks.slots import EMBEDDINGS
+
+        run = task_of(name)  # one of our runs, not a BERT checkpoint: say what gives its vectors
         hint = (f"its sentence embeddings come from `scratchformer serve {name}` (/v1/embeddings) or "
-                f"`Classifier.load({str(name)!r}).embed(texts)`" if task == "classify" else
+                f"`Classifier.load({str(name)!r}).embed(texts)`" if EMBEDDINGS in run.routes else
                 "embed takes a pretrained encoder (minilm, e5) or a BERT checkpoint folder")
-        raise UserError(f"{name} is a scratchformer {task} run, not a pretrained encoder; {hint}")
+        raise UserError(f"{name} is a scratchformer {run.name} run, not a pretrained encoder; {hint}")
     model, tok = load_hf_bert(name, compute_type=compute)
     if say:  # --compute-type auto: what it chose (for a 32 x 128 batch) and why
         print("compute type: {} ({})".format(*compute_choice(model, "auto")), file=sys.stderr)
