@@ -36,10 +36,10 @@ def finding(id: str, component: str, where: str, detail: str = "") -> Finding:
 _WORDS = {
     "zh": {"ok": "一致", "differs": "不同", "skipped": "跳过", "bug": "错误", "note": "说明", "warning": "警告",
            "where": "位置", "see": "参见", "mask": "掩码约定", "none": "没有找到可以检查的组件",
-           "summary_ok": "全部组件与参考实现一致。", "summary_bug": "发现错误。", "map": "权重对应"},
+           "summary_ok": "全部组件与参考实现一致。", "summary_bug": "发现错误。", "map": "对应"},
     "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "bug": "bug", "note": "note", "warning": "warning",
            "where": "where", "see": "see", "mask": "mask convention", "none": "no component found to check",
-           "summary_ok": "every component matches the reference.", "summary_bug": "bugs found.", "map": "weights"},
+           "summary_ok": "every component matches the reference.", "summary_bug": "bugs found.", "map": "mapped"},
 }
 
 
@@ -67,7 +67,7 @@ class Report:
 
     def text(self, lang: str | None = None) -> str:
         lang = lang or self.lang
-        langs = [lang, "en" if lang == "zh" else "zh"]
+        langs = ["zh", "en"]  # the explanations: Chinese first in both (our readers followed Chinese tutorials)
         w = _WORDS[lang]
         if self.error is not None:
             return f"{self.path}: {self.error}"
