@@ -322,13 +322,13 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     def ref(bugs, fill=-1e9, w=w):
         return [R.multi_head(xq, xk, xv, w, h, kb, bugs, fill=fill)[:2], R.multi_head(x1, x1, x1, w, h, None, bugs)]
 
-    def grads(bugs, choice):
+    def grads(bugs, choice):  # on the rows with something to attend to (a NaN row would spoil every gradient)
         G = ctx.randn(2, Tq, d)
         wr = _detached(w)
         lp = [t for pair in w.values() for t in pair if t is not None]
         rp = [t for pair in wr.values() for t in pair if t is not None]
-        return grads_equal((caller(xq, xk, xv, keep)[:2] * G).sum(), lp,
-                           (ref(bugs, w=wr, **choice)[0] * G).sum(), rp)
+        out_ref = R.multi_head(xq[:2], xk[:2], xv[:2], wr, h, kb[:2], bugs, **choice)
+        return grads_equal((caller(xq[:2], xk[:2], xv[:2], keep[:2]) * G).sum(), lp, (out_ref * G).sum(), rp)
 
     if all(b is None for _, b in w.values()):
         ctx.add("no-bias", f, f"{f.name}.__init__")
@@ -550,7 +550,7 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
     def run(x, keep, ndim):
         vals = {"x": x}
         if mask_role is not None:
-            vals[mask_role] = lay_form.keys(keep if keep is not None else torch.ones(x.shape[0], x.shape[1], dtype=torch.bool), ndim)
+            vals[mask_role] = lay_form.keys(keep, ndim)
         return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
 
     if has_lazy(layer):
@@ -559,8 +559,8 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
     layer.double()
     randomize(layer, 4)
     A.settle(x, x, x, keep)
-    x1 = ctx.randn(1, 3, d)
-    L = [run(x, keep, A.ndim)[:2], run(x1, None, A.ndim)]
+    x1, keep1 = ctx.randn(1, 3, d), torch.ones(1, 3, dtype=torch.bool)
+    L = [run(x, keep, A.ndim)[:2], run(x1, keep1, A.ndim)]
     fmod, n1, n2 = ffn[1], norms[0][1], norms[1][1]
 
     def ref_one(x, keep, order, res):
@@ -568,7 +568,7 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
         y = _sub(order, n1, a, x, res[0])
         return _sub(order, n2, fmod, y, res[1])
 
-    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, keep, order, res)[:2], ref_one(x1, None, order, res)],
+    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, keep, order, res)[:2], ref_one(x1, keep1, order, res)],
                          2, ["attention", "feed-forward"],
                          f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)")
 
@@ -697,9 +697,9 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
     alone = run(tokens[1:, :4])
     comp = Component(f.kind, f.name, "ok", [], "padding invariance: a padded row equals the same row unpadded")
     if not close(full[1:, :4], alone):
-        bugs = [x.id for x in ctx.report.findings if x.severity == "bug"]
-        if "mask-inverted" in bugs or "mask-fill-zero" in bugs:
-            return comp  # already named in the attention
+        if any(x.severity == "bug" for x in ctx.report.findings):
+            comp.status, comp.detail = "skipped", "its padding test means nothing while the bugs above are there"
+            return comp
         ctx.add("mask-inverted" if mask_role is None else "unknown-difference", f, where(f),
                 "the real tokens' outputs change when padding is added: the padding is not masked "
                 "(is the mask built the wrong way round?) " + departure(full[1:, :4], alone))
