@@ -121,14 +121,23 @@ def main(argv=None) -> int:
 
     import importlib.util
 
-    import torch
-
     from ..fileio import atomic_write_text
-    from .checks import check_loaded
 
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     path = os.path.abspath(a.file)
     report = Report(a.file, lang=a.lang)
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        report.error = _msg(a.lang, f"无法读取你的文件：{e}", f"your file could not be read: {e}")
+        atomic_write_text(a.out, report.to_json())
+        return 0
+    uses_torch = "torch" in source
+    if uses_torch:  # imported before the memory limit: the limit is for the learner's own allocations
+        import torch
+
+        from .checks import check_loaded
+
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
     def done(r: Report) -> int:
         atomic_write_text(a.out, r.to_json())
@@ -145,7 +154,6 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.dirname(path))
     sys.argv = [path]
     try:
-        source = Path(path).read_text(encoding="utf-8")
         spec = importlib.util.spec_from_file_location("learner_module", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
@@ -166,6 +174,8 @@ def main(argv=None) -> int:
         report.error = _msg(a.lang, f"无法导入你的文件：{first}", f"your file could not be imported: {first}")
         report.error += "".join("\n" + ln for ln in _learner_frames(e, path))
         return done(report)
+    if not uses_torch:
+        return done(report)  # no torch, no modules: nothing to check (exit 2, "no component found")
     try:
         mapping = json.loads(a.map)
         report = check_loaded(module, lang=a.lang, mask_convention=a.mask_convention, mapping=mapping,
