@@ -87,7 +87,7 @@ PLANTS = [
      [("x = self.norm1(x + self.dropout(attn_output))", "x = self.norm1(self.dropout(attn_output))")]),
     ("tutorial2", "no-residual", {"encoder_layer": ["no-residual"]},
      [("x = x + self.dropout(self.ffn(self.norm2(x)))", "x = self.dropout(self.ffn(self.norm2(x)))")]),
-    ("d2l", "no-residual", {"encoder_layer": ["no-residual"]},
+    ("d2l", "no-residual", {"encoder_layer": ["no-residual"], "decoder_layer": ["no-residual"]},
      [("return self.ln(self.dropout(Y) + X)", "return self.ln(self.dropout(Y))")]),
     ("annotated", "no-residual", {"encoder_layer": ["no-residual"], "decoder_layer": ["no-residual"]},
      [("return x + self.dropout(sublayer(self.norm(x)))", "return self.dropout(sublayer(self.norm(x)))")]),
@@ -107,6 +107,11 @@ PLANTS = [
      [("self.self_attn(x, x, x, tgt_mask)", "self.self_attn(x, x, x, None)")]),
     ("annotated", "cross-attention-kv", {"decoder_layer": ["cross-attention-kv"]},
      [("self.src_attn(x, m, m, src_mask)", "self.src_attn(x, x, x, src_mask)")]),
+    ("d2l", "cross-attention-kv", {"decoder_layer": ["cross-attention-kv"]},
+     [("self.attention2(Y, enc_outputs, enc_outputs, enc_valid_lens)", "self.attention2(Y, Y, Y, enc_valid_lens)")]),
+    ("d2l", "no-causal-mask", {"decoder_layer": ["no-causal-mask"]},
+     [("dec_valid_lens = torch.arange(1, num_steps + 1, device=X.device).repeat(batch_size, 1)",
+       "dec_valid_lens = None")]),
     ("keras", "cross-attention-kv", {"decoder_layer": ["cross-attention-kv"]},
      [("self.mha2(enc_output, enc_output, out1, padding_mask)", "self.mha2(out1, out1, out1, padding_mask)")]),
 ]
@@ -161,10 +166,10 @@ def test_correct_reference_of_each_style_has_no_finding_but_notes(tmp_path, styl
 EXPECTED_KINDS = {
     "tutorial1": ["attention", "feed_forward", "layer_norm", "positional_encoding", "encoder_layer"],
     "tutorial2": ["attention", "feed_forward", "positional_encoding", "encoder_layer", "encoder"],
-    "d2l": ["scaled_dot_product", "attention", "feed_forward", "encoder_layer"],
+    "d2l": ["scaled_dot_product", "attention", "feed_forward", "encoder_layer", "decoder_layer"],
     "keras": ["scaled_dot_product", "attention", "feed_forward", "encoder_layer", "decoder_layer", "causal_mask"],
     "annotated": ["scaled_dot_product", "attention", "feed_forward", "layer_norm", "positional_encoding",
-                  "encoder_layer", "decoder_layer", "causal_mask"],
+                  "encoder_layer", "decoder_layer", "causal_mask", "encoder"],
 }
 
 
