@@ -1,0 +1,60 @@
+"""Write the exercises' skeletons from their solutions: `python exercises/_make_skeletons.py`.
+
+A solution marks each part the learner writes between two comment lines:
+
+        # --- TODO 03a: <hint, 中文 · English>
+        ...the solution's lines...
+        # --- end TODO
+
+and the skeleton `exercises/NN_name.py` is the same file with each marked part replaced by
+`raise NotImplementedError("TODO 03a: <hint>")` at the same indentation. One source for both
+means a skeleton can never drift from its solution (tests/check/test_exercises.py checks that
+every skeleton equals what this script writes).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+START = re.compile(r"^(?P<indent>\s*)# --- (?P<hint>TODO \w+: .*)$")
+END = re.compile(r"^\s*# --- end TODO$")
+
+
+def skeleton(solution: str) -> str:
+    out, inside = [], False
+    for line in solution.splitlines():
+        start = START.match(line)
+        if start:
+            if inside:
+                raise ValueError(f"a TODO opens inside another: {line.strip()}")
+            inside = True
+            out.append(f"{start['indent']}raise NotImplementedError({start['hint']!r})")
+        elif END.match(line):
+            if not inside:
+                raise ValueError("an `# --- end TODO` without its TODO")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError("a TODO is not closed by `# --- end TODO`")
+    return "\n".join(out) + "\n"
+
+
+def pairs() -> list[tuple[Path, Path]]:
+    """(solution, skeleton) for every step."""
+    return [(s, HERE / s.name) for s in sorted((HERE / "solutions").glob("[0-9][0-9]_*.py"))]
+
+
+def main() -> int:
+    for solution, target in pairs():
+        text = skeleton(solution.read_text(encoding="utf-8"))
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+            print(f"wrote {target.relative_to(HERE.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
