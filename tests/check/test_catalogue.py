@@ -273,3 +273,14 @@ def test_report_json_and_both_languages(tmp_path):
     # both languages in each, Chinese first
     line = CATALOGUE["unbiased-std"]
     assert en.index(line.zh) < en.index(line.en) and zh.index(line.zh) < zh.index(line.en)
+
+
+def test_a_todo_is_not_finished_and_a_crash_names_the_learners_line(tmp_path):
+    r = check(plant(tmp_path, "tutorial1", [("        mean = x.mean(-1, keepdim=True)\n",
+                                             '        raise NotImplementedError("TODO: LayerNorm")\n')]))
+    assert {c.kind: c.status for c in r.components}["layer_norm"] == "todo" and r.exit_code == 1
+    assert "TODO: LayerNorm (at tutorial1.py:" in r.text("en")
+    r = check(plant(tmp_path, "tutorial1", [("return self.linear2(self.dropout(F.relu(self.linear1(x))))",
+                                             "return self.linear2(x)")]))
+    ffn = {c.kind: c for c in r.components}["feed_forward"]
+    assert ffn.status == "error" and r.exit_code == 1 and "(at tutorial1.py:" in ffn.detail and "return self.linear2(x)" in ffn.detail

@@ -8,6 +8,8 @@ The Python API (what `commands/check.py` and the exercises call)::
     report = check_file("my_transformer.py", lang="zh", mask_convention=None, mapping=None, timeout_s=60)
     report.exit_code        # 0 every component matches, 1 any finding is a bug, 2 could not be checked
     report.components       # [Component(kind, name, status, ids, detail)], status "ok" | "differs" | "skipped"
+                            #   | "todo" (the code raises NotImplementedError: a skeleton; exit 1)
+                            #   | "error" (the learner's code raised; the detail names their line; exit 1)
     report.findings         # [Finding(id, severity, component, where, zh, en, link, detail)]
                             #   severity "bug" | "note" (a choice, not a failure) | "warning"
     report.mask_convention  # the convention used and where it came from (one line)

@@ -23,7 +23,8 @@ class Finding:
 class Component:
     kind: str
     name: str              # the learner's class or function name
-    status: str            # "ok" | "differs" | "skipped"
+    status: str            # "ok" | "differs" | "skipped" (cannot be checked) | "todo" (raises
+                           # NotImplementedError) | "error" (the learner's code raised)
     ids: list[str] = field(default_factory=list)
     detail: str = ""       # the weight mapping, or why it was skipped
 
@@ -34,10 +35,10 @@ def finding(id: str, component: str, where: str, detail: str = "") -> Finding:
 
 
 _WORDS = {
-    "zh": {"ok": "一致", "differs": "不同", "skipped": "跳过", "bug": "错误", "note": "说明", "warning": "警告",
+    "zh": {"ok": "一致", "differs": "不同", "skipped": "跳过", "todo": "未完成", "error": "出错", "bug": "错误", "note": "说明", "warning": "警告",
            "where": "位置", "see": "参见", "mask": "掩码约定", "none": "没有找到可以检查的组件",
            "summary_ok": "全部组件与参考实现一致。", "summary_bug": "发现错误。", "map": "对应"},
-    "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "bug": "bug", "note": "note", "warning": "warning",
+    "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "todo": "todo", "error": "error", "bug": "bug", "note": "note", "warning": "warning",
            "where": "where", "see": "see", "mask": "mask convention", "none": "no component found to check",
            "summary_ok": "every component matches the reference.", "summary_bug": "bugs found.", "map": "mapped"},
 }
@@ -57,6 +58,8 @@ class Report:
     def exit_code(self) -> int:
         if self.error is not None or not self.components or all(c.status == "skipped" for c in self.components):
             return 2
+        if any(c.status in ("todo", "error") for c in self.components):
+            return 1  # a skeleton's TODO is still there, or the learner's code raised: not passing
         return 1 if any(f.severity == "bug" for f in self.findings) else 0
 
     def ids(self) -> list[str]:
@@ -77,12 +80,12 @@ class Report:
         width = max(len(c.kind) for c in self.components)
         for c in self.components:
             ids = f"  {' '.join(c.ids)}" if c.ids else ""
-            extra = f"  ({c.detail})" if c.status == "skipped" and c.detail else ""
+            extra = f"  ({c.detail})" if c.status in ("skipped", "todo", "error") and c.detail else ""
             lines.append(f"{c.kind:<{width}}  {c.name:<24} {w[c.status]}{ids}{extra}")
         if self.mask_convention:
             lines.append(f"{w['mask']}: {self.mask_convention}")
         for c in self.components:
-            if c.status != "skipped" and c.detail:
+            if c.status not in ("skipped", "todo", "error") and c.detail:
                 lines.append(f"{w['map']} {c.name}: {c.detail}")
         for f in self.findings:
             lines.append("")
