@@ -344,10 +344,8 @@ def _ffn_module(ctx, f):
     return mod.double(), x
 
 
-def check_feed_forward(ctx: Ctx, f: Found) -> Component:
-    mod, x = _ffn_module(ctx, f)
-    randomize(mod, 2)
-    d, dff = ctx.sizes.d_model, ctx.sizes.d_ff
+def ffn_params(mod: nn.Module, d: int, dff: int):
+    """((W₁, b₁, W₂, b₂), the mapping in words) of a feed-forward block, by shape (d→d_ff, d_ff→d)."""
     params = list(mod.named_parameters())
     w1 = [(n, p) for n, p in params if tuple(p.shape) == (dff, d)]
     w2 = [(n, p) for n, p in params if tuple(p.shape) == (d, dff)]
@@ -356,9 +354,17 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
                           + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params))
     b1 = next((p for n, p in params if tuple(p.shape) == (dff,)), None)
     b2 = next((p for n, p in params if tuple(p.shape) == (d,)), None)
+    return (w1[0][1], b1, w2[0][1], b2), f"W_1←{w1[0][0]}, W_2←{w2[0][0]} (by shape)"
+
+
+def check_feed_forward(ctx: Ctx, f: Found) -> Component:
+    mod, x = _ffn_module(ctx, f)
+    randomize(mod, 2)
+    d = ctx.sizes.d_model
+    W, words = ffn_params(mod, d, ctx.sizes.d_ff)
+    b1, b2 = W[1], W[3]
     x1 = ctx.randn(1, 3, d)
     L = [mod(x), mod(x1)]
-    W = (w1[0][1], b1, w2[0][1], b2)
 
     def ref(bugs, act="relu", W=W):
         return [R.feed_forward(x, *W, act=act, bugs=bugs), R.feed_forward(x1, *W, act=act, bugs=bugs)]
@@ -371,7 +377,6 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
     if b1 is None and b2 is None:
         ctx.add("no-bias", f, f"{f.name}.__init__")
     choices = [{"act": "relu"}, {"act": "gelu"}, {"act": "gelu-tanh"}]
-    words = f"W_1←{w1[0][0]}, W_2←{w2[0][0]} (by shape)"
     comp = _settle(ctx, f, L, ref, {"ffn-no-activation": ["identity"]}, choices, None, None, words, grads)
     if "ffn-no-activation" not in comp.ids and comp.status == "ok":
         act = next(c["act"] for c in choices if all_close(L, ref({}, **c)))
@@ -386,20 +391,26 @@ def _eps_of(mod) -> float | None:
     return None
 
 
-def check_layer_norm(ctx: Ctx, f: Found) -> Component:
-    mod = ctx.build(f).double()
-    randomize(mod, 3)
-    d = ctx.sizes.d_model
+def norm_params(mod: nn.Module, d: int):
+    """(the (d,) parameters, γ, β) of a LayerNorm, by names (gamma / weight / a_2, beta / bias / b_2), else order."""
     params = [(n, p) for n, p in mod.named_parameters() if tuple(p.shape) == (d,)]
-    names = [n.lower() for n, _ in params]
     gamma = beta = None
-    for (n, p), low in zip(params, names):
+    for n, p in params:
+        low = n.lower()
         if re.search(r"gamma|weight|a_2|alpha|scale|gain|^g$|^w$", low):
             gamma = p
         elif re.search(r"beta|bias|b_2|shift|^b$", low):
             beta = p
     if gamma is None and beta is None and len(params) == 2:
         gamma, beta = params[0][1], params[1][1]
+    return params, gamma, beta
+
+
+def check_layer_norm(ctx: Ctx, f: Found) -> Component:
+    mod = ctx.build(f).double()
+    randomize(mod, 3)
+    d = ctx.sizes.d_model
+    params, gamma, beta = norm_params(mod, d)
     x = ctx.randn(3, 5, d) * 2 + 0.5
     x[1, 2] = x[1, 2] * 1e-3  # a row with a tiny variance: where the place of eps shows
     L = [mod(x)]
