@@ -23,7 +23,9 @@ wrote. Write `EncoderLayer` (Post-LN) first, then `PreNormEncoderLayer` (Pre-LN)
 Members: `self_attn`, `ffn`, `norm1`, `norm2`, `dropout`. Shapes: x `(B, T, d_model)`, mask
 `(B, 1, 1, T)` (1 = real token) -> `(B, T, d_model)`.
 
-评分 · Graded by: `scratchformer check exercises/06_encoder_layer.py`.
+评分 · Graded by: `scratchformer check exercises/06_encoder_layer.py` (the Post-LN `EncoderLayer`), then
+`scratchformer check exercises/06_encoder_layer.py --map encoder_layer=PreNormEncoderLayer` (the Pre-LN
+one: the checker takes one class of each kind, and `--map` says which).
 参考答案 · Solution: `exercises/solutions/06_encoder_layer.py`.
 """
 import math
