@@ -41,6 +41,8 @@ def runs(tmp_path_factory):
     jobs["cli_tutorial1"] = lambda: cli(FIX / "tutorial1.py", "--lang", "en")
     jobs["cli_keras_json"] = lambda: cli(FIX / "keras.py", "--json")
     jobs["annotated_zh"] = lambda: check_file(FIX / "annotated.py", lang="zh")
+    jobs["cli_train"] = lambda: (cli(FIX / "tutorial2.py", "--lang", "en", "--train", "--train-steps", "20",
+                                     "--train-png", tmp / "curves.png"), tmp / "curves.png")
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {k: pool.submit(f) for k, f in jobs.items()}
         return {k: f.result() for k, f in futures.items()}
@@ -119,3 +121,10 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     assert main(["check", str(FIX / "keras.py"), "--map", "attention"]) == 2
     err = capsys.readouterr().err
     assert "write KIND=Name" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_train_draws_both_curves(runs):
+    p, png = runs["cli_train"]
+    assert p.returncode == 0, p.stderr
+    assert "train: 训练曲线和参考实现一致 / trains like the reference (loss " in p.stdout
+    assert png.read_bytes()[:4] == b"\x89PNG"

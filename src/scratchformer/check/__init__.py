@@ -25,6 +25,8 @@ The Python API (what `commands/check.py` and the exercises call)::
   {"attention": "MyAttn"}; the kinds are those of `KINDS`. A comment line `# check: attention`
   right above a class or function does the same inside the file.
 - `timeout_s`: the child process that loads and runs the learner's file is killed after this.
+- `train_steps`, `train_png`: `check --train` (see `train.py`): `report.train["verdict"]` is
+  "trains like the reference" or "does not learn" (with `step` and `why`: nan | flat | behind).
 
 The learner's file never runs in this process: `check_file` starts a child (`python -m
 scratchformer.check.child`) with a time limit and a memory limit (RLIMIT_AS); a hang, a crash, an
@@ -43,12 +45,15 @@ __all__ = ["KINDS", "check_file", "check_module"]
 
 
 def check_file(path, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
-               timeout_s: float = 60.0, memory_mb: int = 4096):
-    """Check the learner's file `path` in a child process; returns a `report.Report`."""
+               timeout_s: float = 60.0, memory_mb: int = 4096, train_steps: int = 0, train_png=None):
+    """Check the learner's file `path` in a child process; returns a `report.Report`.
+
+    `train_steps` > 0 also trains their encoder layer beside ours (`check --train`; `report.train`),
+    drawing both curves into `train_png` when given."""
     from .child import run_child
 
     return run_child(path, lang=lang, mask_convention=mask_convention, mapping=mapping,
-                     timeout_s=timeout_s, memory_mb=memory_mb)
+                     timeout_s=timeout_s, memory_mb=memory_mb, train_steps=train_steps, train_png=train_png)
 
 
 def check_module(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None):

@@ -787,7 +787,8 @@ def _their_line(exc: BaseException, module) -> str:
 
 
 def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
-                 source: str | None = None, path: str | None = None) -> Report:
+                 source: str | None = None, path: str | None = None, train_steps: int = 0,
+                 train_png: str | None = None) -> Report:
     t0 = time.perf_counter()
     report = Report(path or getattr(module, "__file__", "?") or "?", lang=lang)
     if source is None:
@@ -814,5 +815,16 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
         except Exception as e:  # the learner's code raised: say where, in one line
             comp = Component(f.kind, f.name, "error", [], f"{type(e).__name__}: {e}"[:300] + _their_line(e, module))
         report.components.append(comp)
+    if train_steps:
+        from .train import train_beside
+
+        try:
+            res = train_beside(ctx, train_steps, train_png)
+            report.train = {"line": res.line(lang), "verdict": res.verdict, "step": res.step, "why": res.why,
+                            "learner": res.learner, "reference": res.reference, "png": res.png}
+        except CannotCheck as e:
+            report.train = {"line": f"train: {e}", "verdict": None}
+        except Exception as e:  # the learner's code raised while training
+            report.train = {"line": f"train: {type(e).__name__}: {e}"[:300] + _their_line(e, module), "verdict": None}
     report.seconds = time.perf_counter() - t0
     return report

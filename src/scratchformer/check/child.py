@@ -31,7 +31,8 @@ def _msg(lang: str, zh: str, en: str) -> str:
 
 
 def run_child(path, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
-              timeout_s: float = 60.0, memory_mb: int = 4096) -> Report:
+              timeout_s: float = 60.0, memory_mb: int = 4096, train_steps: int = 0,
+              train_png: str | None = None) -> Report:
     path = Path(path)
     report = Report(str(path), lang=lang)
     if not path.is_file() or path.suffix != ".py":
@@ -46,6 +47,10 @@ def run_child(path, lang: str = "zh", mask_convention: str | None = None, mappin
                "--map", json.dumps(mapping or {})]
         if mask_convention:
             cmd += ["--mask-convention", mask_convention]
+        if train_steps:
+            cmd += ["--train-steps", str(train_steps)]
+        if train_png:
+            cmd += ["--train-png", str(Path(train_png).resolve())]
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -117,6 +122,8 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-mb", type=int, default=4096)
     ap.add_argument("--mask-convention", default=None)
     ap.add_argument("--map", default="{}")
+    ap.add_argument("--train-steps", type=int, default=0)
+    ap.add_argument("--train-png", default=None)
     a = ap.parse_args(argv)
 
     import importlib.util
@@ -179,7 +186,7 @@ def main(argv=None) -> int:
     try:
         mapping = json.loads(a.map)
         report = check_loaded(module, lang=a.lang, mask_convention=a.mask_convention, mapping=mapping,
-                              source=source, path=a.file)
+                              source=source, path=a.file, train_steps=a.train_steps, train_png=a.train_png)
     except SystemExit as e:
         report.error = _msg(a.lang, f"你的代码在检查时调用了 exit({e.code!r})", f"your code called exit({e.code!r}) while being checked")
         report.error += "".join("\n" + ln for ln in _learner_frames(e, path))

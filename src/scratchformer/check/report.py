@@ -53,6 +53,7 @@ class Report:
     error: str | None = None
     lang: str = "zh"
     seconds: float = 0.0
+    train: dict | None = None  # --train: {"line": ..., "verdict", "step", "learner", "reference", "png"}
 
     @property
     def exit_code(self) -> int:
@@ -95,13 +96,16 @@ class Report:
             if f.detail:
                 lines.append(f"  {f.detail}")
             lines.append(f"  {w['see']}: {f.link}")
+        if self.train:
+            lines.append("")
+            lines.append(self.train["line"])
         lines.append("")
         lines.append(w["summary_bug"] if self.exit_code == 1 else w["summary_ok"])
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "exit_code": self.exit_code, "error": self.error,
-                "mask_convention": self.mask_convention, "seconds": round(self.seconds, 2),
+                "mask_convention": self.mask_convention, "seconds": round(self.seconds, 2), "train": self.train,
                 "components": [asdict(c) for c in self.components],
                 "findings": [asdict(f) for f in self.findings]}
 
@@ -111,7 +115,7 @@ class Report:
     @classmethod
     def from_dict(cls, d: dict, lang: str = "zh") -> "Report":
         r = cls(path=d["path"], mask_convention=d.get("mask_convention", ""), error=d.get("error"), lang=lang,
-                seconds=d.get("seconds", 0.0))
+                seconds=d.get("seconds", 0.0), train=d.get("train"))
         r.components = [Component(**c) for c in d.get("components", [])]
         r.findings = [Finding(**f) for f in d.get("findings", [])]
         return r

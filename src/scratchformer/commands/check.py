@@ -44,6 +44,11 @@ def register(cli) -> None:
                    help="what discovery cannot guess, e.g. --map attention=MyAttn,feed_forward=Block")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds your code may run (default 60)")
     p.add_argument("--memory-mb", type=int, default=4096, help="memory your code may use (default 4096 MB)")
+    p.add_argument("--train", action="store_true",
+                   help="also train your encoder layer beside ours (same weights, same batches, about a minute)")
+    p.add_argument("--train-steps", type=int, default=300, help="--train: steps (default 300)")
+    p.add_argument("--train-png", type=Path, default=Path("check_train.png"),
+                   help="--train: the PNG with both loss curves (default ./check_train.png)")
     p.set_defaults(func=check)
 
 
@@ -55,7 +60,14 @@ def check(args) -> int:
     if args.file.suffix != ".py":
         raise UserError(f"{args.file} is not a .py file; give the Python file of your Transformer")
     lang = args.lang or default_lang()
+    if args.train and args.train_steps < 10:
+        raise UserError(f"--train-steps {args.train_steps}: give at least 10 steps")
+    if args.train and args.train_png.suffix.lower() != ".png":
+        raise UserError(f"--train-png {args.train_png}: give a .png path")
+    timeout = args.timeout + (args.train_steps * 0.5 if args.train else 0)
     report = check_file(args.file, lang=lang, mask_convention=args.mask_convention, mapping=parse_map(args.map),
-                        timeout_s=args.timeout, memory_mb=args.memory_mb)
+                        timeout_s=timeout, memory_mb=args.memory_mb,
+                        train_steps=args.train_steps if args.train else 0,
+                        train_png=args.train_png if args.train else None)
     print(report.to_json() if args.json else report.text(lang))
     return report.exit_code
