@@ -284,3 +284,10 @@ def test_a_todo_is_not_finished_and_a_crash_names_the_learners_line(tmp_path):
                                              "return self.linear2(x)")]))
     ffn = {c.kind: c for c in r.components}["feed_forward"]
     assert ffn.status == "error" and r.exit_code == 1 and "(at tutorial1.py:" in ffn.detail and "return self.linear2(x)" in ffn.detail
+
+
+def test_a_helper_named_like_attention_is_not_taken_for_one(tmp_path):
+    r = check(plant(tmp_path, "annotated", [("def subsequent_mask(size):",
+                                             "def show_attention(weights, tokens, ax=None):\n    raise RuntimeError('plots')"
+                                             "\n\n\ndef subsequent_mask(size):")]))
+    assert r.exit_code == 0 and [c.name for c in r.components if c.kind == "scaled_dot_product"] == ["attention"]

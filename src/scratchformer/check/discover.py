@@ -80,11 +80,11 @@ def kind_of_function(name: str, fn) -> str | None:
     if "mask" in n:
         return "pad_mask"  # a helper: it tells the mask convention, it is not checked itself
     try:
-        npar = len(inspect.signature(fn).parameters)
+        names = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return None
-    if "attention" in n and npar >= 3:
-        return "scaled_dot_product"
+    if "attention" in n and len(names) >= 3 and {_ROLE.get(p.lower()) for p in names[:3]} == {"q", "k", "v"}:
+        return "scaled_dot_product"  # (q, k, v, ...) by name: a plotting helper `show_attention(w, ...)` is not one
     if re.search(r"feed_?forward|ffn", n):
         return "feed_forward"
     return None
