@@ -90,16 +90,8 @@ class EncoderLayer(nn.Module):
         raise NotImplementedError("TODO 06a: Post-LN：x = norm1(x + dropout(self_attn(x, x, x, mask)[0]))，再 x = norm2(x + dropout(ffn(x))) · Post-LN: add the sublayer's output to x first, then normalise")
 
 
-class PreNormEncoderLayer(nn.Module):
-    """Pre-LN, as in GPT-2 and most models since."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+class PreNormEncoderLayer(EncoderLayer):
+    """Pre-LN, as in GPT-2 and most models since: the same members as `EncoderLayer`, another forward."""
 
     def forward(self, x, mask=None):
         raise NotImplementedError("TODO 06b: Pre-LN：h = norm1(x); x = x + dropout(self_attn(h, h, h, mask)[0])；再 x = x + dropout(ffn(norm2(x))) · Pre-LN: normalise the sublayer's input, keep the residual path x unnormalised")
