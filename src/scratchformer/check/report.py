@@ -37,10 +37,12 @@ def finding(id: str, component: str, where: str, detail: str = "") -> Finding:
 _WORDS = {
     "zh": {"ok": "一致", "differs": "不同", "skipped": "跳过", "todo": "未完成", "error": "出错", "bug": "错误", "note": "说明", "warning": "警告",
            "where": "位置", "see": "参见", "mask": "掩码约定", "none": "没有找到可以检查的组件",
-           "summary_ok": "全部组件与参考实现一致。", "summary_bug": "发现错误。", "map": "对应"},
+           "summary_ok": "检查过的组件都与参考实现一致。", "summary_bug": "发现错误。",
+           "summary_todo": "还没有完成：文件里还有 TODO。", "summary_skipped": "{n} 个组件无法检查（见上面的原因）。", "map": "对应"},
     "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "todo": "todo", "error": "error", "bug": "bug", "note": "note", "warning": "warning",
            "where": "where", "see": "see", "mask": "mask convention", "none": "no component found to check",
-           "summary_ok": "every component matches the reference.", "summary_bug": "bugs found.", "map": "mapped"},
+           "summary_ok": "every component checked matches the reference.", "summary_bug": "bugs found.",
+           "summary_todo": "not finished: a TODO is still there.", "summary_skipped": "{n} component(s) could not be checked (see why above).", "map": "mapped"},
 }
 
 
@@ -100,7 +102,15 @@ class Report:
             lines.append("")
             lines.append(self.train["line"])
         lines.append("")
-        lines.append(w["summary_bug"] if self.exit_code == 1 else w["summary_ok"])
+        if any(c.status == "todo" for c in self.components):
+            lines.append(w["summary_todo"])
+        elif self.exit_code == 1:
+            lines.append(w["summary_bug"])
+        else:
+            lines.append(w["summary_ok"])
+        skipped = sum(c.status == "skipped" for c in self.components)
+        if skipped:
+            lines.append(w["summary_skipped"].format(n=skipped))
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
