@@ -259,6 +259,14 @@ def test_the_grader_catches_planted_mistakes(monkeypatch):
     assert "optimizer step n uses noam_lr(n)" in [w for ok, w in grade.results if not ok][0], grade.text()
 
 
+def test_the_grader_command_line(capsys):
+    assert G.main([str(EX / "solutions" / "02_masks.py")]) == 0
+    assert capsys.readouterr().out.startswith("02_masks.py: passed")
+    assert G.main([str(EX / "02_masks.py")]) == 1
+    assert "TODO 02a" in capsys.readouterr().out
+    assert G.main([]) == 2 and "usage" in capsys.readouterr().out
+
+
 def test_the_grader_says_in_one_line_when_a_file_cannot_be_loaded(tmp_path):
     broken = tmp_path / "09_transformer.py"
     broken.write_text("import torch\nraise RuntimeError('my own bug')\n")
