@@ -279,7 +279,7 @@ def _settle(ctx, f, L, ref, space, choices, masked_row, uniform_row, detail, gra
         ctx.add(b, f, where(f), f"matches the reference with this mistake: {sub}" if sub not in ("none", "zero", "inverted") else "")
     if bugs:
         comp.status, comp.ids = "differs", list(bugs)
-    if masked_row is not None and "mask-inverted" not in bugs:
+    if masked_row is not None and not {"mask-inverted", "mask-fill-zero"} & set(bugs):  # the fill is known then
         try:
             row = masked_row()
         except Exception:

@@ -81,10 +81,11 @@ class Report:
             return f"{self.path}: {w['none']} / {_WORDS[langs[1]]['none']}"
         lines = []
         width = max(len(c.kind) for c in self.components)
+        nw = max(len(c.name) for c in self.components)
         for c in self.components:
             ids = f"  {' '.join(c.ids)}" if c.ids else ""
             extra = f"  ({c.detail})" if c.status in ("skipped", "todo", "error") and c.detail else ""
-            lines.append(f"{c.kind:<{width}}  {c.name:<24} {w[c.status]}{ids}{extra}")
+            lines.append(f"{c.kind:<{width}}  {c.name:<{nw}}  {w[c.status]}{ids}{extra}")
         if self.mask_convention:
             lines.append(f"{w['mask']}: {self.mask_convention}")
         for c in self.components:
