@@ -201,6 +201,43 @@ def test_the_mistakes_of_the_docs_page_are_named():
         assert [c.ids for c in report.components] == [[bug]], report.text()
 
 
+# (step, the line as solved, the mistake, the id the step's docstring promises); every occurrence is
+# replaced (the TODO hint quotes some of these lines)
+MISTAKES = [
+    ("01_attention.py", "/ math.sqrt(d_k)", "", "missing-scale"),
+    ("01_attention.py", "/ math.sqrt(d_k)", "/ d_k", "wrong-scale"),
+    ("01_attention.py", "masked_fill(mask == 0, -1e9)", "masked_fill(mask == 0, 0)", "mask-fill-zero"),
+    ("01_attention.py", "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)", "softmax-dim"),
+    ("02_masks.py", "torch.tril(torch.ones(1, size, size, dtype=torch.bool))",
+     "torch.ones(1, size, size, dtype=torch.bool)", "no-causal-mask"),
+    ("02_masks.py", "torch.tril(torch.ones(1, size, size, dtype=torch.bool))",
+     "torch.tril(torch.ones(1, size, size, dtype=torch.bool), diagonal=-1)", "no-causal-mask"),  # off by one
+    ("03_multihead.py", ".view(B, -1, self.n_heads, self.d_k).transpose(1, 2)", ".view(B, self.n_heads, -1, self.d_k)",
+     "heads-not-transposed"),
+    ("03_multihead.py", "out.transpose(1, 2).contiguous().view(B, -1, self.n_heads * self.d_k)",
+     "out.contiguous().view(B, -1, self.n_heads * self.d_k)", "heads-merge-order"),
+    ("04_ffn.py", "torch.relu(self.linear1(x))", "self.linear1(x)", "ffn-no-activation"),
+    ("05_layernorm.py", "torch.sqrt(var + self.eps)", "(x.std(-1, keepdim=True) + self.eps)", "unbiased-std"),
+    ("06_encoder_layer.py", "self.norm1(x + self.dropout(", "self.norm1((", "no-residual"),
+    ("07_positional.py", 'self.register_buffer("pe", pe.unsqueeze(0))', "self.pe = pe.unsqueeze(0)", "pe-not-buffer"),
+    ("07_positional.py", "(-math.log(10000.0) / d_model)", "(-math.log(10000.0) / d_model) * 2", "pe-wrong-formula"),
+    ("08_decoder_layer.py", "self.self_attn(x, x, x, tgt_mask)", "self.self_attn(x, x, x, None)", "no-causal-mask"),
+    ("08_decoder_layer.py", "self.cross_attn(x, memory, memory, src_mask)", "self.cross_attn(x, x, x, src_mask)",
+     "cross-attention-kv"),
+]
+
+
+@pytest.mark.parametrize("step, right, wrong, bug", MISTAKES, ids=[f"{m[0][:2]}-{m[3]}" for m in MISTAKES])
+def test_the_mistakes_each_step_warns_of_are_named_on_its_own_code(tmp_path, step, right, wrong, bug):
+    text = (EX / "solutions" / step).read_text(encoding="utf-8")
+    assert right in text and bug in text  # the docstring names the id it promises
+    planted = tmp_path / step
+    planted.write_text(text.replace(right, wrong), encoding="utf-8")
+    report = _check(planted)
+    assert report.exit_code == 1, report.text()
+    assert bug in {i for c in report.components for i in c.ids}, report.text()
+
+
 def test_a_skeleton_through_the_command_line():
     """The real command: a child process loads the skeleton; the learner sees the hint, not a traceback."""
     done = subprocess.run([sys.executable, "-m", "scratchformer.cli", "check", "exercises/04_ffn.py", "--lang", "en"],
