@@ -294,3 +294,15 @@ def test_a_helper_named_like_attention_is_not_taken_for_one(tmp_path):
                                              "def show_attention(weights, tokens, ax=None):\n    raise RuntimeError('plots')"
                                              "\n\n\ndef subsequent_mask(size):")]))
     assert r.exit_code == 0 and [c.name for c in r.components if c.kind == "scaled_dot_product"] == ["attention"]
+
+
+def test_a_fused_qkv_projection_is_mapped_as_three_row_blocks(tmp_path):
+    patches = [("        self.w_q = nn.Linear(d_model, d_model)\n        self.w_k = nn.Linear(d_model, d_model)\n"
+                "        self.w_v = nn.Linear(d_model, d_model)\n", "        self.qkv = nn.Linear(d_model, 3 * d_model)\n"),
+               ("        q = self.w_q(x).view(", "        q, k, v = self.qkv(x).chunk(3, dim=-1)\n        q = q.view("),
+               ("        k = self.w_k(x).view(", "        k = k.view("), ("        v = self.w_v(x).view(", "        v = v.view(")]
+    r = check(plant(tmp_path, "tutorial2", patches))
+    att = {c.kind: c for c in r.components}["attention"]
+    assert att.status == "ok" and att.detail.startswith("W_Q,W_K,W_V←qkv.weight"), r.text("en")
+    r = check(plant(tmp_path, "tutorial2", patches + [("/ math.sqrt(self.d_head)", "")]))
+    assert {c.kind: c.ids for c in r.components}["attention"] == ["missing-scale"]

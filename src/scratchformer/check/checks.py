@@ -324,13 +324,22 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     def ref(bugs, fill=-1e9, w=w):
         return [R.multi_head(xq, xk, xv, w, h, kb, bugs, fill=fill)[:2], R.multi_head(x1, x1, x1, w, h, None, bugs)]
 
-    def grads(bugs, choice):  # on the rows with something to attend to (a NaN row would spoil every gradient)
+    def grads(bugs, choice):
+        """d(loss)/d(weights) and d(loss)/d(inputs), on the rows with something to attend to (a NaN
+        row would spoil every gradient). A fused W_QKV is compared through the inputs only."""
         G = ctx.randn(2, Tq, d)
         wr = _detached(w)
-        lp = [t for pair in w.values() for t in pair if t is not None]
-        rp = [t for pair in wr.values() for t in pair if t is not None]
-        out_ref = R.multi_head(xq[:2], xk[:2], xv[:2], wr, h, kb[:2], bugs, **choice)
-        return grads_equal((caller(xq[:2], xk[:2], xv[:2], keep[:2]) * G).sum(), lp, (out_ref * G).sum(), rp)
+        fused = words.startswith("W_Q,W_K,W_V←")
+        lp = [] if fused else [t for pair in w.values() for t in pair if t is not None]
+        rp = [] if fused else [t for pair in wr.values() for t in pair if t is not None]
+        ins_l = [t[:2].clone().requires_grad_() for t in (xq, xk, xv)]
+        ins_r = [t[:2].clone().requires_grad_() for t in (xq, xk, xv)]
+        if caller.self_only:
+            ins_l[1] = ins_l[2] = ins_l[0]
+            ins_r[1] = ins_r[2] = ins_r[0]
+        out_ref = R.multi_head(*ins_r, wr, h, kb[:2], bugs, **choice)
+        n = 1 if caller.self_only else 3
+        return grads_equal((caller(*ins_l, keep[:2]) * G).sum(), lp + ins_l[:n], (out_ref * G).sum(), rp + ins_r[:n])
 
     if all(b is None for _, b in w.values()):
         ctx.add("no-bias", f, f"{f.name}.__init__")
