@@ -47,6 +47,8 @@ PLANTS = [
      [("scaled_attention_logits += mask * -1e9", "scaled_attention_logits += (1 - mask) * -1e9")]),
     ("tutorial2", "mask-inverted", {"attention": ["mask-inverted"], "encoder": []},
      [("masked_fill(mask == 0, -1e9)", "masked_fill(mask == 1, -1e9)")]),
+    ("tutorial2", "mask-inverted", {"attention": ["mask-inverted"], "encoder": []},  # their own mask line disagrees
+     [("(x != self.pad_idx)", "(x == self.pad_idx)")]),
     ("annotated", "mask-inverted", {"causal_mask": ["mask-inverted"]},
      [("return future == 0", "return future == 1")]),
     ("tutorial1", "softmax-dim", {"attention": ["softmax-dim"]},

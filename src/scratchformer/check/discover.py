@@ -230,7 +230,7 @@ def role_of(name: str, kind: str) -> str | None:
                 return "tgt_mask"
             return "src_mask"
         return "mask"
-    return _ROLE.get(n if n not in ("X",) else "x")
+    return _ROLE.get(n)
 
 
 def call_plan(fn, kind: str) -> list[tuple[str, str, bool]]:
