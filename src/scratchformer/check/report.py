@@ -38,11 +38,13 @@ _WORDS = {
     "zh": {"ok": "一致", "differs": "不同", "skipped": "跳过", "todo": "未完成", "error": "出错", "bug": "错误", "note": "说明", "warning": "警告",
            "where": "位置", "see": "参见", "mask": "掩码约定", "none": "没有找到可以检查的组件",
            "summary_ok": "检查过的组件都与参考实现一致。", "summary_bug": "发现错误。",
-           "summary_todo": "还没有完成：文件里还有 TODO。", "summary_skipped": "{n} 个组件无法检查（见上面的原因）。", "map": "对应"},
+           "summary_todo": "还没有完成：文件里还有 TODO。",
+           "summary_skipped": "{n} 个组件无法检查（见上面的原因）。", "map": "检查"},
     "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "todo": "todo", "error": "error", "bug": "bug", "note": "note", "warning": "warning",
            "where": "where", "see": "see", "mask": "mask convention", "none": "no component found to check",
            "summary_ok": "every component checked matches the reference.", "summary_bug": "bugs found.",
-           "summary_todo": "not finished: a TODO is still there.", "summary_skipped": "{n} component(s) could not be checked (see why above).", "map": "mapped"},
+           "summary_todo": "not finished: a TODO is still there.",
+           "summary_skipped": "{n} component(s) could not be checked (see why above).", "map": "checked"},
 }
 
 
