@@ -260,6 +260,7 @@ def test_map_and_comment_name_what_discovery_cannot_guess(tmp_path):
     assert "attention" not in [c.kind for c in r.components]
     r = check(plant(tmp_path, "tutorial1", patches), mapping={"attention": "Blender"})
     assert {c.kind: (c.name, c.status) for c in r.components}["attention"] == ("Blender", "ok")
+    assert "checked Blender: attention = Blender by --map; W_Q←W_q.weight" in r.text("en")
     r = check(plant(tmp_path, "tutorial1", [(patches[0][0], "# check: attention\n" + patches[0][1]), patches[1]]))
     assert {c.kind: c.name for c in r.components}["attention"] == "Blender"
     r = check(plant(tmp_path, "tutorial1", []), mapping={"attention": "Nope"})

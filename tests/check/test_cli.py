@@ -21,6 +21,7 @@ BROKEN = {
     "raises": "def build():\n    return {}['missing']\n\n\nLAYER = build()\n",
     "memory": "blob = bytearray(64 * 2**30)\n",
     "empty": "# nothing here yet\n",
+    "syntax": "x = 1\ndef f(:\n    pass\n",
 }
 
 
@@ -76,6 +77,11 @@ def test_import_error_gives_their_traceback_lines(runs):
                                ['File "import_error.py", line 2, in <module>'])
     assert_one_line_and_theirs(runs["raises"], "could not be imported: KeyError: 'missing'",
                                ["line 5, in <module>", "LAYER = build()", "line 2, in build"])
+
+
+def test_syntax_error_names_its_line(runs):
+    assert_one_line_and_theirs(runs["syntax"], "could not be imported: SyntaxError")
+    assert "syntax.py, line 2" in runs["syntax"].error
 
 
 def test_memory_limit(runs):

@@ -827,6 +827,8 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
             comp = Component(f.kind, f.name, "todo", [], (f"{e}" or "NotImplementedError")[:300] + _their_line(e, module))
         except Exception as e:  # the learner's code raised: say where, in one line
             comp = Component(f.kind, f.name, "error", [], f"{type(e).__name__}: {e}"[:300] + _their_line(e, module))
+        if f.how != "name":  # say what was matched to what, and by whom
+            comp.detail = f"{f.kind} = {f.name} by {f.how}; {comp.detail}" if comp.detail else f"{f.kind} = {f.name} by {f.how}"
         report.components.append(comp)
     if train_steps:
         from .train import train_beside
