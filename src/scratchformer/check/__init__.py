@@ -17,7 +17,8 @@ The Python API (what `commands/check.py` and the exercises call)::
     report.text(lang=None)  # the human report: one line per component, then the findings
     report.to_json()        # the same as a JSON string
 
-- `lang`: "zh" or "en"; both languages are printed, `lang` comes first.
+- `lang`: "zh" or "en": the labels (ok / 不同, where / 位置, the summary); each finding's explanation is
+  printed in both languages, Chinese first.
 - `mask_convention`: None (read it from the learner's own mask function, else from the tutorial
   style), or one of "keep" (1/True = may attend), "pad" (1/True = padding, the Keras tutorial),
   "lens" (valid lengths, d2l).
@@ -35,6 +36,12 @@ traceback lines, never ours). `check_module(module)` runs the same checks in-pro
 imported module (the tests use it on planted bugs; never call it on untrusted code).
 
 The catalogue of ids is `catalogue.CATALOGUE` (stable: tools and docs link to them).
+
+The package: `discover.py` (finding, building and calling the learner's components by name),
+`masks.py` (their mask convention), `reference.py` (ours, each bug a switch), `checks.py` (the
+comparisons and the variant search), `report.py`, `catalogue.py`, `child.py` (the child process),
+`train.py` (`--train`). It imports torch (and matplotlib for --train) and of ours only fileio:
+the reference is written here, small and float64-friendly, so nothing below can change what it says.
 """
 from __future__ import annotations
 
