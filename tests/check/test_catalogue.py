@@ -309,3 +309,13 @@ def test_a_fused_qkv_projection_is_mapped_as_three_row_blocks(tmp_path):
     assert att.status == "ok" and att.detail.startswith("W_Q,W_K,W_V←qkv.weight"), r.text("en")
     r = check(plant(tmp_path, "tutorial2", patches + [("/ math.sqrt(self.d_head)", "")]))
     assert {c.kind: c.ids for c in r.components}["attention"] == ["missing-scale"]
+
+
+def test_pytorch_tutorials_sequence_first_table(tmp_path):
+    seq_first = [('self.register_buffer("pe", pe.unsqueeze(0))', 'self.register_buffer("pe", pe.unsqueeze(1))'),
+                 ("return x + self.pe[:, : x.size(1)]", "return x + self.pe[: x.size(0)]")]
+    r = check(plant(tmp_path, "tutorial1", seq_first))
+    pe = {c.kind: c for c in r.components}["positional_encoding"]
+    assert pe.status == "ok" and "sequence first" in pe.detail, r.text("en")
+    r = check(plant(tmp_path, "tutorial1", seq_first + [("pe[:, 1::2] = torch.cos(", "pe[:, 1::2] = torch.sin(")]))
+    assert {c.kind: c.ids for c in r.components}["positional_encoding"] == ["pe-wrong-formula"]

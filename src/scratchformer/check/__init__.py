@@ -41,7 +41,7 @@ The package: `discover.py` (finding, building and calling the learner's componen
 `masks.py` (their mask convention), `reference.py` (ours, each bug a switch), `checks.py` (the
 comparisons and the variant search), `report.py`, `catalogue.py`, `child.py` (the child process),
 `train.py` (`--train`). It imports torch (and matplotlib for --train) and of ours only fileio:
-the reference is written here, small and float64-friendly, so nothing below can change what it says.
+the reference is plain formulas written here (not nn/'s fast paths), each classic bug a switch.
 """
 from __future__ import annotations
 

@@ -465,9 +465,14 @@ def check_positional_encoding(ctx: Ctx, f: Found) -> Component:
         return comp
     mod.double()
     T = 7
-    zeros = torch.zeros(2, T, d, dtype=torch.float64)
+    # PyTorch's own tutorial keeps the table as (max_len, 1, d) and takes (T, B, d) inputs: sequence first
+    seq_first = table[2] is not None and table[2].dim() == 3 and table[2].shape[0] >= L_ and table[2].shape[1] == 1
+    shape = (T, 2, d) if seq_first else (2, T, d)
+    zeros = torch.zeros(*shape, dtype=torch.float64)
     out = first_tensor(mod(zeros), ndim=3)
-    pe = out[0].double()
+    pe = (out[:, 0] if seq_first else out[0]).double()  # (T, d)
+    if seq_first:
+        comp.detail += ", sequence first (T, B, d)"
     if how == "attribute":
         ctx.add("pe-not-buffer", f, f"{f.name}.__init__",
                 f"self.{tname} is a plain tensor: use self.register_buffer({tname!r}, ...)")
@@ -478,7 +483,7 @@ def check_positional_encoding(ctx: Ctx, f: Found) -> Component:
             close(pe, R.positional_table(T, d, "sin-cos-halves")):
         ctx.add("pe-learned", f, f"{f.name}.__init__")
         return comp
-    x = ctx.randn(2, T, d)
+    x = ctx.randn(*shape)
     added = first_tensor(mod(x), ndim=3) - out
     if close(added, x * math.sqrt(d)):
         ctx.add("embed-scale", f, where(f))
