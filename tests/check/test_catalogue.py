@@ -319,3 +319,15 @@ def test_pytorch_tutorials_sequence_first_table(tmp_path):
     assert pe.status == "ok" and "sequence first" in pe.detail, r.text("en")
     r = check(plant(tmp_path, "tutorial1", seq_first + [("pe[:, 1::2] = torch.cos(", "pe[:, 1::2] = torch.sin(")]))
     assert {c.kind: c.ids for c in r.components}["positional_encoding"] == ["pe-wrong-formula"]
+
+
+def test_a_layer_built_on_torch_multihead_attention(tmp_path):
+    patches = [("self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)",
+                "self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)"),
+               ("attn_output, _ = self.self_attn(x, x, x, mask)",
+                "attn_output, _ = self.self_attn(x, x, x, key_padding_mask=mask)")]
+    r = check(plant(tmp_path, "tutorial1", patches))
+    assert {c.kind: c.status for c in r.components}["encoder_layer"] == "ok", r.text("en")
+    r = check(plant(tmp_path, "tutorial1", patches + [("x = self.norm1(x + self.dropout(attn_output))",
+                                                       "x = self.norm1(self.dropout(attn_output))")]))
+    assert {c.kind: c.ids for c in r.components}["encoder_layer"] == ["no-residual"]

@@ -198,6 +198,14 @@ class AttnCaller:
     """Calls an attention module (or function) by its own parameter names, with a mask in the learner's form."""
 
     def __init__(self, fn, form: M.MaskForm, kind: str = "attention"):
+        self.torch_mha = isinstance(fn, nn.MultiheadAttention)
+        if self.torch_mha:  # torch's own, inside a learner's layer: its masks say True = blocked
+            self.fn, self.plan, self.self_only, self.mask_role, self.mask_required = fn, [], False, "mask", False
+            learner_said = form.source.startswith(("your function", "your line", "--mask"))
+            self.form = form if learner_said else M.MaskForm("pad", torch.bool, 2, "nn.MultiheadAttention's key_padding_mask",
+                                                              "nn.MultiheadAttention 的 key_padding_mask")
+            self.ndim = self.form.ndim or 2
+            return
         self.fn, self.plan = fn, call_plan(fn.forward if isinstance(fn, nn.Module) else fn, kind)
         roles = {r for _, r, _ in self.plan}
         self.self_only = "q" not in roles and "x" in roles
@@ -210,6 +218,8 @@ class AttnCaller:
         self.ndim = form.ndim
 
     def __call__(self, q, k, v, keep=None, square=False, out_shape=None):
+        if self.torch_mha:
+            return self._torch(q, k, v, keep, square)
         vals = {"q": q, "k": k, "v": v, "x": q}
         if self.mask_role is not None:
             if keep is None and self.mask_required:
@@ -219,8 +229,21 @@ class AttnCaller:
                 vals[self.mask_role] = m.to(q.dtype) if m.is_floating_point() else m
         return first_tensor(call(self.fn, self.plan, vals), shape=out_shape or tuple(q.shape))
 
+    def _torch(self, q, k, v, keep, square):
+        kpm = am = None
+        if keep is not None and square:
+            am = ~keep[0]  # (T, T), True = blocked
+        elif keep is not None:
+            kpm = ~keep  # (B, S), True = padding
+        if not self.fn.batch_first:
+            q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (T, B, d)
+        out = self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am, need_weights=False)[0]
+        return out if self.fn.batch_first else out.transpose(0, 1)
+
     def settle(self, q, k, v, keep):
         """Find the mask rank the learner's code accepts ((B,1,1,S) or (B,1,S)), trying theirs first."""
+        if self.torch_mha:
+            return
         if self.mask_role is None or self.form.kind == "lens":
             self(q, k, v, keep)
             return
@@ -526,7 +549,7 @@ def parts(layer: nn.Module, ctx: Ctx):
             continue
         tn = type(m).__name__
         if (cls_attn is not None and inspect.isclass(cls_attn.obj) and isinstance(m, cls_attn.obj)) or \
-                (_ATTN_NAME.search(tn) and not isinstance(m, nn.MultiheadAttention) and "sublayer" not in tn.lower()
+                isinstance(m, nn.MultiheadAttention) or (_ATTN_NAME.search(tn) and "sublayer" not in tn.lower()
                  and "dotproduct" not in tn.lower().replace("_", "") and "scaled" not in tn.lower()):
             attn.append((name, m))
             taken.append(name)
