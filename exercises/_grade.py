@@ -275,14 +275,14 @@ class TableModel(nn.Module):
         return self.logp[tgt]  # (B, T, V): log-probabilities are logits too
 
 
-class OracleCopyModel(TableModel):
+class OracleCopyModel(nn.Module):
     """A perfect copier: at step t it puts most of the mass on src[t], then on `<eos>`."""
 
     def encode(self, src, src_mask):
         return src
 
     def decode(self, memory, src_mask, tgt, tgt_mask):
-        B, T = tgt.shape
+        T = tgt.size(1)
         lengths = (memory != PAD).sum(1)
         nxt = torch.where(torch.arange(T)[None, :] < lengths[:, None],
                           F.pad(memory, (0, max(0, T - memory.size(1))), value=PAD)[:, :T], EOS)  # (B, T)
