@@ -54,7 +54,7 @@ def run_child(path, lang: str = "zh", mask_convention: str | None = None, mappin
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("OMP_NUM_THREADS", "2")
+        env.setdefault("OMP_NUM_THREADS", "1")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, cwd=str(path.resolve().parent))
         started = None
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
 
         from .checks import check_loaded
 
-        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+        torch.set_num_threads(1)  # tiny tensors: more threads only spin (and fight the other processes)
 
     def done(r: Report) -> int:
         atomic_write_text(a.out, r.to_json())

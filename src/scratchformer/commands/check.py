@@ -64,7 +64,7 @@ def check(args) -> int:
         raise UserError(f"--train-steps {args.train_steps}: give at least 10 steps")
     if args.train and args.train_png.suffix.lower() != ".png":
         raise UserError(f"--train-png {args.train_png}: give a .png path")
-    timeout = args.timeout + (args.train_steps * 0.5 if args.train else 0)
+    timeout = args.timeout + (args.train_steps * 1.0 if args.train else 0)  # a step is ~0.05 s on an idle core
     report = check_file(args.file, lang=lang, mask_convention=args.mask_convention, mapping=parse_map(args.map),
                         timeout_s=timeout, memory_mb=args.memory_mb,
                         train_steps=args.train_steps if args.train else 0,
