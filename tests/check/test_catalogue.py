@@ -253,6 +253,13 @@ def test_gradients_are_compared(tmp_path):
     assert "gradients" in f.detail
 
 
+def test_layernorm_gradients_are_compared(tmp_path):
+    r = check(plant(tmp_path, "tutorial1", [("var = x.var(-1, keepdim=True, unbiased=False)",
+                                             "var = x.var(-1, keepdim=True, unbiased=False).detach()")]))
+    f = r.findings[r.ids().index("unknown-difference")]
+    assert f.component == "layer_norm" and "gradients" in f.detail
+
+
 def test_map_and_comment_name_what_discovery_cannot_guess(tmp_path):
     patches = [("class MultiHeadAttention(nn.Module):", "class Blender(nn.Module):"),
                ("self.self_attn = MultiHeadAttention(", "self.self_attn = Blender(")]

@@ -134,3 +134,15 @@ def test_cli_train_draws_both_curves(runs):
     assert p.returncode == 0, p.stderr
     assert "train: 训练曲线和参考实现一致 / trains like the reference (loss " in p.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_language_from_the_locale_chinese_by_default(monkeypatch):
+    from scratchformer.commands.check import default_lang
+
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    assert default_lang() == "zh"
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    assert default_lang() == "en"
+    monkeypatch.setenv("LC_ALL", "zh_CN.UTF-8")
+    assert default_lang() == "zh"

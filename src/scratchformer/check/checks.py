@@ -454,8 +454,18 @@ def check_layer_norm(ctx: Ctx, f: Found) -> Component:
     def ref(bugs, eps):
         return [R.layer_norm(x, gamma, beta, eps, bugs)]
 
+    def grads(bugs, choice):  # d/dγ, d/dβ and d/dx
+        G = ctx.randn(*x.shape)
+        xl, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+        gb = [t for t in (gamma, beta) if t is not None]
+        gr = [t.detach().clone().requires_grad_() for t in gb]
+        it = iter(gr)
+        g2, b2 = (next(it) if gamma is not None else None), (next(it) if beta is not None else None)
+        return grads_equal((mod(xl) * G).sum(), gb + [xl], (R.layer_norm(xr, g2, b2, bugs=bugs, **choice) * G).sum(),
+                           gr + [xr])
+
     words = ", ".join(f"{lbl}←{n}" for lbl, t in (("γ", gamma), ("β", beta)) for n, p in params if p is t)
-    return _settle(ctx, f, L, ref, R.LAYER_NORM_VARIANTS, choices, None, None, words or "no parameters")
+    return _settle(ctx, f, L, ref, R.LAYER_NORM_VARIANTS, choices, None, None, words or "no parameters", grads)
 
 
 def check_positional_encoding(ctx: Ctx, f: Found) -> Component:
