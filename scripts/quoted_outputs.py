@@ -70,6 +70,7 @@ class Quote:
     pick: Callable[[str], str] = whole  # the part of the output that is quoted
     python: bool = False
     lang: str = "text"
+    exit: int = 0  # the status the command ends with (`check` on a file with a bug: 1)
 
     def shell(self) -> str:
         if self.python:
@@ -84,6 +85,12 @@ QUOTES = {
     "doctor": Quote(["doctor", DEMO]),
     "python": Quote([PYTHON_EXAMPLE], python=True, lang="python"),
     "params": Quote(["params", "--config", "recipes/thucnews-demo.json"], run=None),
+    # docs/check.md and docs/zh/check.md: the checker on two classic mistakes (exercises/mistakes/)
+    "check-no-scale": Quote(["check", "exercises/mistakes/01_no_scale.py", "--lang", "en"], run=None, exit=1),
+    "check-mask-fill-zero": Quote(["check", "exercises/mistakes/01_mask_fill_zero.py", "--lang", "en"], run=None, exit=1),
+    "check-no-scale-zh": Quote(["check", "exercises/mistakes/01_no_scale.py", "--lang", "zh"], run=None, exit=1),
+    "check-mask-fill-zero-zh": Quote(["check", "exercises/mistakes/01_mask_fill_zero.py", "--lang", "zh"], run=None,
+                                     exit=1),
 }
 
 
@@ -91,8 +98,8 @@ def run(q: Quote) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, "-c", q.argv[0]] if q.python else [sys.executable, "-m", "scratchformer.cli", *q.argv]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise SystemExit(f"{q.shell()} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    if done.returncode != q.exit:
+        raise SystemExit(f"{q.shell()} exited {done.returncode}, not {q.exit}:\n{done.stderr[-2000:]}")
     return q.pick(done.stdout)
 
 

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "scratchformer.commands.diagnostics",
     "scratchformer.commands.experiments",
     "scratchformer.commands.serve",
+    "scratchformer.commands.check",
 ]
 
 

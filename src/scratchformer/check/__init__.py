@@ -1,0 +1,70 @@
+"""`scratchformer check FILE.py`: check a learner's hand-written Transformer against ours and name the bug.
+
+检查你自己手写的 Transformer：找出组件，装入同一份权重，和参考实现逐个比较，并指出是哪一个经典错误。
+
+The Python API (what `commands/check.py` and the exercises call)::
+
+    from scratchformer.check import check_file
+    report = check_file("my_transformer.py", lang="zh", mask_convention=None, mapping=None, timeout_s=60)
+    report.exit_code        # 0 every component matches, 1 any finding is a bug, 2 could not be checked
+    report.components       # [Component(kind, name, status, ids, detail)], status "ok" | "differs" | "skipped"
+                            #   | "todo" (the code raises NotImplementedError: a skeleton; exit 1)
+                            #   | "error" (the learner's code raised; the detail names their line; exit 1)
+    report.findings         # [Finding(id, severity, component, where, zh, en, link, detail)]
+                            #   severity "bug" | "note" (a choice, not a failure) | "warning"
+    report.mask_convention  # the convention used and where it came from (one line)
+    report.error            # the one line saying why the file could not be checked (exit 2), else None
+    report.text(lang=None)  # the human report: one line per component, then the findings
+    report.to_json()        # the same as a JSON string
+
+- `lang`: "zh" or "en": the labels (ok / 不同, where / 位置, the summary); each finding's explanation is
+  printed in both languages, Chinese first.
+- `mask_convention`: None (read it from the learner's own mask function, else from the tutorial
+  style), or one of "keep" (1/True = may attend), "pad" (1/True = padding, the Keras tutorial),
+  "lens" (valid lengths, d2l).
+- `mapping`: {kind: class-or-function name} for what discovery cannot guess, e.g.
+  {"attention": "MyAttn"}; the kinds are those of `KINDS`. A comment line `# check: attention`
+  right above a class or function does the same inside the file.
+- `timeout_s`: the child process that loads and runs the learner's file is killed after this.
+- `train_steps`, `train_png`: `check --train` (see `train.py`): `report.train["verdict"]` is
+  "trains like the reference" or "does not learn" (with `step` and `why`: nan | flat | behind).
+
+The learner's file never runs in this process: `check_file` starts a child (`python -m
+scratchformer.check.child`) with a time limit and a memory limit (RLIMIT_AS); a hang, a crash, an
+`exit()` or an import error gives a Report with exit_code 2 and one line (with the learner's own
+traceback lines, never ours). `check_module(module)` runs the same checks in-process on an already
+imported module (the tests use it on planted bugs; never call it on untrusted code).
+
+The catalogue of ids is `catalogue.CATALOGUE` (stable: tools and docs link to them).
+
+The package: `discover.py` (finding, building and calling the learner's components by name),
+`masks.py` (their mask convention), `reference.py` (ours, each bug a switch), `checks.py` (the
+comparisons and the variant search), `report.py`, `catalogue.py`, `child.py` (the child process),
+`train.py` (`--train`). It imports torch (and matplotlib for --train) and of ours only fileio:
+the reference is plain formulas written here (not nn/'s fast paths), each classic bug a switch.
+"""
+from __future__ import annotations
+
+KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "positional_encoding",
+         "encoder_layer", "decoder_layer", "causal_mask", "encoder")
+
+__all__ = ["KINDS", "check_file", "check_module"]
+
+
+def check_file(path, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
+               timeout_s: float = 60.0, memory_mb: int = 4096, train_steps: int = 0, train_png=None):
+    """Check the learner's file `path` in a child process; returns a `report.Report`.
+
+    `train_steps` > 0 also trains their encoder layer beside ours (`check --train`; `report.train`),
+    drawing both curves into `train_png` when given."""
+    from .child import run_child
+
+    return run_child(path, lang=lang, mask_convention=mask_convention, mapping=mapping,
+                     timeout_s=timeout_s, memory_mb=memory_mb, train_steps=train_steps, train_png=train_png)
+
+
+def check_module(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None):
+    """Run the checks in this process on an imported module (trusted code only: the tests)."""
+    from .checks import check_loaded
+
+    return check_loaded(module, lang=lang, mask_convention=mask_convention, mapping=mapping)

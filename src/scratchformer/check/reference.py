@@ -1,0 +1,180 @@
+"""Our reference for each component kind, with every catalogued bug as a switch.
+
+The correct formula comes first in each function; a switch (`bugs`: {id: sub-variant}) turns on one
+classic mistake exactly as a learner writes it. The checker runs the learner's module and these
+functions on the same weights and inputs: the variant whose output equals the learner's names the bug.
+Plain torch, written for float64 (the comparisons run there, so equal means equal to ~1e-12).
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k + mask) V        注意力：缩放点积，再按 key 做 softmax
+    FFN(x) = W₂ act(W₁ x + b₁) + b₂                             前馈：两层线性，中间一个激活
+    LayerNorm(x) = γ (x − mean) / √(var + eps) + β, var biased  层归一化：有偏方差，eps 在根号里
+    PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...)    位置编码：交错的 sin / cos
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+Bugs = dict  # {catalogue id: sub-variant name}
+
+# the sub-variants each attention bug comes in (what a learner actually writes)
+ATTENTION_VARIANTS = {
+    "missing-scale": ["none"],
+    "wrong-scale": ["sqrt-d_model", "d_k"],
+    "mask-fill-zero": ["zero"],
+    "mask-inverted": ["inverted"],
+    "softmax-dim": ["dim=-2", "dim=1"],
+    "heads-not-transposed": ["view(B,h,T,d_k)"],
+    "heads-merge-order": ["view without transpose", "permute(0,2,3,1)"],
+}
+SDPA_BUGS = ("missing-scale", "wrong-scale", "mask-fill-zero", "mask-inverted", "softmax-dim")
+
+
+def scaled_dot_product(q, k, v, keep=None, bugs: Bugs | None = None, d_model: int | None = None,
+                       fill: float = -1e9):
+    """softmax(q kᵀ / √d_k, masked) v; `keep` is a bool tensor broadcastable to the scores (True = may attend).
+
+    Shape: q (..., Tq, d_k), k and v (..., Tk, d_k); returns (out (..., Tq, d_k), weights (..., Tq, Tk)).
+    """
+    bugs = bugs or {}
+    d_k = q.size(-1)
+    scale = math.sqrt(d_k)
+    if "missing-scale" in bugs:
+        scale = 1.0
+    elif bugs.get("wrong-scale") == "sqrt-d_model":
+        scale = math.sqrt(d_model or d_k)
+    elif bugs.get("wrong-scale") == "d_k":
+        scale = float(d_k)
+    scores = q @ k.transpose(-2, -1) / scale  # (..., Tq, Tk)
+    if keep is not None:
+        hide = keep if "mask-inverted" in bugs else ~keep
+        if "mask-fill-zero" in bugs:
+            scores = scores.masked_fill(hide, 0.0)
+        elif fill == "add":  # the Keras tutorial's `logits += mask * -1e9`
+            scores = scores + hide.to(scores.dtype) * -1e9
+        else:
+            scores = scores.masked_fill(hide, fill)
+    dim = -1
+    if bugs.get("softmax-dim") == "dim=-2":
+        dim = -2
+    elif bugs.get("softmax-dim") == "dim=1" and scores.dim() == 4:
+        dim = 1
+    weights = torch.softmax(scores, dim=dim)
+    return weights @ v, weights
+
+
+def linear(x, w, b):
+    return x @ w.T + (b if b is not None else 0.0)
+
+
+def split_heads(x, h: int, bugs: Bugs):
+    B, T, d = x.shape
+    if "heads-not-transposed" in bugs:
+        return x.reshape(B, h, T, d // h)  # the bug: positions and features mixed
+    return x.view(B, T, h, d // h).transpose(1, 2)  # (B, h, T, d_k)
+
+
+def merge_heads(x, bugs: Bugs):
+    B, h, T, d_k = x.shape
+    sub = bugs.get("heads-merge-order")
+    if sub == "view without transpose":
+        return x.reshape(B, T, h * d_k)
+    if sub == "permute(0,2,3,1)":
+        return x.permute(0, 2, 3, 1).reshape(B, T, h * d_k)
+    return x.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T, d_model)
+
+
+def multi_head(xq, xk, xv, w: dict, h: int, keep=None, bugs: Bugs | None = None, fill: float = -1e9):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_O, head_i = Attention(Q W_Q^i, K W_K^i, V W_V^i).
+
+    `w` maps "q", "k", "v", "o" to (weight (d, d), bias (d,) or None); `keep` (B, 1|Tq, Tk) or
+    (B, 1, 1|Tq, Tk), True = may attend.
+    """
+    bugs = bugs or {}
+    d_model = xq.size(-1)
+    q = split_heads(linear(xq, *w["q"]), h, bugs)  # (B, h, Tq, d_k)
+    k = split_heads(linear(xk, *w["k"]), h, bugs)  # (B, h, Tk, d_k)
+    v = split_heads(linear(xv, *w["v"]), h, bugs)
+    if keep is not None and keep.dim() == 3:
+        keep = keep.unsqueeze(1)  # (B, 1, Tq|1, Tk): the same mask for every head
+    out, _ = scaled_dot_product(q, k, v, keep, {b: s for b, s in bugs.items() if b in SDPA_BUGS},
+                                d_model=d_model, fill=fill)
+    return linear(merge_heads(out, bugs), *w["o"])  # (B, Tq, d_model)
+
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu-tanh": lambda x: F.gelu(x, approximate="tanh"),
+               "identity": lambda x: x}
+
+
+def feed_forward(x, w1, b1, w2, b2, act: str = "relu", bugs: Bugs | None = None):
+    """FFN(x) = W₂ act(W₁ x + b₁) + b₂; `ffn-no-activation` drops act."""
+    bugs = bugs or {}
+    f = ACTIVATIONS["identity" if "ffn-no-activation" in bugs else act]
+    return linear(f(linear(x, w1, b1)), w2, b2)
+
+
+LAYER_NORM_VARIANTS = {"unbiased-std": ["x.std() + eps", "biased std + eps", "sqrt(unbiased var + eps)"]}
+
+
+def layer_norm(x, gamma, beta, eps: float, bugs: Bugs | None = None):
+    """γ (x − mean) / √(var + eps) + β with the biased variance, as the paper and nn.LayerNorm compute it.
+
+    The textbook `(x − mean) / (x.std() + eps)` differs twice: x.std() divides by d−1, and eps sits
+    outside the root (which matters where the variance is small).
+    """
+    bugs = bugs or {}
+    mean = x.mean(-1, keepdim=True)
+    sub = bugs.get("unbiased-std")
+    if sub == "x.std() + eps":
+        y = (x - mean) / (x.std(-1, keepdim=True) + eps)
+    elif sub == "biased std + eps":
+        y = (x - mean) / (x.std(-1, keepdim=True, unbiased=False) + eps)
+    elif sub == "sqrt(unbiased var + eps)":
+        y = (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps)
+    else:
+        y = (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
+    g = gamma if gamma is not None else 1.0
+    b = beta if beta is not None else 0.0
+    return g * y + b
+
+
+PE_VARIANTS = ["sin-cos-halves", "sin/cos swapped", "exponent j/d (not 2i/d)", "exponent 2i (no /d)",
+               "10000^(i/d) on both halves"]
+
+
+def positional_table(max_len: int, d: int, variant: str | None = None, dtype=torch.float64):
+    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)); (max_len, d).
+
+    `variant` is one of PE_VARIANTS: "sin-cos-halves" is a layout choice (a note), the others are wrong.
+    """
+    p = torch.arange(max_len, dtype=dtype)[:, None]              # (L, 1)
+    two_i = torch.arange(0, d, 2, dtype=dtype)[None, :]           # (1, d/2): the even dimensions 2i
+    if variant == "exponent j/d (not 2i/d)":
+        angle = p / torch.pow(10000.0, (two_i / 2) / d)
+    elif variant == "exponent 2i (no /d)":
+        angle = p / torch.pow(10000.0, two_i)
+    else:
+        angle = p / torch.pow(10000.0, two_i / d)                 # (L, d/2)
+    pe = torch.zeros(max_len, d, dtype=dtype)
+    if variant == "sin-cos-halves":
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
+    if variant == "10000^(i/d) on both halves":
+        j = torch.arange(d, dtype=dtype)[None, :]
+        a = p / torch.pow(10000.0, j / d)
+        pe = a.clone()
+        pe[:, 0::2] = torch.sin(a[:, 0::2])
+        pe[:, 1::2] = torch.cos(a[:, 1::2])
+        return pe
+    s, c = torch.sin(angle), torch.cos(angle)
+    if variant == "sin/cos swapped":
+        s, c = c, s
+    pe[:, 0::2] = s
+    pe[:, 1::2] = c
+    return pe
+
+
+def causal_keep(T: int):
+    """(T, T) bool, True = may attend: position t sees 0..t (the lower triangle with its diagonal)."""
+    return torch.ones(T, T, dtype=torch.bool).tril()

@@ -1,0 +1,134 @@
+"""What a check found: one `Component` line per component, then the `Finding`s; text (zh/en) and JSON."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from .catalogue import CATALOGUE
+
+
+@dataclass
+class Finding:
+    id: str
+    severity: str          # "bug" | "note" | "warning"
+    component: str         # the component kind
+    where: str             # the learner's class.method (or function)
+    zh: str
+    en: str
+    link: str
+    detail: str = ""       # what exactly was seen (a variant, a position, a value)
+
+
+@dataclass
+class Component:
+    kind: str
+    name: str              # the learner's class or function name
+    status: str            # "ok" | "differs" | "skipped" (cannot be checked) | "todo" (raises
+                           # NotImplementedError) | "error" (the learner's code raised)
+    ids: list[str] = field(default_factory=list)
+    detail: str = ""       # the weight mapping, or why it was skipped
+
+
+def finding(id: str, component: str, where: str, detail: str = "") -> Finding:
+    e = CATALOGUE[id]
+    return Finding(id, e.severity, component, where, e.zh, e.en, e.link, detail)
+
+
+_WORDS = {
+    "zh": {"ok": "一致", "differs": "不同", "skipped": "跳过", "todo": "未完成", "error": "出错", "bug": "错误", "note": "说明", "warning": "警告",
+           "where": "位置", "see": "参见", "mask": "掩码约定", "none": "没有找到可以检查的组件",
+           "summary_ok": "检查过的组件都与参考实现一致。", "summary_bug": "发现错误。",
+           "summary_todo": "还没有完成：文件里还有 TODO。",
+           "summary_skipped": "{n} 个组件无法检查（见上面的原因）。", "map": "检查"},
+    "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "todo": "todo", "error": "error", "bug": "bug", "note": "note", "warning": "warning",
+           "where": "where", "see": "see", "mask": "mask convention", "none": "no component found to check",
+           "summary_ok": "every component checked matches the reference.", "summary_bug": "bugs found.",
+           "summary_todo": "not finished: a TODO is still there.",
+           "summary_skipped": "{n} component(s) could not be checked (see why above).", "map": "checked"},
+}
+
+
+@dataclass
+class Report:
+    path: str
+    components: list[Component] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    mask_convention: str = ""
+    error: str | None = None
+    lang: str = "zh"
+    seconds: float = 0.0
+    train: dict | None = None  # --train: {"line": ..., "verdict", "step", "learner", "reference", "png"}
+
+    @property
+    def exit_code(self) -> int:
+        if self.error is not None or not self.components or all(c.status == "skipped" for c in self.components):
+            return 2
+        if any(c.status in ("todo", "error") for c in self.components):
+            return 1  # a skeleton's TODO is still there, or the learner's code raised: not passing
+        return 1 if any(f.severity == "bug" for f in self.findings) else 0
+
+    def ids(self) -> list[str]:
+        return [f.id for f in self.findings]
+
+    def bug_ids(self) -> list[str]:
+        return [f.id for f in self.findings if f.severity == "bug"]
+
+    def text(self, lang: str | None = None) -> str:
+        lang = lang or self.lang
+        langs = ["zh", "en"]  # the explanations: Chinese first in both (our readers followed Chinese tutorials)
+        w = _WORDS[lang]
+        if self.error is not None:
+            return f"{self.path}: {self.error}"
+        if not self.components:
+            return f"{self.path}: {w['none']} / {_WORDS[langs[1]]['none']}"
+        lines = []
+        width = max(len(c.kind) for c in self.components)
+        nw = max(len(c.name) for c in self.components)
+        for c in self.components:
+            ids = f"  {' '.join(c.ids)}" if c.ids else ""
+            extra = f"  ({c.detail})" if c.status in ("skipped", "todo", "error") and c.detail else ""
+            lines.append(f"{c.kind:<{width}}  {c.name:<{nw}}  {w[c.status]}{ids}{extra}")
+        if self.mask_convention:
+            lines.append(f"{w['mask']}: {self.mask_convention}")
+        for c in self.components:
+            if c.status not in ("skipped", "todo", "error") and c.detail:
+                lines.append(f"{w['map']} {c.name}: {c.detail}")
+        for f in self.findings:
+            lines.append("")
+            lines.append(f"[{w[f.severity]}] {f.id}  {w['where']}: {f.where}")
+            for lg in langs:
+                lines.append(f"  {getattr(f, lg)}")
+            if f.detail:
+                lines.append(f"  {f.detail}")
+            lines.append(f"  {w['see']}: {f.link}")
+        if self.train:
+            lines.append("")
+            lines.append(self.train["line"])
+        lines.append("")
+        if any(c.status == "todo" for c in self.components):
+            lines.append(w["summary_todo"])
+        elif self.exit_code == 1:
+            lines.append(w["summary_bug"])
+        else:
+            lines.append(w["summary_ok"])
+        skipped = sum(c.status == "skipped" for c in self.components)
+        if skipped:
+            lines.append(w["summary_skipped"].format(n=skipped))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "exit_code": self.exit_code, "error": self.error,
+                "mask_convention": self.mask_convention, "seconds": round(self.seconds, 2), "train": self.train,
+                "components": [asdict(c) for c in self.components],
+                "findings": [asdict(f) for f in self.findings]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=2)
+
+    @classmethod
+    def from_dict(cls, d: dict, lang: str = "zh") -> "Report":
+        r = cls(path=d["path"], mask_convention=d.get("mask_convention", ""), error=d.get("error"), lang=lang,
+                seconds=d.get("seconds", 0.0), train=d.get("train"))
+        r.components = [Component(**c) for c in d.get("components", [])]
+        r.findings = [Finding(**f) for f in d.get("findings", [])]
+        return r

@@ -1,0 +1,73 @@
+"""`check FILE.py`: check a learner's own Transformer against ours and name the bug (thin over scratchformer.check)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def default_lang() -> str:
+    """From the locale (LC_ALL, LC_MESSAGES, LANG); Chinese when the locale says neither."""
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        v = os.environ.get(var, "")
+        if v.lower().startswith("en"):
+            return "en"
+        if v.lower().startswith("zh"):
+            return "zh"
+    return "zh"
+
+
+def parse_map(items: list[str] | None) -> dict:
+    from ..check import KINDS
+
+    out = {}
+    for item in items or []:
+        for pair in item.split(","):
+            kind, _, name = pair.partition("=")
+            kind, name = kind.strip(), name.strip()
+            if not name or kind not in KINDS:
+                raise UserError(f"--map {pair!r}: write KIND=Name with KIND one of {', '.join(KINDS)}")
+            out[kind] = name
+    return out
+
+
+def register(cli) -> None:
+    p = cli.verb("check", help="check your own hand-written Transformer (FILE.py) against ours and name the bug")
+    p.add_argument("file", type=Path, help="your Python file (it is loaded in a child process, never run as a script)")
+    p.add_argument("--lang", choices=["zh", "en"], default=None, help="labels in this language (default: the locale; Chinese)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--mask-convention", choices=["keep", "pad", "lens"], default=None,
+                   help="keep: 1/True = may attend; pad: 1/True = padding (Keras); lens: valid lengths (d2l). "
+                        "Default: read from your mask function or code")
+    p.add_argument("--map", action="append", metavar="KIND=Name",
+                   help="what discovery cannot guess, e.g. --map attention=MyAttn,feed_forward=Block")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds your code may run (default 60)")
+    p.add_argument("--memory-mb", type=int, default=4096, help="memory your code may use (default 4096 MB)")
+    p.add_argument("--train", action="store_true",
+                   help="also train your encoder layer beside ours (same weights, same batches, about a minute)")
+    p.add_argument("--train-steps", type=int, default=300, help="--train: steps (default 300)")
+    p.add_argument("--train-png", type=Path, default=Path("check_train.png"),
+                   help="--train: the PNG with both loss curves (default ./check_train.png)")
+    p.set_defaults(func=check)
+
+
+def check(args) -> int:
+    from ..check import check_file
+
+    if not args.file.is_file():
+        raise UserError(f"{args.file} does not exist; give the path of your Python file")
+    if args.file.suffix != ".py":
+        raise UserError(f"{args.file} is not a .py file; give the Python file of your Transformer")
+    lang = args.lang or default_lang()
+    if args.train and args.train_steps < 10:
+        raise UserError(f"--train-steps {args.train_steps}: give at least 10 steps")
+    if args.train and args.train_png.suffix.lower() != ".png":
+        raise UserError(f"--train-png {args.train_png}: give a .png path")
+    timeout = args.timeout + (args.train_steps * 1.0 if args.train else 0)  # a step is ~0.05 s on an idle core
+    report = check_file(args.file, lang=lang, mask_convention=args.mask_convention, mapping=parse_map(args.map),
+                        timeout_s=timeout, memory_mb=args.memory_mb,
+                        train_steps=args.train_steps if args.train else 0,
+                        train_png=args.train_png if args.train else None)
+    print(report.to_json() if args.json else report.text(lang))
+    return report.exit_code
