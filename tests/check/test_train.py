@@ -5,7 +5,7 @@ import math
 
 from test_catalogue import load, plant
 
-from scratchformer.check.checks import check_loaded
+from scratchformer.check.run import check_loaded
 from scratchformer.check.train import verdict
 
 

@@ -65,6 +65,6 @@ def check_file(path, lang: str = "zh", mask_convention: str | None = None, mappi
 
 def check_module(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None):
     """Run the checks in this process on an imported module (trusted code only: the tests)."""
-    from .checks import check_loaded
+    from .run import check_loaded
 
     return check_loaded(module, lang=lang, mask_convention=mask_convention, mapping=mapping)

@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     if uses_torch:  # imported before the memory limit: the limit is for the learner's own allocations
         import torch
 
-        from .checks import check_loaded
+        from .run import check_loaded
 
         torch.set_num_threads(1)  # tiny tensors: more threads only spin (and fight the other processes)
 
