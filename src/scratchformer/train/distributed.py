@@ -61,8 +61,28 @@ def init_process_group(device: torch.device | None = None) -> bool:
         cuda = (device is None or device.type == "cuda") and torch.cuda.is_available() and dist.is_nccl_available()
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
         timeout = timedelta(seconds=float(os.environ.get("SCRATCHFORMER_DIST_TIMEOUT_S", "1800")))
-        dist.init_process_group(backend, timeout=timeout)
+        store = _attempt_store(timeout)
+        if store is None:
+            dist.init_process_group(backend, timeout=timeout)
+        else:
+            dist.init_process_group(backend, timeout=timeout, store=store, rank=rank(), world_size=world_size())
     return dist.get_world_size() > 1
+
+
+def _attempt_store(timeout: timedelta):
+    """Under torchrun's shared agent store, a client of it whose keys are this attempt's alone.
+
+    torchrun (c10d rendezvous, torch >= 2.4) keeps one TCPStore for all of a job's attempts and
+    its workers join it without a per-attempt prefix, so a restarted attempt's gloo could read the
+    dead attempt's addresses (a killed worker's listening port) before the new processes overwrite
+    them: "connection refused" in connectFullMesh, or a hang. Keys under
+    `/scratchformer/attempt_N/` cannot be stale. None where the default env:// store is fine."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return None
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size(),
+                          is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"/scratchformer/attempt_{attempt}", store)
 
 
 def agree(decide: Callable[[], Any]) -> Any:
