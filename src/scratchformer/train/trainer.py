@@ -42,7 +42,6 @@ changes the training trajectory. ``fit()`` holds an exclusive lock on ``run_dir`
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import math
@@ -69,7 +68,7 @@ from scratchformer.train.checkpoint import (
 )
 from scratchformer.train.checkpoint_store import CheckpointStore
 from scratchformer.train.config import TrainConfig
-from scratchformer.train.distributed import Distributed, shard_model
+from scratchformer.train.distributed import Distributed
 from scratchformer.train.optim import param_groups
 from scratchformer.train.device import resolve_device, resolve_precision
 from scratchformer.train.curves import plot_curves
@@ -79,6 +78,7 @@ from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_f
                                            refuse_links)
 from scratchformer.train.run_files import CONFIG, CURVES, METRICS, WEIGHTS, truncate_metrics, write_train_status
 from scratchformer.train.schedules import make_lr_lambda
+from scratchformer.train.sharding import ShardedModel
 
 _END = object()
 
@@ -148,7 +148,7 @@ class Trainer:
                 )
             self.model.set_gradient_checkpointing(True)
         self.sharded = cfg.strategy == "fsdp" and self.dist.enabled  # one process: nothing to shard
-        self._skeleton = self._shard() if self.sharded else None
+        self._sharded = ShardedModel(self.model) if self.sharded else None  # train/sharding.py
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         if not self._params:
             raise UserError("the model has no trainable parameters")
@@ -175,41 +175,11 @@ class Trainer:
         self._elapsed0 = 0.0
 
     # ------------------------------------------------------------------ setup helpers
-    def _shard(self) -> torch.nn.Module:
-        """fsdp: shard ``task.model`` in place (train/distributed.py) and return a weightless copy
-        of it (its weights on the meta device, ties kept), which `_unshard` fills with the final
-        weights after fit, so that the task computes in one process again (test, predict)."""
-        model = self.model
-        scales = {n: p.lr_scale for n, p in model.named_parameters() if hasattr(p, "lr_scale")}
-        persistent = set(model.state_dict())
-        memo: dict[int, Any] = {}
-        for n, t in list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n in persistent]:
-            meta = torch.empty_like(t, device="meta")
-            memo[id(t)] = torch.nn.Parameter(meta, t.requires_grad) if isinstance(t, torch.nn.Parameter) else meta
-        skeleton = copy.deepcopy(model, memo)  # non-persistent buffers (position tables) are real copies
-        self._units = shard_model(model)
-        for n, p in model.named_parameters():  # fully_shard made new parameters: keep their lr scale
-            if n in scales:
-                p.lr_scale = scales[n]
-        return skeleton
-
-    def _plain(self, full: dict[str, torch.Tensor], device: torch.device) -> torch.nn.Module:
-        """A plain (unsharded) copy of the model holding the weights `full`, on `device`."""
-        persistent = set(self._skeleton.state_dict())
-        memo: dict[int, Any] = {}
-        for n, t in list(self._skeleton.named_parameters()) + [
-                (n, b) for n, b in self._skeleton.named_buffers() if n in persistent]:
-            real = full[n].detach().to(device).clone()
-            memo[id(t)] = torch.nn.Parameter(real, t.requires_grad) if isinstance(t, torch.nn.Parameter) else real
-        return copy.deepcopy(self._skeleton, memo).to(device)
-
     def _unshard(self) -> None:
         """fsdp, after fit: ``task.model`` becomes a plain module again on every process, with the
         final weights (gathered from the shards); the sharded one is dropped."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
-        self.task.model = self.model = self._plain(full, self.device)
+        full = self._sharded.full_state(cpu_offload=False)
+        self.task.model = self.model = self._sharded.plain(full, self.device)
 
     def _after_step(self) -> None:
         """The task's optional `after_step` hook, on rank 0, with that step's weights in
@@ -223,7 +193,7 @@ class Trainer:
         full = self._full_state()
         if full is None:
             return
-        self.task.model = self._plain(full, torch.device("cpu"))
+        self.task.model = self._sharded.plain(full, torch.device("cpu"))
         try:
             self.task.after_step(st.step, self.total_steps)
         finally:
@@ -233,27 +203,15 @@ class Trainer:
     def _gathered(self):
         """fsdp: the whole model's weights gathered on every process for the block (evaluation:
         a task may read weights without calling forward, as translation's lean decoder does)."""
-        if not self.sharded:
+        with self._sharded.gathered() if self.sharded else contextlib.nullcontext():
             yield
-            return
-        for m in self._units:
-            m.set_reshard_after_forward(False)
-            m.unshard()
-        try:
-            yield
-        finally:
-            for m in self._units:
-                m.reshard()
-                m.set_reshard_after_forward(True)
 
     def _full_state(self) -> dict[str, torch.Tensor] | None:
         """The model's full weights on rank 0 (None on the others): under fsdp gathered from every
         process's shard onto its CPU (a collective: every process calls it)."""
         if not self.sharded:
             return self.model.state_dict() if self.dist.is_main else None
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = self._sharded.full_state()
         return full if self.dist.is_main else None
 
     def _total_steps(self) -> int | None:
@@ -675,10 +633,7 @@ class Trainer:
         gathered onto rank 0 (by parameter name; None elsewhere)."""
         if not self.sharded:
             return self.optimizer.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        full = get_optimizer_state_dict(self.model, self.optimizer,
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = self._sharded.full_optimizer_state(self.optimizer)
         return full if self.dist.is_main else None
 
     def _load_checkpoint(self) -> dict:
@@ -701,7 +656,7 @@ class Trainer:
                     f"{'several processes' if saved_by == 'fsdp' else 'unsharded weights'}; resume it with the "
                     f"same train.strategy and process count kind (the weights alone load anywhere: model.safetensors)")
             if self.sharded:
-                self._load_sharded(ck.weights, state["optimizer"])
+                self._sharded.load(ck.weights, self.optimizer, state["optimizer"])
             else:
                 load_weights(self.model, ck.weights)
                 self.optimizer.load_state_dict(state["optimizer"])
@@ -723,22 +678,6 @@ class Trainer:
             seed_everything(self.cfg.seed + self.dist.rank + 7919 * train.step)
             return get_rng_state(self.device)
         return state["rng"]
-
-    def _load_sharded(self, weights_path: Path, optimizer: dict) -> None:
-        """fsdp resume: every process reads the full weights and optimizer state (the run folder
-        is shared) and keeps its shard of them."""
-        from safetensors.torch import load_file
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
-
-        full = load_file(str(weights_path))
-        model_keys = set(self._skeleton.state_dict())
-        missing = sorted(model_keys - set(full))
-        if missing:
-            raise ValueError(f"{weights_path.name} lacks {', '.join(missing[:3])}")
-        opts = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(self.model, {k: full[k] for k in model_keys}, options=opts)
-        set_optimizer_state_dict(self.model, self.optimizer, optimizer, options=opts)
 
     def _truncate_metrics(self, step: int) -> None:
         if self.dist.is_main:
