@@ -68,3 +68,42 @@ def wait_ready(url, timeout=60):
             return
         time.sleep(0.05)
     raise AssertionError("the server never became ready")
+
+
+# the trust tests' shared pieces (test_serve_trust.py, test_serve_models_and_connections.py)
+from scratchformer.serve.app import ServeConfig, create_app
+from scratchformer.serve.backends import ClassifierBackend, LanguageModelBackend
+
+TEXTS = ["股市涨跌银行", "球赛队胜负", "今日消息", "银行利率基金涨"]
+JSON = {"content-type": "application/json"}
+
+
+def start(backends, **cfg):
+    models = list(backends)
+    cfg = ServeConfig(**{"drain_timeout": 5, **cfg})
+    return create_app(lambda: models, cfg), cfg
+
+
+def error_of(r):
+    body = r.json()
+    assert set(body) == {"error"} and body["error"]["code"] == r.status_code, r.text
+    assert "Traceback" not in r.text
+    return body["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def lm(lm_run):
+    return LanguageModelBackend("lm", lm_run)
+
+
+@pytest.fixture(scope="module")
+def clf(clf_run):
+    return ClassifierBackend("clf", clf_run)
+
+
+@pytest.fixture(scope="module")
+def url(lm, clf):
+    app, cfg = start([lm, clf], max_new_tokens=64)
+    with running(app, cfg) as u:
+        wait_ready(u)
+        yield u
