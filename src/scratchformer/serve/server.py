@@ -8,7 +8,7 @@ generations still running stop at their next token.
 Connections end: a request's headers must arrive within `header_timeout` seconds of its first
 byte (or of the connection, for one that sends nothing), else the connection is closed with a
 408 (`HeaderTimeoutProtocol`; uvicorn has no such timeout); its body within `body_timeout`
-(the app's BodyLimit); an idle keep-alive connection closes after uvicorn's keep-alive timeout.
+(serve/middleware.py's BodyLimit); an idle keep-alive connection closes after uvicorn's keep-alive timeout.
 """
 from __future__ import annotations
 
