@@ -54,7 +54,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..fileio import atomic_write_text, staged_folder, write_data
-from .fetch import cache_dir
+from .fetch import cache_dir, sha256_file
 from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, table_layout
 
 FORMAT_VERSION = 1
@@ -100,11 +100,7 @@ def content_digest(path: str | Path) -> str:
         raise UserError(f"{path}: no such file") from None
     key = (str(path.absolute()), st.st_size, st.st_mtime_ns, st.st_ino)
     if key not in _digests:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                h.update(block)
-        _digests[key] = h.hexdigest()
+        _digests[key] = sha256_file(path)
     return _digests[key]
 
 
@@ -157,11 +153,7 @@ def verify(folder: str | Path) -> list[str]:
     record = json.loads((folder / ".complete").read_text(encoding="utf-8"))
     bad = []
     for name, f in record["files"].items():
-        h = hashlib.sha256()
-        with open(folder / name, "rb") as fh:
-            while block := fh.read(1 << 20):
-                h.update(block)
-        if h.hexdigest() != f["sha256"]:
+        if sha256_file(folder / name) != f["sha256"]:
             bad.append(name)
     return bad
 
