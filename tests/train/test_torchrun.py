@@ -1,9 +1,12 @@
 """torchrun itself: two agents on loopback (`--nnodes 2`, c10d rendezvous) run one `train
 classify` whose run folder is written once; a job that loses a worker (`--max-restarts 1`)
-restarts from its last checkpoint and ends with the uninterrupted run's weights, bit for bit.
+restarts from its last checkpoint and ends with the uninterrupted run's weights, bit for bit;
+`train lm`, `train translate` and `pretrain mlm` print one result and write their run folder
+from rank 0 alone (every write of each process recorded by write_audit.py).
 CPU and gloo, one thread per process, a tiny model; every subprocess has a timeout."""
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -110,3 +113,93 @@ def test_a_killed_worker_is_restarted_from_the_checkpoint_and_ends_bit_exact(tmp
     assert min((init[k] - a[k]).abs().max().item() for k in a) > 1e-3  # it trained: every tensor moved
     steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 11))  # the log continues where the checkpoint was: no step twice
+
+
+# ----------------------------------------------------------------------------- one writer, every task
+AUDIT = Path(__file__).resolve().parent / "write_audit.py"
+LM_TINY = ["--set", "data.context=16", "--set", "data.batch_size=8", "--set", "data.eval_windows=4",
+           "--set", "model.transformer.d_model=32", "--set", "model.transformer.n_heads=2",
+           "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1"]
+ENC_TINY = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=2",
+            "--set", "model.encoder.d_ff=64", "--set", "model.encoder.n_layers=1"]
+
+
+def _two_processes(tmp_path: Path, *cli_args: str) -> tuple[list[dict], str, dict[int, list[str]]]:
+    """`scratchformer <cli_args>` under torchrun (2 processes, gloo), each recording what it
+    writes under tmp_path/w (write_audit.py): (result lines on stdout, stderr, writes by rank)."""
+    logs = tmp_path / "writes"
+    logs.mkdir()
+    cmd = _torchrun("--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0",
+                    str(AUDIT), str(tmp_path / "w"), str(logs), "--", *cli_args,
+                    "--set", "train.progress=false", "--set", "train.max_steps=4", "--set", "train.eval_every=2")
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    writes = {r: (logs / f"rank{r}.txt").read_text().splitlines() for r in (0, 1)}  # each hook was installed
+    results = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    return results, res.stderr, writes
+
+
+def _written_once(writes: list[str], *names: str) -> None:
+    for name in names:
+        assert writes.count(f"rename run/{name}") == 1, (name, writes)
+
+
+def _metrics_rows_once(run: Path) -> None:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for split in ("train", "valid"):
+        steps = [r["step"] for r in rows if r["split"] == split]
+        assert steps and steps == sorted(set(steps)) and steps[-1] == 4, rows  # each row written once
+
+
+def test_train_lm_under_torchrun_evaluates_reports_and_writes_on_rank_0_alone(tmp_path):
+    rng = random.Random(0)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "text.txt").write_text(
+        "\n".join("".join(rng.choice("天地人和春夏秋冬") for _ in range(30)) for _ in range(60)), encoding="utf-8")
+    run = tmp_path / "w" / "run"
+    results, stderr, writes = _two_processes(tmp_path, "train", "lm", "--data", str(tmp_path / "w" / "text.txt"),
+                                             "--out", str(run), *LM_TINY)
+    assert len(results) == 1 and results[0]["run_dir"] == str(run) and results[0]["valid_loss"] > 0
+    assert stderr.count("valid (all ") == 1  # the after-fit evaluation's line, once
+    assert writes[1] == []  # rank 1 wrote nothing in the folder: not the report, not a row
+    _written_once(writes[0], "valid_metrics.json", "config.json")
+    _metrics_rows_once(run)
+
+
+def test_train_translate_under_torchrun_finalizes_and_tests_on_rank_0_alone(tmp_path):
+    rng = random.Random(0)
+    words = "ab cd ef gh ij kl".split()
+    (tmp_path / "w").mkdir()
+    for name, n in (("train", 120), ("valid", 12), ("test", 12)):
+        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 5))) for _ in range(n)]
+        (tmp_path / "w" / f"{name}.tsv").write_text("".join(f"{s}\t{s.upper()}\n" for s in src))
+    run = tmp_path / "w" / "run"
+    results, stderr, writes = _two_processes(
+        tmp_path, "train", "translate", "--data", str(tmp_path / "w" / "train.tsv"), "--valid",
+        str(tmp_path / "w" / "valid.tsv"), "--test", str(tmp_path / "w" / "test.tsv"), "--out", str(run),
+        "--set", "model.transformer.d_model=32", "--set", "model.transformer.n_heads=2",
+        "--set", "model.transformer.d_ff=64", "--set", "model.transformer.n_layers=1",
+        "--set", "data.src_tokenizer=word", "--set", "data.tgt_tokenizer=word", "--set", "data.max_tokens=200",
+        "--set", "average_last=2", "--set", "average_every=1", "--set", "decode.beam=1")
+    assert len(results) == 1 and results[0]["run_dir"] == str(run) and results[0]["test"]["bleu"] is not None
+    assert results[0]["weights"] in ("model.safetensors", "averaged.safetensors")
+    assert stderr.count("test: BLEU") == 1 and stderr.count("averaging 2 snapshots") == 1
+    assert writes[1] == []  # rank 1 wrote nothing: no snapshot, no average, no final.json, no test report
+    _written_once(writes[0], "final.json", "test_metrics.json", "test_hyps.txt", "averaged.safetensors")
+    _metrics_rows_once(run)
+
+
+def test_pretrain_mlm_under_torchrun_writes_its_summary_on_rank_0_alone(tmp_path):
+    rng = random.Random(0)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "corpus.txt").write_text(
+        "\n".join("".join(rng.choice("好棒赞差烂糟电影真的") for _ in range(10)) for _ in range(120)) + "\n",
+        encoding="utf-8")
+    run = tmp_path / "w" / "run"
+    results, _, writes = _two_processes(tmp_path, "pretrain", "mlm", "--data", str(tmp_path / "w" / "corpus.txt"),
+                                        "--out", str(run), *ENC_TINY, "--set", "data.min_freq=1",
+                                        "--set", "data.valid_frac=0.1")
+    assert len(results) == 1 and results[0]["run_dir"] == str(run) and results[0]["steps"] == 4
+    assert writes[1] == []
+    _written_once(writes[0], "pretrain_summary.json", "config.json")
+    _metrics_rows_once(run)

@@ -49,9 +49,10 @@ def train(args) -> int:
 
     recipe = recipe_for_run(LMRecipe, args)
     result = train_lm(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
-    valid = result["valid"]
-    print(json.dumps({"run_dir": str(args.out), "valid_loss": valid["loss"], "valid_perplexity": valid["perplexity"],
-                      "valid_bpc": valid["bpc"], "best_step": result["train"].get("best_step"),
+    valid = result.get("valid", {})  # under torchrun rank 0's alone (the others print nothing)
+    print(json.dumps({"run_dir": str(args.out), "valid_loss": valid.get("loss"),
+                      "valid_perplexity": valid.get("perplexity"), "valid_bpc": valid.get("bpc"),
+                      "best_step": result["train"].get("best_step"),
                       "elapsed_s": result["train"].get("elapsed")}))
     return 0
 

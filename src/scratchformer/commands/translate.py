@@ -81,7 +81,7 @@ def train(args) -> int:
     recipe = recipe_for_run(TranslateRecipe, args, {"model.init": init} if init else None)
     result = train_translator(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
     test = result.get("test", {})
-    print(json.dumps({"run_dir": str(args.out), "weights": result["final"]["weights"],
+    print(json.dumps({"run_dir": str(args.out), "weights": result.get("final", {}).get("weights"),
                       "test": {k: test.get(k) for k in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
                       "best_valid_bleu": result["train"].get("best_metric")}, ensure_ascii=False))
     return 0

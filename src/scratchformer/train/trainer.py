@@ -265,8 +265,8 @@ class Trainer:
 
     def _fit(self, resume: bool, overwrite: bool) -> dict[str, Any]:
         cfg = self.cfg
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.dist.is_main:
+        if self.dist.is_main:  # the one writer of the run folder
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             refuse_links(self.run_dir)  # before the first step, not at the first save
         rng = None
         if resume:

@@ -14,6 +14,7 @@ from ...fileio import atomic_write_text
 from ...models.language_model import DecoderLM
 from ...train import Trainer
 from ...train.checkpoint import load_weights
+from ...train.distributed import is_main
 from ..runs import count_parameters
 from .data import (EncodedSplit, FixedWindows, build_lm_tokenizer, chars_per_token, encode_text, fixed_windows,
                    load_lm_text, prepared_lm, unk_share)
@@ -76,6 +77,8 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     train = EncodedSplit(train_ids, dc.context, dc.batch_size, seed, dc.min_length if dc.random_length else None)
     trainer = Trainer(task, train.batches, lambda: valid_batches, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
+    if not is_main():  # under torchrun the full evaluation and its report are rank 0's (one writer)
+        return {"train": summary}
     model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
     load_weights(model, out_dir / "model.safetensors")
     full = evaluate_windows(task, FixedWindows(valid_ids, dc.context, dc.eval_batch_size))

@@ -13,6 +13,7 @@ from ...fileio import atomic_write_text
 from ...data.tokenizers import NUM_SPECIALS, Tokenizer, build_tokenizer, encode_with_bigrams
 from ...models.mlm import MaskedLM
 from ...train import Trainer
+from ...train.distributed import is_main
 from ..runs import count_parameters
 from .data import EncodedSplit, Windows, make_masked_batch, pretraining_texts
 from .recipe import MLMRecipe
@@ -83,5 +84,6 @@ def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, l
     task = MLMTask(model, recipe, tok, given)
     trainer = Trainer(task, split.batches, valid_batches, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
-    atomic_write_text(out_dir / "pretrain_summary.json", json.dumps(summary, indent=1) + "\n", root=out_dir)
+    if is_main():  # under torchrun rank 0 writes the run folder (one writer)
+        atomic_write_text(out_dir / "pretrain_summary.json", json.dumps(summary, indent=1) + "\n", root=out_dir)
     return summary

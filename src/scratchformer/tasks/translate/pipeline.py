@@ -13,6 +13,7 @@ from ...fileio import atomic_write_bytes, atomic_write_text, remove
 from ...models.seq2seq import Seq2Seq
 from ...train import Trainer
 from ...train.checkpoint import load_weights, save_weights
+from ...train.distributed import is_main
 from ..runs import count_parameters, train_members
 from .data import EncodedSplit, build_tokenizers, load_translation
 from .inference import Translator
@@ -77,7 +78,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     if valid is not None:
         task.valid_refs = [t for _, t in valid.pairs]
     task.snapshot_dir = out_dir / SNAPSHOTS
-    if not resume:
+    if not resume and is_main():  # under torchrun rank 0 alone writes the run folder
         for old in snapshot_files(task.snapshot_dir):
             remove(old)
         for name in (AVERAGED, FINAL):
@@ -85,6 +86,8 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
     task.current_step = lambda: trainer.state.step
     summary = trainer.fit(resume=resume)
+    if not is_main():  # under torchrun the averaging, the choice of weights and the test are rank 0's
+        return {"train": summary}
     model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
     result: dict[str, Any] = {"train": summary, "final": finalize(task, valid, out_dir, log)}
     if data.test:
