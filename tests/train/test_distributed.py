@@ -211,3 +211,19 @@ def test_a_set_model_key_means_the_user_chose_the_model_and_e5_is_no_candidate()
     assert lines == ["adaptive default: e5 not considered: --set model.encoder.n_layers chose the model "
                      "(today's choice with your settings trains alone; --init e5 asks for e5)"]
     assert auto.e5_decision(["新闻"] * 300, 2, 8.0, lines.append, fast, n_valid=500) is fast
+
+
+@pytest.mark.parametrize("task", ["classify", "translate"])
+def test_an_ensemble_under_torchrun_is_refused_before_anything_is_read_or_written(tmp_path, monkeypatch, task):
+    """Members train one after another in one process (`tasks.runs.train_members`): under torchrun
+    the ranks would each write members.json and the members' folders; refused with one line."""
+    from scratchformer.tasks.classify import ClassifyRecipe, train_classifier
+    from scratchformer.tasks.translate import TranslateRecipe, train_translator
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    recipe = (ClassifyRecipe if task == "classify" else TranslateRecipe)()
+    recipe.ensemble, recipe.data.dataset = 2, str(tmp_path / "missing.tsv")  # never read
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match="under torchrun train one run"):
+        (train_classifier if task == "classify" else train_translator)(recipe, out)
+    assert not out.exists()

@@ -282,6 +282,16 @@ def _require_trained(run: Path, hint: str) -> None:
         raise UserError(f"{run} is an unfinished run: its training did not end; {hint}")
 
 
+def one_process_ensemble(members: int) -> None:
+    """An ensemble trains its members one after another in one process: under torchrun (where
+    rank 0 alone writes the run folder) a one-line refusal, before anything is read or written."""
+    from ..train.distributed import world_size
+
+    if world_size() > 1:
+        raise UserError(f"an ensemble ({members} members) trains its members one after another in one "
+                        "process; under torchrun train one run (--set ensemble=1) or launch one job per member")
+
+
 def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callable[..., dict],
                   summarize: Callable[[dict], dict[str, Any]], log=print,
                   another: Callable[[list], bool] | None = None) -> list[dict[str, Any]]:
@@ -291,6 +301,7 @@ def train_members(recipe: Recipe, out_dir: Path, resume: bool, train_one: Callab
     With `resume`, finished members are kept and an interrupted one continues. The task's
     loader combines the members at prediction time. `another(done)`, asked when the planned
     members are done: True adds one more (`recipe.ensemble` grows, saved before it trains)."""
+    one_process_ensemble(recipe.ensemble)
     run = RunDir(out_dir)
     done = run.members_done() if resume else []  # first: a damaged members.json changes nothing
     run.save_recipe(recipe)  # the whole recipe, so that --resume finds it

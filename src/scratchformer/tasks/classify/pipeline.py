@@ -15,8 +15,8 @@ from ...fileio import atomic_write_text, inside, remove
 from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
-from ...train.distributed import agree, is_main, world_size
-from ..runs import RunDir, count_parameters, train_members
+from ...train.distributed import agree, is_main
+from ..runs import RunDir, count_parameters, one_process_ensemble, train_members
 from .baseline import FIT_SAMPLE, NAME, Baseline, Comparison, fit_baseline, is_alphabetic
 from .blend import blend_run
 from . import budget
@@ -303,9 +303,7 @@ def train_ensemble(recipe: ClassifyRecipe, out_dir: Path, resume: bool = False, 
     planned members are done and another fits what is left (at the slowest member's real wall
     time + 10%), train it, up to `grow_to` members: the plan's timing is only an estimate."""
     started = time.monotonic() if started is None else started
-    if world_size() > 1:
-        raise UserError(f"an ensemble ({recipe.ensemble} members) trains its members one after another in one "
-                        "process; under torchrun train one run (--set ensemble=1) or launch one job per member")
+    one_process_ensemble(recipe.ensemble)
     data = load_classification(recipe.data) if data is None else data
     if base is None and baseline:
         base = fit_and_log_baseline(data, log)
