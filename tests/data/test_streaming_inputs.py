@@ -68,3 +68,104 @@ def test_embed_file_streams_in_blocks_into_the_same_files(tmp_path, monkeypatch,
     assert main(["embed", "--file", str(f), "--model", "stub"]) == 0
     assert [json.loads(x)["text"] for x in capsys.readouterr().out.splitlines()] == texts
     assert main(["embed", "--file", str(tmp_path / "missing.txt"), "--model", "stub"]) == 2
+
+
+# ----------------------------------------------------------------------------- translate --file
+def _random_translator(max_input_len=8):
+    """A translator with random weights (no training): deterministic outputs of every length."""
+    from scratchformer.data.tokenizers import build_tokenizer
+    from scratchformer.models.seq2seq import Seq2Seq, Seq2SeqConfig
+    from scratchformer.nn import TransformerConfig
+    from scratchformer.tasks.translate import TranslateRecipe, Translator
+    from scratchformer.tasks.translate.decoding import DecodeConfig
+
+    tok = build_tokenizer("word", ["ab cd ef gh ij kl mn op"])
+    torch.manual_seed(0)
+    model = Seq2Seq(Seq2SeqConfig(src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size,
+                                  transformer=TransformerConfig(d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0)))
+    recipe = TranslateRecipe(decode=DecodeConfig(beam=2, max_input_len=max_input_len, max_output_len=6))
+    return Translator(model, tok, tok, recipe, "float32")
+
+
+@pytest.fixture
+def streamed_translate(monkeypatch, capsys):
+    """`translate` on a random translator with blocks of 4 sentences: (the translator, `passes`:
+    the lines each read of the input gave, `calls`: per `hypotheses` call its sentences, the lines
+    the current read had given and the lines printed before it, `output()`: stdout and stderr so
+    far, emptied)."""
+    from scratchformer.commands import translate as translate_cmd
+    from scratchformer.tasks.translate import Translator
+
+    tr = _random_translator()
+    monkeypatch.setattr(Translator, "load", classmethod(lambda cls, *a, **k: tr))
+    monkeypatch.setattr(translate_cmd, "STREAM_BLOCK", 4)
+    passes, calls, out, err = [], [], [], []
+
+    def output() -> tuple[str, str]:
+        cap = capsys.readouterr()
+        both = "".join(out) + cap.out, "".join(err) + cap.err
+        out.clear()
+        err.clear()
+        return both
+
+    def recording(texts, file):
+        passes.append(0)
+        for line in stream_inputs(texts, file):
+            passes[-1] += 1
+            yield line
+    monkeypatch.setattr(translate_cmd, "stream_inputs", recording)
+    real = Translator.hypotheses
+
+    def spy(self, texts, **kw):
+        cap = capsys.readouterr()
+        out.append(cap.out)
+        err.append(cap.err)
+        calls.append((len(texts), passes[-1] if passes else None, "".join(out).count("\n")))
+        return real(self, texts, **kw)
+    monkeypatch.setattr(Translator, "hypotheses", spy)
+    return tr, passes, calls, output
+
+
+SENTENCES = [" ".join("ab cd ef gh ij kl mn op".split()[(i * 3) % 8:][: 1 + i % 6]) for i in range(11)]
+
+
+def test_translate_file_streams_in_blocks_with_the_output_of_one_call(tmp_path, streamed_translate):
+    tr, passes, calls, output = streamed_translate
+    f = tmp_path / "in.txt"
+    f.write_bytes(("\r\n".join(SENTENCES[:5]) + "\n\n   \n" + "\n".join(SENTENCES[5:]) + "\n").encode("utf-8"))
+    want = tr.translate(SENTENCES)  # one call on every sentence, length-sorted together
+    calls.clear()
+    assert main(["translate", "run", "--file", str(f)]) == 0
+    out, err = output()
+    assert out.splitlines() == want  # blank lines skipped, as before
+    # the file was read twice (checked, then translated), never more than one block ahead of the output
+    assert passes == [11, 11]
+    assert calls == [(4, 4, 0), (4, 8, 4), (3, 11, 8)]
+    assert [line for line in err.splitlines() if line.startswith("translate: ")][0].startswith(
+        "translate: 4 of 11 sentences (")
+    assert err.count("translate: ") == 3
+    # --json: the same lines from the arguments as from the file
+    assert main(["translate", "run", "--json", "--file", str(f)]) == 0
+    from_file = output()[0]
+    assert main(["translate", "run", "--json", *SENTENCES]) == 0
+    assert output()[0] == from_file
+    rows = [json.loads(x) for x in from_file.splitlines()]
+    assert [r["source"] for r in rows] == SENTENCES and [r["translation"] for r in rows] == want
+
+
+def test_translate_file_with_a_bad_line_prints_nothing_and_names_it(tmp_path, streamed_translate):
+    """A bad line after the first block stops the command before any translation is printed, with
+    the message of reading the file at once and the sentence's number in the whole file."""
+    _, _, calls, output = streamed_translate
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(("\n".join(SENTENCES[:9]) + "\n").encode("utf-8") + b"ab \xff cd\n")
+    assert main(["translate", "run", "--file", str(bad)]) == 2
+    out, err = output()
+    with pytest.raises(UserError) as whole:
+        read_inputs([], str(bad))
+    assert out == "" and err.strip() == f"error: {whole.value}" and calls == []
+    long = tmp_path / "long.txt"
+    long.write_text("\n".join(SENTENCES[:6] + ["ab " * 9] + SENTENCES[6:]) + "\n", encoding="utf-8")
+    assert main(["translate", "run", "--file", str(long)]) == 2
+    out, err = output()
+    assert out == "" and "sentence 7 has 9 tokens, more than max_input_len=8" in err and calls == []

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .common import add_compute_type, add_recipe_args, compute_type, recipe_for_run, read_inputs
+from .common import (STREAM_BLOCK, add_compute_type, add_recipe_args, blocks, compute_type, read_inputs,
+                     recipe_for_run, stream_inputs)
 
 
 def _decode_args(p) -> None:
@@ -88,20 +89,46 @@ def train(args) -> int:
 
 
 def translate(args) -> int:
+    """Sentences in blocks of `STREAM_BLOCK`, each block one `hypotheses` call (its own length-sorted
+    batches): a --file of millions of lines streams, each block's translations printed when it is
+    done, a progress line on stderr after each block of an input longer than one. The input is
+    checked whole first (UTF-8, no over-long sentence; a file is read twice for it, which costs
+    little beside decoding), so a bad line stops the command before anything is printed, with the
+    sentence's number in the whole input, as when every line was read at once."""
+    import time
+
     from ..tasks.translate import Translator
 
     tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, compute_type=compute_type(args))
-    texts = read_inputs(args.texts, args.file)
-    hyps = tr.hypotheses(texts, **_overrides(args))
-    for text, h in zip(texts, hyps):
-        out = tr.tgt_tok.decode(h.tokens)
-        if args.json:
-            print(json.dumps({"source": text, "translation": out, "log_prob": h.score,
-                              "finished": h.finished}, ensure_ascii=False))
-        else:
-            print(out)
+    overrides = _overrides(args)
+    given = read_inputs(args.texts, None) if args.texts or not args.file else None  # arguments or stdin, as before
+
+    def sentences():
+        return iter(given) if given is not None else stream_inputs([], args.file)  # a --file: read as it goes
+
+    cfg, total = tr.decode_config(**overrides), 0
+    for texts in blocks(sentences(), STREAM_BLOCK):
+        tr.encode(texts, cfg, first=total + 1)
+        total += len(texts)
+    precisions: dict = {}  # each batch's (precision, why), the distinct ones in order
+    done, t0 = 0, time.perf_counter()
+    for texts in blocks(sentences(), STREAM_BLOCK):
+        hyps = tr.hypotheses(texts, **overrides)
+        for text, h in zip(texts, hyps):
+            out = tr.tgt_tok.decode(h.tokens)
+            if args.json:
+                print(json.dumps({"source": text, "translation": out, "log_prob": h.score,
+                                  "finished": h.finished}, ensure_ascii=False))
+            else:
+                print(out)
+        sys.stdout.flush()
+        precisions.update(dict.fromkeys((h.precision, h.precision_reason) for h in hyps))
+        done += len(texts)
+        if total > STREAM_BLOCK:
+            print(f"translate: {done:,} of {total:,} sentences ({done / (time.perf_counter() - t0):.1f} sentences/s)",
+                  file=sys.stderr)
     if tr.compute_type in (None, "auto"):
-        for precision, why in dict.fromkeys((h.precision, h.precision_reason) for h in hyps):  # each batch's own
+        for precision, why in precisions:
             print(f"precision: {precision} ({why})", file=sys.stderr)
     if tr.compute_type == "int8":
         print(f"compute type: int8 ({tr.int8_note()})", file=sys.stderr)

@@ -157,9 +157,10 @@ class _Stepper:
             self.mask[i] = self.mask[i].index_select(0, index)
 
 
-def check_sources(lengths: list[int], cfg: DecodeConfig) -> None:
-    """UserError for an empty or an over-long source (lengths without <eos>), 1-based in the message."""
-    for i, n in enumerate(lengths, 1):
+def check_sources(lengths: list[int], cfg: DecodeConfig, first: int = 1) -> None:
+    """UserError for an empty or an over-long source (lengths without <eos>), numbered from `first`
+    in the message (a block of a longer input says the sentence's number in the whole input)."""
+    for i, n in enumerate(lengths, first):
         if n == 0:
             raise UserError(f"sentence {i} is empty: there is nothing to translate")
         if n > cfg.max_input_len:

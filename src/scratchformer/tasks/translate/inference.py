@@ -165,14 +165,16 @@ class Translator:
         """The recipe's decoding settings with `overrides` (None values ignored)."""
         return self.recipe.decode.replace(**{k: v for k, v in overrides.items() if v is not None})
 
-    def encode(self, texts: Sequence[str], cfg: DecodeConfig) -> list[list[int]]:
+    def encode(self, texts: Sequence[str], cfg: DecodeConfig, first: int = 1) -> list[list[int]]:
+        """Source ids of `texts`; an empty or over-long one is a UserError that names it by its
+        number, counted from `first` (`translate --file` checks a file block by block)."""
         if isinstance(texts, str):
             texts = [texts]
-        for i, t in enumerate(texts, 1):
+        for i, t in enumerate(texts, first):
             if not isinstance(t, str) or not t.strip():
                 raise UserError(f"sentence {i} is empty: there is nothing to translate")
         ids = source_ids(self.src_tok, [t.strip() for t in texts])
-        check_sources([len(x) - getattr(self.src_tok, "source_specials", 1) for x in ids], cfg)
+        check_sources([len(x) - getattr(self.src_tok, "source_specials", 1) for x in ids], cfg, first)
         return ids
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
