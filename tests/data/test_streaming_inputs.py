@@ -169,3 +169,64 @@ def test_translate_file_with_a_bad_line_prints_nothing_and_names_it(tmp_path, st
     assert main(["translate", "run", "--file", str(long)]) == 2
     out, err = output()
     assert out == "" and "sentence 7 has 9 tokens, more than max_input_len=8" in err and calls == []
+
+
+# ----------------------------------------------------------------------------- evaluate --data (classify)
+def _random_classifier(seed):
+    """A two-topic classifier with random weights (no training), char tokens of `headlines`."""
+    from toy_data import headlines
+
+    from scratchformer.data.tokenizers import build_tokenizer
+    from scratchformer.models.classifier import build_classifier
+    from scratchformer.tasks.classify import ClassifyRecipe, Classifier
+
+    r = ClassifyRecipe()
+    r.data.tokenizer, r.data.max_len, r.data.batch_size = "char", 24, 8
+    e = r.model.encoder
+    e.d_model, e.n_heads, e.d_ff, e.n_layers = 32, 4, 64, 1
+    tok = build_tokenizer("char", [t for t, _ in headlines(100, 0)])
+    r.model.bigram_buckets, r.model.vocab_size, r.model.n_classes = 0, tok.vocab_size, 2
+    torch.manual_seed(seed)
+    return Classifier(build_classifier(r.model), tok, ["体育", "财经"], r)
+
+
+@pytest.mark.parametrize("kind", ["ensemble", "blend"])
+def test_evaluating_an_ensemble_or_a_blend_holds_one_block_of_rows(tmp_path, monkeypatch, kind):
+    """`evaluate RUN --data FILE` of an ensemble or a blended run: the probabilities (and the
+    baseline's texts) of EVAL_BLOCK rows at a time, read from the prepared file, never a list of
+    all its texts; the report of one pass over every row."""
+    from toy_data import headlines, write_tsv
+
+    from scratchformer.tasks.classify import BlendedClassifier, Classifier, EnsembleClassifier
+    from scratchformer.tasks.classify import inference
+    from scratchformer.tasks.classify.baseline import Baseline, fit_baseline
+    from scratchformer.tasks.classify.data import labeled_pairs
+
+    monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path / "cache"))
+    write_tsv(tmp_path / "test.tsv", headlines(40, 3))
+    pairs = labeled_pairs(str(tmp_path / "test.tsv"))
+    one = _random_classifier(0)
+    if kind == "ensemble":
+        clf = EnsembleClassifier([one, _random_classifier(1)], one.recipe)
+    else:
+        clf = BlendedClassifier(one, fit_baseline(headlines(100, 0), one.labels, None), 0.5)
+    whole = clf.evaluate(pairs)  # 40 rows: one block, the probabilities of every row at once
+    seen = []
+
+    def spy(cls, name):
+        real = getattr(cls, name)
+
+        def recorded(self, items, *a, **k):
+            seen.append((name, type(items).__name__, len(items)))
+            return real(self, items, *a, **k)
+        monkeypatch.setattr(cls, name, recorded)
+    spy(Classifier, "split_proba")
+    spy(Baseline, "predict_proba")
+    monkeypatch.setattr(inference, "EVAL_BLOCK", 7)
+    rep = clf.evaluate(pairs)
+    members = 2 if kind == "ensemble" else 1
+    assert [n for name, _, n in seen if name == "split_proba"] == [n for n in (7, 7, 7, 7, 7, 5) for _ in range(members)]
+    assert {(name, t) for name, t, _ in seen} == (
+        {("split_proba", "LazyPairs")} | ({("predict_proba", "LazyTexts")} if kind == "blend" else set()))
+    assert max(n for _, _, n in seen) <= 7
+    assert rep.pop("loss") == pytest.approx(whole.pop("loss"), rel=1e-6) and rep == whole

@@ -201,14 +201,14 @@ def _baseline(clf, pairs, name: str, ours_alone: float, run_dir: Path, log) -> d
     seconds) scored on `pairs`, beside ours alone (`ours_alone`: accuracy without the blend)."""
     from ..errors import UserError
     from ..tasks.classify.baseline import fit_baseline, is_alphabetic
-    from ..tasks.classify.data import load_classification
+    from ..tasks.classify.data import load_classification, texts_of
     from ..tasks.classify.inference import member_count
     from ..tasks.classify.pipeline import baseline_beside
 
     members = member_count(clf)
     if hasattr(clf, "baseline"):  # a blended run saved its baseline: ours alone against it, nothing refitted
-        return baseline_beside(clf.baseline, pairs, name, ours_alone, clf.labels, is_alphabetic([t for t, _ in pairs]),
-                               run_dir, log, members)
+        return baseline_beside(clf.baseline, pairs, name, ours_alone, clf.labels, is_alphabetic(texts_of(pairs)),
+                               run_dir, log, members)  # its first 2,000 texts are read, not all
     try:
         data = load_classification(clf.recipe.data)
     except UserError as e:  # e.g. the training file moved: the run still evaluates

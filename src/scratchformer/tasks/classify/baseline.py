@@ -89,10 +89,10 @@ class Baseline:
 
     def score(self, pairs: Sequence[tuple[str, str]], labels: list[str]) -> dict[str, Any]:
         """accuracy and macro-F1 (our report's definitions) on labelled pairs."""
-        ids = {lab: i for i, lab in enumerate(labels)}
-        gold = np.asarray([ids[lab] for _, lab in pairs], dtype=np.int64)
-        texts = pairs.texts() if hasattr(pairs, "texts") else [t for t, _ in pairs]
-        rep = report(confusion_matrix(gold, self.predict(texts), len(labels)), labels)
+        from .data import gold_ids, texts_of
+
+        gold = gold_ids(pairs, labels)  # prepared rows: from the index, no text read for it
+        rep = report(confusion_matrix(gold, self.predict(texts_of(pairs)), len(labels)), labels)
         return {"model": NAME, "accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"], "n": len(pairs),
                 "correct": int(round(rep["accuracy"] * len(pairs))), "C": self.C,
                 "valid_accuracy": self.valid_accuracy, "fit_seconds": round(self.fit_seconds, 2)}

@@ -344,6 +344,15 @@ def texts_of(pairs) -> Sequence[str]:
     return pairs.texts() if is_prepared(pairs) else [t for t, _ in pairs]
 
 
+def gold_ids(pairs: Sequence[tuple[str, str]], labels: list[str]) -> np.ndarray:
+    """`(N,)` the label id of each labelled pair, in `labels` order."""
+    ids = {lab: i for i, lab in enumerate(labels)}
+    if is_prepared(pairs):  # from the row index, no text read
+        to_id = np.asarray([ids.get(n, -1) for n in pairs.rows.names], dtype=np.int64)
+        return to_id[np.asarray(pairs.rows.labels[pairs.index])]
+    return np.asarray([ids[lab] for _, lab in pairs], dtype=np.int64)
+
+
 def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int) -> Tokenizer:
     """`build_tokenizer_for` of the training texts; for prepared data counted in parallel
     from the file (char, word) or streamed into the `tokenizers` trainer (bpe, wordpiece)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -15,7 +15,8 @@ from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import build_checked
 from ..runs import WEIGHTS, RunDir
 from .baseline import NAME as BASELINE_NAME, Baseline
-from .data import ClassifyBatch, EncodedSplit, PreparedSplit, collate, encoder_for, is_prepared, load_tokenizer
+from .data import (ClassifyBatch, EncodedSplit, PreparedSplit, collate, encoder_for, gold_ids, is_prepared,
+                   load_tokenizer, texts_of)
 from .recipe import ClassifyRecipe
 from .report import write_report
 from .task import ClassificationTask
@@ -223,8 +224,8 @@ class EnsembleClassifier:
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
         _check_labels(pairs, self.labels)
-        return report_probs(self.split_proba(pairs), gold_ids(pairs, self.labels), self.labels, out_dir, name, meta,
-                            {"members": len(self.members)})
+        return report_in_blocks(pairs, self.labels, lambda block: (self.split_proba(block), {}), out_dir, name, meta,
+                                {"members": len(self.members)})
 
     def attention(self, text: str):
         return self.members[0].attention(text)
@@ -241,27 +242,34 @@ class EnsembleClassifier:
                                   self.recipe.replace(data=self.recipe.data.replace(max_len=max_len)).freeze())
 
 
-def gold_ids(pairs: Sequence[tuple[str, str]], labels: list[str]) -> np.ndarray:
-    """`(N,)` the label id of each labelled pair, in `labels` order."""
-    ids = {lab: i for i, lab in enumerate(labels)}
-    if is_prepared(pairs):  # from the row index, no text read
-        to_id = np.asarray([ids.get(n, -1) for n in pairs.rows.names], dtype=np.int64)
-        return to_id[np.asarray(pairs.rows.labels[pairs.index])]
-    return np.asarray([ids[lab] for _, lab in pairs], dtype=np.int64)
-
-
 def member_count(clf) -> int:
     """How many seeds a loaded classifier averages (1 for a single run)."""
     return len(getattr(clf, "members", ())) or 1
 
 
-def report_probs(probs: np.ndarray, gold: np.ndarray, labels: list[str], out_dir, name: str, meta: dict | None,
-                 extra: dict[str, Any]) -> dict[str, Any]:
-    """The evaluation report of `(N, K)` probabilities against `(N,)` gold ids (their mean
-    negative log-likelihood as the loss)."""
-    loss = float(-np.log(np.clip(probs[np.arange(len(gold)), gold], 1e-12, None)).mean()) if len(gold) else 0.0
-    return write_report(probs.argmax(-1), gold, labels, loss, Path(out_dir) if out_dir else None, name, meta,
-                        extra=extra)
+EVAL_BLOCK = 20_000  # rows whose probabilities (and, for a blend, texts) are held at once in an evaluation
+
+
+def report_in_blocks(pairs: Sequence[tuple[str, str]], labels: list[str],
+                     proba: Callable[[Sequence[tuple[str, str]]], tuple[np.ndarray, dict[str, np.ndarray]]],
+                     out_dir, name: str, meta: dict | None, extra: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation report of `proba(block) -> ((n, K) probabilities, {part: (n, K) probabilities})`
+    over `pairs`, `EVAL_BLOCK` rows at a time: every row's predicted and gold ids are kept (integers),
+    never all rows' probabilities or texts, so a prepared file of millions of rows stays flat. The
+    loss is the probabilities' mean negative log-likelihood; each part's accuracy is `<part>_accuracy`."""
+    gold = gold_ids(pairs, labels)
+    preds: dict[str, np.ndarray] = {}
+    nll = 0.0
+    for a in range(0, len(gold), EVAL_BLOCK):
+        g = gold[a:a + EVAL_BLOCK]
+        probs, parts = proba(pairs[a:a + EVAL_BLOCK])
+        nll -= float(np.log(np.clip(probs[np.arange(len(g)), g], 1e-12, None)).sum())
+        for part, p in {"": probs, **parts}.items():
+            preds.setdefault(part, np.empty(len(gold), np.int64))[a:a + len(g)] = p.argmax(-1)
+    ours = preds.pop("", np.zeros(0, np.int64))
+    accuracy = {f"{k}_accuracy": float((p == gold).mean()) for k, p in preds.items()}
+    return write_report(ours, gold, labels, nll / len(gold) if len(gold) else 0.0, Path(out_dir) if out_dir else None,
+                        name, meta, extra={**extra, **accuracy})
 
 
 BLEND_DIR, BLEND_FILE = "baseline", "blend.json"  # in a run directory, beside the saved baseline
@@ -319,12 +327,12 @@ class BlendedClassifier:
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
         """The blend's report, with the accuracy of each part on the same pairs beside it."""
         _check_labels(pairs, self.labels)
-        ours, base = self.ours.split_proba(pairs), self.baseline.predict_proba([t for t, _ in pairs])
-        gold = gold_ids(pairs, self.labels)
-        parts = {f"{k}_accuracy": float((p.argmax(1) == gold).mean()) if len(gold) else 0.0
-                 for k, p in (("ours", ours), ("baseline", base))}
-        return report_probs(self.weight * ours + (1 - self.weight) * base, gold, self.labels, out_dir, name, meta,
-                            {"blend_weight": self.weight, "members": member_count(self), **parts})
+
+        def proba(block):
+            ours, base = self.ours.split_proba(block), self.baseline.predict_proba(texts_of(block))
+            return self.weight * ours + (1 - self.weight) * base, {"ours": ours, "baseline": base}
+        return report_in_blocks(pairs, self.labels, proba, out_dir, name, meta,
+                                {"blend_weight": self.weight, "members": member_count(self)})
 
     def attention(self, text: str):
         return self.ours.attention(text)
