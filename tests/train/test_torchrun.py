@@ -16,7 +16,7 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from toy_data import headlines, write_tsv
+from toy_data import headlines, upper_case_pairs, write_pairs, write_tsv
 from train_toy import ToyTask
 
 TIMEOUT_S = 120  # a ceiling for a loaded 2-core machine; these runs take 10-40 s
@@ -139,6 +139,16 @@ def _two_processes(tmp_path: Path, *cli_args: str) -> tuple[list[dict], str, dic
     return results, res.stderr, writes
 
 
+def _lines(tmp_path: Path, chars: str, n: int, width: int) -> str:
+    """tmp_path/w/text.txt: `n` lines of `width` characters drawn from `chars`; its path."""
+    rng = random.Random(0)
+    path = tmp_path / "w" / "text.txt"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("\n".join("".join(rng.choice(chars) for _ in range(width)) for _ in range(n)) + "\n",
+                    encoding="utf-8")
+    return str(path)
+
+
 def _written_once(writes: list[str], *names: str) -> None:
     for name in names:
         assert writes.count(f"rename run/{name}") == 1, (name, writes)
@@ -152,12 +162,8 @@ def _metrics_rows_once(run: Path) -> None:
 
 
 def test_train_lm_under_torchrun_evaluates_reports_and_writes_on_rank_0_alone(tmp_path):
-    rng = random.Random(0)
-    (tmp_path / "w").mkdir()
-    (tmp_path / "w" / "text.txt").write_text(
-        "\n".join("".join(rng.choice("天地人和春夏秋冬") for _ in range(30)) for _ in range(60)), encoding="utf-8")
     run = tmp_path / "w" / "run"
-    results, stderr, writes = _two_processes(tmp_path, "train", "lm", "--data", str(tmp_path / "w" / "text.txt"),
+    results, stderr, writes = _two_processes(tmp_path, "train", "lm", "--data", _lines(tmp_path, "天地人和春夏秋冬", 60, 30),
                                              "--out", str(run), *LM_TINY)
     assert len(results) == 1 and results[0]["run_dir"] == str(run) and results[0]["valid_loss"] > 0
     assert stderr.count("valid (all ") == 1  # the after-fit evaluation's line, once
@@ -167,12 +173,9 @@ def test_train_lm_under_torchrun_evaluates_reports_and_writes_on_rank_0_alone(tm
 
 
 def test_train_translate_under_torchrun_finalizes_and_tests_on_rank_0_alone(tmp_path):
-    rng = random.Random(0)
-    words = "ab cd ef gh ij kl".split()
     (tmp_path / "w").mkdir()
-    for name, n in (("train", 120), ("valid", 12), ("test", 12)):
-        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 5))) for _ in range(n)]
-        (tmp_path / "w" / f"{name}.tsv").write_text("".join(f"{s}\t{s.upper()}\n" for s in src))
+    for seed, (name, n) in enumerate((("train", 120), ("valid", 12), ("test", 12))):
+        write_pairs(tmp_path / "w" / f"{name}.tsv", upper_case_pairs(n, seed, "ab cd ef gh ij kl".split(), 5))
     run = tmp_path / "w" / "run"
     results, stderr, writes = _two_processes(
         tmp_path, "train", "translate", "--data", str(tmp_path / "w" / "train.tsv"), "--valid",
@@ -190,13 +193,8 @@ def test_train_translate_under_torchrun_finalizes_and_tests_on_rank_0_alone(tmp_
 
 
 def test_pretrain_mlm_under_torchrun_writes_its_summary_on_rank_0_alone(tmp_path):
-    rng = random.Random(0)
-    (tmp_path / "w").mkdir()
-    (tmp_path / "w" / "corpus.txt").write_text(
-        "\n".join("".join(rng.choice("好棒赞差烂糟电影真的") for _ in range(10)) for _ in range(120)) + "\n",
-        encoding="utf-8")
     run = tmp_path / "w" / "run"
-    results, _, writes = _two_processes(tmp_path, "pretrain", "mlm", "--data", str(tmp_path / "w" / "corpus.txt"),
+    results, _, writes = _two_processes(tmp_path, "pretrain", "mlm", "--data", _lines(tmp_path, "好棒赞差烂糟电影真的", 120, 10),
                                         "--out", str(run), *ENC_TINY, "--set", "data.min_freq=1",
                                         "--set", "data.valid_frac=0.1")
     assert len(results) == 1 and results[0]["run_dir"] == str(run) and results[0]["steps"] == 4
