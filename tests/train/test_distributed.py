@@ -18,7 +18,7 @@ from scratchformer.train import TrainConfig, Trainer
 from scratchformer.train import trainer as trainer_mod
 from scratchformer.train.checkpoint import load_weights
 from scratchformer.train.checkpoint_store import CheckpointStore
-from scratchformer.train.distributed import agree
+from scratchformer.train.distributed import agree, main_first
 
 from train_toy import ToyTask, batch_fn, make_data, valid_fn, weights
 
@@ -186,6 +186,44 @@ def test_every_decision_is_rank_0s_and_all_processes_stop_at_the_same_step(tmp_p
         assert results[0]["summary"]["stop_reason"] == single["stop_reason"]
         assert results[0]["summary"]["step"] == single["step"] > 0
         assert results[0]["summary"]["best_metric"] == pytest.approx(single["best_metric"], abs=1e-6)
+
+
+def _main_first_worker(rank: int, port: int, folder: str, fail: str | None) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    order = Path(folder, "order.txt")
+
+    def work() -> int:
+        with open(order, "a") as f:
+            f.write(f"start {rank}\n")
+        if rank == 0:
+            time.sleep(0.3)  # rank 1, were it not waiting, would start meanwhile
+            if fail:
+                raise UserError(fail) if fail.endswith(".tsv:3: empty label") else ValueError(fail)
+        with open(order, "a") as f:
+            f.write(f"end {rank}\n")
+        return 10 + rank
+
+    try:
+        out = {"value": main_first(work)}
+    except Exception as e:  # noqa: BLE001 - what each process ended with is the point
+        out = {"error": type(e).__name__, "message": str(e)}
+    Path(folder, f"r{rank}.json").write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fail", [None, "data.tsv:3: empty label", "boom"])
+def test_main_first_runs_rank_0_to_the_end_before_the_others_and_hands_on_its_failure(tmp_path, fail):
+    mp.start_processes(_main_first_worker, args=(_free_port(), str(tmp_path), fail), nprocs=2, start_method="fork")
+    r0, r1 = (json.loads((tmp_path / f"r{r}.json").read_text()) for r in (0, 1))
+    order = (tmp_path / "order.txt").read_text().splitlines()
+    if fail is None:  # each process's own value; rank 1 started after rank 0 ended
+        assert (r0, r1) == ({"value": 10}, {"value": 11}) and order == ["start 0", "end 0", "start 1", "end 1"]
+    elif fail.endswith("empty label"):  # the same one line on both; rank 1 never ran the work
+        assert r0 == r1 == {"error": "UserError", "message": fail} and order == ["start 0"]
+    else:  # a bug's traceback is rank 0's; the others stop with one line naming it
+        assert r0 == {"error": "ValueError", "message": "boom"} and order == ["start 0"]
+        assert r1 == {"error": "UserError", "message": "rank 0 stopped: ValueError: boom (its log has the details)"}
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs: nccl gives each process its own GPU")

@@ -1,12 +1,14 @@
 """torchrun itself: two agents on loopback (`--nnodes 2`, c10d rendezvous) run one `train
 classify` whose run folder is written once; a job that loses a worker (`--max-restarts 1`)
 restarts from its last checkpoint and ends with the uninterrupted run's weights, bit for bit;
-`train lm`, `train translate` and `pretrain mlm` print one result and write their run folder
-from rank 0 alone (every write of each process recorded by write_audit.py).
+`train classify`, `train lm`, `train translate` and `pretrain mlm` print one result and write their
+run folder and the prepared data of a fresh cache from rank 0 alone (every write of each process
+recorded by write_audit.py); a malformed data file ends every process with its file:line message.
 CPU and gloo, one thread per process, a tiny model; every subprocess has a timeout."""
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -30,9 +32,9 @@ def _free_port() -> int:
 
 
 def _env(**extra) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "SCRATCHFORMER_DIST_TIMEOUT_S": "60", **extra}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SCRATCHFORMER_DIST_TIMEOUT_S": "60"}
     env.pop("SCRATCHFORMER_DIST_VERBOSE", None)
-    return env
+    return {**env, **extra}
 
 
 def _torchrun(*args: str) -> list[str]:
@@ -124,19 +126,34 @@ ENC_TINY = ["--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads
             "--set", "model.encoder.d_ff=64", "--set", "model.encoder.n_layers=1"]
 
 
-def _two_processes(tmp_path: Path, *cli_args: str) -> tuple[list[dict], str, dict[int, list[str]]]:
-    """`scratchformer <cli_args>` under torchrun (2 processes, gloo), each recording what it
-    writes under tmp_path/w (write_audit.py): (result lines on stdout, stderr, writes by rank)."""
+def _audited(tmp_path: Path, cli_args, launcher=(), **env) -> tuple[subprocess.CompletedProcess, dict[int, list[str]]]:
+    """`scratchformer <cli_args>` under torchrun (2 processes, gloo) on a fresh cache in
+    tmp_path/w/cache, each process recording what it writes under tmp_path/w (write_audit.py):
+    (the finished torchrun, writes by rank)."""
     logs = tmp_path / "writes"
     logs.mkdir()
-    cmd = _torchrun("--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0",
+    cmd = _torchrun("--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--max-restarts", "0", *launcher,
                     str(AUDIT), str(tmp_path / "w"), str(logs), "--", *cli_args,
                     "--set", "train.progress=false", "--set", "train.max_steps=4", "--set", "train.eval_every=2")
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=_env(), cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
+                         env=_env(SCRATCHFORMER_CACHE=str(tmp_path / "w" / "cache"), **env))
     writes = {r: (logs / f"rank{r}.txt").read_text().splitlines() for r in (0, 1)}  # each hook was installed
+    return res, writes
+
+
+def _two_processes(tmp_path: Path, *cli_args: str) -> tuple[list[dict], str, dict[int, list[str]]]:
+    """`_audited` that succeeds: (result lines on stdout, stderr, writes by rank)."""
+    res, writes = _audited(tmp_path, cli_args)
+    assert res.returncode == 0, res.stderr[-3000:]
     results = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     return results, res.stderr, writes
+
+
+def _prepared_once(writes: list[str], *kinds: str) -> None:
+    """Each kind of prepared folder (rows, vocab, tokens, lm, ...) renamed into the cache once."""
+    for kind in kinds:
+        made = [w for w in writes if w.startswith(f"rename cache/prepared/{kind}-")]
+        assert len(made) == 1, (kind, writes)
 
 
 def _lines(tmp_path: Path, chars: str, n: int, width: int) -> str:
@@ -167,8 +184,9 @@ def test_train_lm_under_torchrun_evaluates_reports_and_writes_on_rank_0_alone(tm
                                              "--out", str(run), *LM_TINY)
     assert len(results) == 1 and results[0]["run_dir"] == str(run) and results[0]["valid_loss"] > 0
     assert stderr.count("valid (all ") == 1  # the after-fit evaluation's line, once
-    assert writes[1] == []  # rank 1 wrote nothing in the folder: not the report, not a row
+    assert writes[1] == []  # rank 1 wrote nothing: not the report, not a row, not the prepared text
     _written_once(writes[0], "valid_metrics.json", "config.json")
+    _prepared_once(writes[0], "lmvocab", "lm")  # rank 0 prepared the text; rank 1 read it
     _metrics_rows_once(run)
 
 
@@ -201,3 +219,41 @@ def test_pretrain_mlm_under_torchrun_writes_its_summary_on_rank_0_alone(tmp_path
     assert writes[1] == []
     _written_once(writes[0], "pretrain_summary.json", "config.json")
     _metrics_rows_once(run)
+
+
+def test_train_classify_under_torchrun_prepares_the_data_on_rank_0_alone(tmp_path):
+    """A fresh cache: rank 0 indexes the file, counts the vocabulary and writes the token ids
+    while rank 1 waits; rank 1 then opens the finished folders and writes nothing anywhere."""
+    (tmp_path / "w").mkdir()
+    write_tsv(tmp_path / "w" / "news.tsv", headlines(160, seed=1))
+    run = tmp_path / "w" / "run"
+    results, stderr, writes = _two_processes(tmp_path, "train", "classify", "--data", str(tmp_path / "w" / "news.tsv"),
+                                             "--out", str(run), *ENC_TINY, "--set", "time_budget=null",
+                                             "--set", "data.tokenizer=char")
+    assert len(results) == 1 and results[0]["run_dir"] == str(run) and results[0]["test"]["accuracy"] is not None
+    assert "baseline" in results[0]  # fitted and compared by rank 0
+    assert writes[1] == []  # rank 1 wrote nothing: no prepared folder, no staging folder, no report
+    _prepared_once(writes[0], "rows", "vocab", "tokens")
+    assert stderr.count("prepared: ") == 3  # rows, vocabulary, token ids: rank 0's log
+    _written_once(writes[0], "config.json", "test_metrics.json")
+
+
+def test_a_malformed_file_under_torchrun_ends_every_process_with_its_line(tmp_path):
+    """Rank 0 finds the bad line while preparing; rank 1, waiting for the prepared data, gets
+    the same one-line message from it and exits by itself (it never reads the file). Every
+    process prints here (SCRATCHFORMER_DIST_VERBOSE=1); a wait without end would meet the
+    subprocess's timeout, the process group's being set far beyond it."""
+    (tmp_path / "w").mkdir()
+    bad = tmp_path / "w" / "bad.tsv"
+    rows = [f"{t}\t{lab}" for t, lab in headlines(40, seed=2)]
+    rows[5] += "\textra"  # line 7 (after the header): three fields
+    bad.write_text("text\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    res, writes = _audited(tmp_path, ["train", "classify", "--data", str(bad), "--out", str(tmp_path / "w" / "run"),
+                                      *ENC_TINY], launcher=("--monitor-interval", "3"),
+                           SCRATCHFORMER_DIST_VERBOSE="1", SCRATCHFORMER_DIST_TIMEOUT_S="600")
+    assert res.returncode != 0
+    message = f"error: {bad}:7: expected 2 tab-separated fields, found 3"
+    assert res.stderr.count(message) == 2, res.stderr[-3000:]  # rank 0's and rank 1's, one line each
+    # each ended by itself with a UserError's exit code (2): not a traceback (1), not torchrun's SIGTERM (-15)
+    assert re.findall(r"exitcode\s*:\s*(-?\d+) \(pid", res.stderr) == ["2", "2"], res.stderr[-3000:]
+    assert writes[1] == []  # rank 1 built nothing, not even a staging folder

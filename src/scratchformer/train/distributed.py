@@ -17,6 +17,9 @@ step, early stopping, a NaN stop, the adaptive default's candidates) is computed
 sent to the others (`agree`), so every process stops at the same step; each process computing
 it from its own clock would not (they measured 46 and 55 ms/step in one run). Values travel as
 JSON in a byte tensor, never as a pickle. Only rank 0 writes files and prints (`quiet_unless_main`).
+The shared cache too: a step that may fill it (prepared data, a data set's download, a pretrained
+checkpoint) runs on rank 0 first while the others wait (`main_first`); they then run it on the
+finished folders, reading only. A failure there reaches every process as rank 0's one-line message.
 
 Backends: gloo on CPU, nccl on CUDA (gloo beside it for the small decision messages).
 `--resume` restores rank 0's checkpoint on every process (on several machines the run folder must
@@ -29,11 +32,14 @@ import json
 import os
 import sys
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from scratchformer.errors import UserError
+
+T = TypeVar("T")
 
 
 def world_size() -> int:
@@ -105,6 +111,48 @@ def agree(decide: Callable[[], Any]) -> Any:
         buf = torch.empty(int(size.item()), dtype=torch.uint8)
     dist.broadcast(buf, src=0)
     return json.loads(bytes(buf.numpy()).decode("utf-8"))
+
+
+def main_first(work: Callable[[], T]) -> T:
+    """`work()` on rank 0 first, then on the other processes; its value on each (not sent).
+
+    For a step that may fill the shared cache (`$SCRATCHFORMER_CACHE`: the prepared data, a data
+    set's download, a pretrained checkpoint): rank 0 builds while the others wait in a broadcast,
+    then the others run the same step, find every folder complete and only read; one writer, not
+    N racing ones. Every process must call it at the same point (a collective), so it belongs in a
+    pipeline's setup, never after an `is_main()` branch. The wait counts against the process
+    group's timeout (SCRATCHFORMER_DIST_TIMEOUT_S, 30 min by default): a data set that takes longer
+    to prepare is prepared beforehand (`scratchformer prepare`), or the timeout raised.
+
+    When `work` fails on rank 0, it raises there as it would alone, and the others raise a
+    UserError with rank 0's message (a UserError's own: `file:line: what is wrong`) instead of
+    waiting for a result that never comes. One process: `work()`."""
+    if not init_process_group():
+        return work()
+    if dist.get_rank() == 0:
+        try:
+            value = work()
+        except Exception as e:
+            try:
+                agree(lambda: {"failed": _one_line(e)})
+            except Exception:  # the group itself broke: rank 0's own error is the one to show
+                pass
+            raise
+        agree(lambda: {})
+        return value
+    outcome = agree(lambda: {})  # rank 0 works meanwhile
+    if "failed" in outcome:
+        raise UserError(outcome["failed"])
+    return work()
+
+
+def _one_line(e: Exception) -> str:
+    """What another process says of rank 0's failure: a UserError's message as it is, else its kind."""
+    if isinstance(e, UserError):
+        return str(e)
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"rank 0 stopped: {e.filename}: {e.strerror or e}"
+    return f"rank 0 stopped: {type(e).__name__}: {e} (its log has the details)"
 
 
 def quiet_unless_main() -> None:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...train.distributed import agree, world_size
+from ...train.distributed import agree, main_first, world_size
 from .baseline import is_alphabetic
 from .budget import MAX_MEMBERS
 from .recipe import ClassifyRecipe
@@ -154,7 +154,7 @@ def adaptive_recipe(sets: Sequence[str] = (), flags: dict[str, Any] | None = Non
     data_sets = [s for s in sets if s.strip().startswith("data.")]
     data_flags = {k: v for k, v in (flags or {}).items() if k.startswith("data.")}
     where = resolve_recipe(ClassifyRecipe, None, data_sets, data_flags)
-    texts = texts_of(load_classification(where.data).train)
+    texts = texts_of(main_first(lambda: load_classification(where.data)).train)  # rank 0 prepares first
     if any(k.strip() == "time_budget" and v.strip().lower() in ("null", "none") for k, _, v in
            (s.partition("=") for s in sets)):
         time_budget = None  # no budget: one run (ensemble 0 needs a budget to count members)
@@ -278,7 +278,7 @@ def e5_candidate(recipe: ClassifyRecipe, log=print, chosen: bool = False,
         return None
     from .data import load_classification, texts_of
 
-    data = load_classification(recipe.data)
+    data = main_first(lambda: load_classification(recipe.data))
     est = e5_decision(texts_of(data.train), len(data.valid) + len(data.test), recipe.time_budget, log,
                       n_valid=len(data.valid), sets=sets)
     return e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None

@@ -355,15 +355,20 @@ def gold_ids(pairs: Sequence[tuple[str, str]], labels: list[str]) -> np.ndarray:
 
 def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int) -> Tokenizer:
     """`build_tokenizer_for` of the training texts; for prepared data counted in parallel
-    from the file (char, word) or streamed into the `tokenizers` trainer (bpe, wordpiece)."""
+    from the file (char, word) or streamed into the `tokenizers` trainer (bpe, wordpiece).
+    Under torchrun every process calls it at the same point: a counted vocabulary is cached,
+    so rank 0 counts it first and the others read it (`main_first`)."""
     if not is_prepared(train):
         return build_tokenizer_for(dc, [t for t, _ in train], bigram_buckets)
     kind = ("char" if train.cjk_fraction() > 0.30 else "bpe") if dc.tokenizer == "auto" else dc.tokenizer
     if kind in ("char", "word"):
         import sys
 
-        return vocab_tokenizer(kind, train, dc.min_freq, dc.lowercase, bigram_buckets if kind == "char" else 0,
-                               log=lambda m: print(m, file=sys.stderr))
+        from ...train.distributed import main_first
+
+        return main_first(lambda: vocab_tokenizer(kind, train, dc.min_freq, dc.lowercase,
+                                                  bigram_buckets if kind == "char" else 0,
+                                                  log=lambda m: print(m, file=sys.stderr)))
     return build_tokenizer(kind, train.texts(), vocab_size=dc.vocab_size)
 
 

@@ -15,7 +15,7 @@ from ...fileio import atomic_write_text, inside, remove
 from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
-from ...train.distributed import agree, is_main
+from ...train.distributed import agree, is_main, main_first
 from ..runs import RunDir, count_parameters, one_process_ensemble, train_members
 from .baseline import FIT_SAMPLE, NAME, Baseline, Comparison, fit_baseline, is_alphabetic
 from .blend import blend_run
@@ -45,15 +45,18 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     if recipe.ensemble > 1:
         return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
-    data = load_classification(recipe.data)
+    # under torchrun each step that may fill the cache (the row index, a data set's download, the
+    # teacher's token ids, a backbone's checkpoint) runs on rank 0 first; the others then read it
+    data = main_first(lambda: load_classification(recipe.data))
     for note in data.meta.get("hygiene", []) if not resume else []:
         log(f"data hygiene: {note}")
-    soft = (teacher_probabilities(recipe.teacher, data.train, data.labels, log, recipe.distill_temperature,
-                                  recipe.data) if recipe.teacher else None)  # for the whole split: folds index it
+    soft = (main_first(lambda: teacher_probabilities(recipe.teacher, data.train, data.labels, log,
+                                                     recipe.distill_temperature, recipe.data))
+            if recipe.teacher else None)  # for the whole split: folds index it
     if soft is not None:
         check_teacher(out_dir, recipe.teacher, soft, resume)
     data, soft = without_holdout_fold(data, recipe.data, soft)  # a cross-fit member: without its fold
-    base = fit_and_log_baseline(data, log) if baseline else None
+    base = fit_and_log_baseline(data, log) if baseline and is_main() else None  # used by rank 0 alone, after the fit
     if recipe.ensemble == 0:
         n, times, whole = members_that_fit(recipe, data, started, step_timer, log)
         recipe = recipe.copy()
@@ -66,7 +69,8 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
         tok = load_tokenizer(out_dir, recipe.model)
     elif recipe.model.init:
-        source = load_init(recipe.model.init).for_texts([t for t, _ in data.train], recipe.model, log)
+        source = main_first(lambda: load_init(recipe.model.init))
+        source = source.for_texts([t for t, _ in data.train], recipe.model, log)
         tok = source.tokenizer
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
@@ -177,8 +181,8 @@ def encoded_splits(data, tok, r: ClassifyRecipe, soft=None) -> tuple[EncodedSpli
                 return None
             key = pairs.rows.folder
             if key not in shards:
-                shards[key] = token_shards(pairs.rows, tok, encode.bigram_buckets,
-                                           log=lambda m: print(m, file=sys.stderr))
+                shards[key] = main_first(lambda: token_shards(pairs.rows, tok, encode.bigram_buckets,
+                                                              log=lambda m: print(m, file=sys.stderr)))
             return PreparedSplit(pairs, shards[key], encode, label_ids, r.data, shuffle, seed)
         return split(data.train, True, r.train.seed), split(data.valid, False), split(data.test, False)
     train = EncodedSplit(data.train, encode, label_ids, r.data, shuffle=True, seed=r.train.seed, soft=soft)

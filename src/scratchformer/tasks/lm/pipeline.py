@@ -14,7 +14,7 @@ from ...fileio import atomic_write_text
 from ...models.language_model import DecoderLM
 from ...train import Trainer
 from ...train.checkpoint import load_weights
-from ...train.distributed import is_main
+from ...train.distributed import is_main, main_first
 from ..runs import count_parameters
 from .data import (EncodedSplit, FixedWindows, build_lm_tokenizer, chars_per_token, encode_text, fixed_windows,
                    load_lm_text, prepared_lm, unk_share)
@@ -36,11 +36,13 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     dc = recipe.data
     _check_model_fits(recipe)
     saved = Tokenizer.load(out_dir / "tokenizer.json") if resume and (out_dir / "tokenizer.json").exists() else None
-    prep = prepared_lm(dc, saved)  # a char LM on the user's file: ids memory-mapped
+    # a char LM on the user's file: ids memory-mapped; under torchrun prepared (or a registered
+    # corpus fetched) by rank 0 first, the others then read the cache
+    prep = main_first(lambda: prepared_lm(dc, saved))
     if prep is not None:
         tok, name, n_chars = prep.tokenizer, prep.name, (prep.train_chars, prep.valid_chars)
     else:
-        text = load_lm_text(dc)
+        text = main_first(lambda: load_lm_text(dc))
         tok = saved if saved is not None else build_lm_tokenizer(dc, text.train)
         name, n_chars = text.name, (len(text.train), len(text.valid))
     given = recipe

@@ -13,7 +13,7 @@ from ...fileio import atomic_write_text
 from ...data.tokenizers import NUM_SPECIALS, Tokenizer, build_tokenizer, encode_with_bigrams
 from ...models.mlm import MaskedLM
 from ...train import Trainer
-from ...train.distributed import is_main
+from ...train.distributed import is_main, main_first
 from ..runs import count_parameters
 from .data import EncodedSplit, Windows, make_masked_batch, pretraining_texts
 from .recipe import MLMRecipe
@@ -45,7 +45,8 @@ def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, l
     """Read the text, build (or reload) the tokenizer, pretrain, return the Trainer's summary."""
     out_dir = Path(out_dir)
     given, dc = recipe, recipe.data
-    valid_docs, train_docs = held_out(pretraining_texts(dc, log), dc, recipe.train.seed)
+    texts = main_first(lambda: pretraining_texts(dc, log))  # under torchrun rank 0 fetches a data set first
+    valid_docs, train_docs = held_out(texts, dc, recipe.train.seed)
     if resume:
         tok = Tokenizer.load(out_dir / "tokenizer.json")
     else:

@@ -13,7 +13,7 @@ from ...fileio import atomic_write_bytes, atomic_write_text, remove
 from ...models.seq2seq import Seq2Seq
 from ...train import Trainer
 from ...train.checkpoint import load_weights, save_weights
-from ...train.distributed import is_main
+from ...train.distributed import is_main, main_first
 from ..runs import count_parameters, train_members
 from .data import EncodedSplit, build_tokenizers, load_translation
 from .inference import Translator
@@ -29,7 +29,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     if recipe.ensemble > 1:
         return train_ensemble(recipe, out_dir, resume, log)
     given = recipe
-    data = load_translation(recipe.data)
+    data = main_first(lambda: load_translation(recipe.data))  # under torchrun rank 0 fills the cache first
     encoder = None  # a pretrained encoder (--init), loaded on a fresh start only
     if resume:
         src_tok, tgt_tok = Tokenizer.load(out_dir / SRC_TOK), Tokenizer.load(out_dir / TGT_TOK)
@@ -37,7 +37,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
         if recipe.model.init:
             from .pretrained import load_encoder
 
-            encoder = load_encoder(recipe.model, [s for s, _ in data.train], log)
+            encoder = main_first(lambda: load_encoder(recipe.model, [s for s, _ in data.train], log))
             src_tok = encoder.tokenizer
             tgt_tok = build_tokenizers(recipe.data, data.train)[1]
             log(f"init: the source side is {recipe.model.init}'s tokenizer and {encoder.config.num_hidden_layers}-layer "
