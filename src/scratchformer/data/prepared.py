@@ -46,6 +46,7 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -55,12 +56,15 @@ import numpy as np
 from ..errors import UserError
 from ..fileio import atomic_write_text, staged_folder, write_data
 from .fetch import cache_dir, sha256_file
+from .prepared_scan import block_texts, char_ids, code_points, encode_run, scan_chunk, word_counts
 from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, table_layout
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 4 << 20  # 4 MiB of the file per task: big enough to amortise a task, small for memory
 PARALLEL_MIN_BYTES = 16 << 20  # a smaller file is read in this process: starting workers costs ~1 s
 TSV_SUFFIXES = (".tsv", ".tab", ".txt")
+FAST_PATHS = True  # numpy fast paths (prepared_scan.py); False: line by line and text by text, the reference
+last_plain_chunks: list[str] = []  # the chunks the last `labeled_rows` indexed line by line, and why
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -213,15 +217,25 @@ def chunks_of(path: Path, size: int | None = None) -> list[Chunk]:
             start += cut
 
 
-def _lines(path: Path, chunk: Chunk) -> Iterator[tuple[int, int, int, bytes]]:
-    """(line number, byte start, byte end, raw bytes) of each line of a chunk, split as
-    `readers.decode_utf8` splits a file (a BOM dropped, \\r\\n and lone \\r end lines)."""
+def _read(path: Path, chunk: Chunk) -> tuple[bytes, int]:
+    """A chunk's bytes and the file offset of the first of them (a BOM at the file's start dropped)."""
     with open(path, "rb") as f:
         f.seek(chunk.start)
         raw = f.read(chunk.end - chunk.start)
-    pos, lineno = chunk.start, chunk.line
     if chunk.start == 0 and raw.startswith(_BOM):
-        raw, pos = raw[3:], 3
+        return raw[3:], 3
+    return raw, chunk.start
+
+
+def _lines(path: Path, chunk: Chunk) -> Iterator[tuple[int, int, int, bytes]]:
+    """(line number, byte start, byte end, raw bytes) of each line of a chunk, split as
+    `readers.decode_utf8` splits a file (a BOM dropped, \\r\\n and lone \\r end lines)."""
+    raw, pos = _read(path, chunk)
+    return _split_lines(raw, pos, chunk.line)
+
+
+def _split_lines(raw: bytes, pos: int, lineno: int) -> Iterator[tuple[int, int, int, bytes]]:
+    """The lines of `raw` (whose first byte is at `pos` in the file, on line `lineno`)."""
     pieces = raw.split(b"\n")
     if pieces and pieces[-1] == b"":
         pieces.pop()  # the chunk ends with a line break: no line after it
@@ -316,12 +330,25 @@ def _head_suspect(rows, label_at) -> bool:
 
 
 def _index_chunk(task) -> dict:
+    """A chunk's row index (spans, label codes in order of first use, their names, character
+    counts): by numpy (`prepared_scan.scan_chunk`) when the chunk is plain, else line by line
+    (`_index_lines`, the reference, which also names a bad line). "plain" says why, or is ""."""
     path, chunk, layout, want_chars = task
+    raw, pos = _read(path, chunk)
+    res, why = scan_chunk(raw, pos, chunk.line, layout, want_chars) if FAST_PATHS else (None, "FAST_PATHS is off")
+    if res is None:
+        res = _index_lines(path, raw, pos, chunk.line, layout, want_chars)
+    return res | {"plain": why}
+
+
+def _index_lines(path: Path, raw: bytes, pos: int, first_line: int, layout: Layout, want_chars: bool) -> dict:
+    """The row index of a chunk's bytes, one line at a time: every row checked as
+    `read_labeled_file` checks it, the first bad one raising its `file:line` error."""
     from .segment import CJK
 
     spans, labels, chars, codes = [], [], [], {}
-    for lineno, at, end, raw in _lines(path, chunk):
-        line = _decode(path, lineno, at, raw)
+    for lineno, at, end, raw_line in _split_lines(raw, pos, first_line):
+        line = _decode(path, lineno, at, raw_line)
         if not line.strip() or lineno == layout.header_line:
             continue
         text, label = layout.fields(path, lineno, line)
@@ -376,10 +403,27 @@ class LabeledRows:
         return self.raw(i).split("\t")[self.layout.text_at].strip()
 
     def texts(self, index: np.ndarray) -> list[str]:
-        """The texts of rows `index`, read in one go (what `text(i)` gives for each)."""
+        """The texts of rows `index` (what `text(i)` gives for each). Rows in file order are read
+        in blocks of about CHUNK_BYTES, one `pread` and one decode a block
+        (`prepared_scan.block_texts`); rows scattered over the file, one `pread` a row."""
+        spans = self.spans[np.asarray(index, dtype=np.int64)]
+        if len(spans) < 2 or not FAST_PATHS or np.any(spans[1:, 0] < spans[:-1, 0]):
+            return self._texts_per_row(spans)
+        fd, starts, out, i = self._fd(), spans[:, 0], [], 0
+        while i < len(spans):
+            j = max(i + 1, int(np.searchsorted(starts, starts[i] + CHUNK_BYTES)))
+            part = spans[i:j]
+            lo, hi = int(part[0, 0]), int(part[:, 1].max())
+            texts = None
+            if hi - lo <= 4 * int((part[:, 1] - part[:, 0]).sum()) + 4096:  # the rows fill a quarter of the block or more
+                texts = block_texts(os.pread(fd, hi - lo, lo), part - lo, self.layout.text_at)
+            out.extend(self._texts_per_row(part) if texts is None else texts)
+            i = j
+        return out
+
+    def _texts_per_row(self, spans: np.ndarray) -> list[str]:
         fd, at = self._fd(), self.layout.text_at
-        return [os.pread(fd, b - a, a).decode("utf-8").split("\t")[at].strip()
-                for a, b in self.spans[np.asarray(index)].tolist()]
+        return [os.pread(fd, b - a, a).decode("utf-8").split("\t")[at].strip() for a, b in spans.tolist()]
 
     def __del__(self):
         if isinstance(getattr(self, "_file", None), int):
@@ -430,7 +474,10 @@ def labeled_rows(path: str | Path, text_col=None, label_col=None, workers: int |
         w = {name: _Writer(tmp, name) for name in ("spans.i64", "labels.i32", "chars.i64")}
         names: dict[str, int] = {}
         n, counts = 0, []
-        for res in _run(_index_chunk, [(path, c, layout, True) for c in chunks], workers):
+        last_plain_chunks.clear()
+        for chunk, res in zip(chunks, _run(_index_chunk, [(path, c, layout, True) for c in chunks], workers)):
+            if res["plain"]:
+                last_plain_chunks.append(f"{path}:{chunk.line}: {res['plain']}")
             remap = np.asarray([names.setdefault(lab, len(names)) for lab in res["names"]], dtype=np.int32)
             codes = remap[res["labels"]] if len(res["labels"]) else res["labels"]
             w["spans.i64"].write(res["spans"])
@@ -540,7 +587,9 @@ def _tok_state(tok) -> str:
                       sort_keys=True)
 
 
+@lru_cache(maxsize=4)
 def _tok_from_state(state: str):
+    """The tokenizer of a `_tok_state` (one per state in a worker: its tasks share it, unchanged)."""
     from .tokenizers import _REGISTRY
 
     data = json.loads(state)
@@ -562,35 +611,16 @@ def _count_task(task) -> Counter:
     tok = _tok_from_state(state)
     texts = rows.texts(np.sort(index))  # file order: the reads go forward through the file
     if tok.kind == "char":  # one count of the run's code points (what _split gives, joined)
-        cps = _code_points("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
+        cps = code_points("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
         counts = np.bincount(cps) if len(cps) else np.zeros(0, np.int64)
         return Counter({chr(c): int(counts[c]) for c in np.flatnonzero(counts)})
+    fast = word_counts(tok, texts) if FAST_PATHS and tok.kind == "word" else None
+    if fast is not None:
+        return fast
     counts: Counter = Counter()
     for t in texts:
         counts.update(tok._split(t))
     return counts
-
-
-def _char_ids(tok, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids of all texts one after the other, ids per text) of a char tokenizer, by numpy: the
-    code points of the joined texts mapped through a table of the distinct ones."""
-    if tok.lowercase:
-        texts = [t.lower() for t in texts]
-    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    cps = _code_points("".join(texts))
-    if not len(cps):
-        return np.zeros(0, np.uint32), lengths
-    from .tokenizers import UNK_ID
-
-    table = np.full(int(cps.max()) + 1, UNK_ID, dtype=np.uint32)  # code point -> id (<= 1.1M entries)
-    for token, i in tok.stoi.items():
-        if len(token) == 1 and ord(token) < len(table):  # the specials are longer: never text
-            table[ord(token)] = i
-    return table[cps], lengths
-
-
-def _code_points(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
 def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
@@ -642,15 +672,17 @@ def vocab_tokenizer(kind: str, pairs: LazyPairs, min_freq: int = 1, lowercase: b
 
 # ----------------------------------------------------------------------------- token shards
 def _encode_task(task) -> dict:
+    """A run of rows' ids: by numpy and one regex pass (`prepared_scan.encode_run`) for the char
+    tokenizer and the word tokenizer's regex segmenter, else text by text, the reference."""
     rows, index, state, bigram_buckets = task
     from .tokenizers import encode_with_bigrams
 
     tok = _tok_from_state(state)
-    ids, lengths, bis = [], [], []
     texts = rows.texts(index)
-    if tok.kind == "char" and not bigram_buckets:
-        flat, n = _char_ids(tok, texts)
-        return {"ids": flat, "lengths": n, "bigrams": None}
+    fast = encode_run(tok, texts, bigram_buckets) if FAST_PATHS else None
+    if fast is not None:
+        return fast
+    ids, lengths, bis = [], [], []
     if hasattr(tok, "hf") and not bigram_buckets:  # the `tokenizers` library encodes a batch in Rust
         encoded = tok.encode_batch(texts)
     else:
@@ -761,7 +793,7 @@ def _char_encode_task(task) -> np.ndarray:
     text = _decode_chunk(path, chunk)
     if not text:
         return np.zeros(0, np.uint32)
-    return _char_ids(tok, [text])[0]
+    return char_ids(tok, [text])[0]
 
 
 class TokenStream:
