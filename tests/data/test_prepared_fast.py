@@ -228,3 +228,58 @@ def test_vocabulary_and_shards_equal_the_plain_ones(tmp_path, monkeypatch, kind,
         out.append((tok.itos, np.asarray(shards.ids).tolist(), np.asarray(shards.offsets).tolist(),
                     None if shards.bigrams is None else np.asarray(shards.bigrams).tolist()))
     assert out[0] == out[1]
+
+
+# ----------------------------------------------------------------------------- LM text
+def test_lm_chunks_decoded_at_once_equal_the_lines_joined_and_the_stream_too(tmp_path, monkeypatch):
+    from scratchformer.data.prepared import char_lm_stream
+
+    for name, data in _files(tmp_path).items():
+        path = tmp_path / f"{name}.txt"
+        path.write_bytes(data)
+        out = []
+        for fast in (True, False):
+            monkeypatch.setattr(prepared, "FAST_PATHS", fast)
+            monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path / f"cache-{name}-{fast}"))
+            try:
+                texts = [prepared._decode_chunk(path, c) for c in prepared.chunks_of(path, 300)]
+                tok, stream, cut = char_lm_stream(path, 0.1, workers=1)
+                out.append((texts, tok.itos, np.asarray(stream.ids).tolist(), cut))
+            except UserError as e:
+                out.append(("error", str(e)))
+        assert out[0] == out[1], name
+
+
+# ----------------------------------------------------------------------------- worker processes
+def test_one_pool_serves_the_runs_of_a_prepare_until_closed():
+    from scratchformer.data.prepared_workers import close_workers, run_tasks
+
+    pid = "__import__('os').getpid()"  # eval is a builtin, so a worker can run it without our test module
+    first = set(run_tasks(eval, [pid] * 8, 2))
+    again = set(run_tasks(eval, [pid] * 8, 2))
+    assert again <= first  # the same workers (one of them may have done every task)
+    close_workers()
+    assert not set(run_tasks(eval, [pid] * 8, 2)) & first
+    with pytest.raises(UserError, match="no such file"):
+        list(run_tasks(prepared.content_digest, ["/nonexistent.tsv"] * 4, 2))
+    assert set(run_tasks(eval, [pid] * 8, 2))  # an error leaves the pool usable
+    close_workers()
+
+
+def test_workers_do_not_import_the_parents_main_module(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import xml.dom.minidom  # stands for torch: what a user's script imports\n"
+        "from scratchformer.data.prepared_workers import close_workers, run_tasks\n"
+        "if __name__ == '__main__':\n"
+        "    probe = \"'xml.dom.minidom' in __import__('sys').modules\"\n"
+        "    print(list(run_tasks(eval, [probe] * 4, 2)))\n"
+        "    close_workers()\n", encoding="utf-8")
+    src = str(Path(prepared.__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": src})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[False, False, False, False]"

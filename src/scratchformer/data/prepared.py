@@ -31,7 +31,13 @@ Reading a big file is parallel and streaming: the file is cut into chunks of abo
 check and tokenize their chunk; the parent writes the chunks' arrays in file order. The
 vocabulary is counted over the same chunks (a `Counter` per chunk, merged: memory bounded by
 the vocabulary, not the data). Each row keeps today's rules: a malformed line stops with
-`file:line: what is wrong`, the same message `data/readers.py` gives.
+`file:line: what is wrong`, the same message `data/readers.py` gives. The workers are one
+pool shared by the steps of a prepare (`prepared_workers.py`).
+
+Each step has a numpy fast path (`prepared_scan.py`: a chunk indexed in one pass, texts read
+in blocks, runs of texts encoded at once) beside the plain one here (line by line, text by
+text), which is the reference: a chunk with anything unusual goes the plain way, and
+`FAST_PATHS = False` sends everything there. Both write the same bytes.
 
 Supported: `.tsv` / `.tab` / `.txt` labelled files (the `label<TAB>text` default, a header
 row, or columns by position / name) and plain text for the char LM. CSV (whose quoted fields
@@ -44,10 +50,8 @@ import json
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -56,7 +60,8 @@ import numpy as np
 from ..errors import UserError
 from ..fileio import atomic_write_text, staged_folder, write_data
 from .fetch import cache_dir, sha256_file
-from .prepared_scan import block_texts, char_ids, code_points, encode_run, scan_chunk, word_counts
+from .prepared_scan import block_texts, char_counts, char_ids, encode_run, scan_chunk, word_counts
+from .prepared_workers import close_workers, run_tasks
 from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, table_layout
 
 FORMAT_VERSION = 1
@@ -260,40 +265,6 @@ def _decode(path: Path, lineno: int, at: int, raw: bytes) -> str:
         raise not_utf8(path, lineno, at + exc.start, raw[exc.start]) from None
 
 
-def _run(fn: Callable, tasks: Sequence, workers: int) -> Iterator:
-    """fn(task) for each task, results in task order; `workers` processes (1: in this one).
-    At most 2 x workers results are pending, so memory stays bounded by a few chunks. A
-    worker's UserError comes back as ("error", message) and is raised here."""
-    def unwrap(res):
-        if isinstance(res, tuple) and len(res) == 2 and res[0] == "__error__":
-            raise UserError(res[1])
-        return res
-
-    if workers <= 1 or len(tasks) <= 1:
-        for t in tasks:
-            yield unwrap(_guarded(fn, t))
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
-        pending, it = [], iter(tasks)
-        for t in it:
-            pending.append(ex.submit(_guarded, fn, t))
-            if len(pending) >= 2 * workers:
-                break
-        while pending:
-            res = pending.pop(0).result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(ex.submit(_guarded, fn, nxt))
-            yield unwrap(res)
-
-
-def _guarded(fn, task):
-    try:
-        return fn(task)
-    except UserError as e:
-        return ("__error__", str(e))
-
-
 # ----------------------------------------------------------------------------- labelled rows
 @dataclass(frozen=True)
 class Layout:
@@ -475,7 +446,7 @@ def labeled_rows(path: str | Path, text_col=None, label_col=None, workers: int |
         names: dict[str, int] = {}
         n, counts = 0, []
         last_plain_chunks.clear()
-        for chunk, res in zip(chunks, _run(_index_chunk, [(path, c, layout, True) for c in chunks], workers)):
+        for chunk, res in zip(chunks, run_tasks(_index_chunk, [(path, c, layout, True) for c in chunks], workers)):
             if res["plain"]:
                 last_plain_chunks.append(f"{path}:{chunk.line}: {res['plain']}")
             remap = np.asarray([names.setdefault(lab, len(names)) for lab in res["names"]], dtype=np.int32)
@@ -611,9 +582,7 @@ def _count_task(task) -> Counter:
     tok = _tok_from_state(state)
     texts = rows.texts(np.sort(index))  # file order: the reads go forward through the file
     if tok.kind == "char":  # one count of the run's code points (what _split gives, joined)
-        cps = code_points("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
-        counts = np.bincount(cps) if len(cps) else np.zeros(0, np.int64)
-        return Counter({chr(c): int(counts[c]) for c in np.flatnonzero(counts)})
+        return char_counts("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
     fast = word_counts(tok, texts) if FAST_PATHS and tok.kind == "word" else None
     if fast is not None:
         return fast
@@ -629,7 +598,7 @@ def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
     workers = default_workers(pairs.rows.meta.get("bytes", 0)) if workers is None else workers
     state = _tok_state(tok)
     total: Counter = Counter()
-    for c in _run(_count_task, [(pairs.rows, g, state) for g in _row_groups(pairs.rows, pairs.index,
+    for c in run_tasks(_count_task, [(pairs.rows, g, state) for g in _row_groups(pairs.rows, pairs.index,
                                                                               _rows_per_task(pairs.rows))], workers):
         total.update(c)
     return total
@@ -745,7 +714,7 @@ def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int |
         w_off.write(np.zeros(1, np.int64))
         total = 0
         tasks = [(rows, g, state, bigram_buckets) for g in _row_groups(rows, np.arange(rows.n), _rows_per_task(rows))]
-        for res in _run(_encode_task, tasks, workers):
+        for res in run_tasks(_encode_task, tasks, workers):
             w_ids.write(res["ids"].astype(dtype))
             w_off.write(total + np.cumsum(res["lengths"]))
             total += int(res["lengths"].sum())
@@ -770,11 +739,15 @@ def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int |
 
 # ----------------------------------------------------------------------------- LM text streams
 def _decode_chunk(path: Path, chunk: Chunk) -> str:
-    """A chunk's text as `readers.read_utf8` gives the whole file (BOM dropped, newlines \\n)."""
-    parts = []
-    for lineno, at, _, raw in _lines(path, chunk):
-        parts.append(_decode(path, lineno, at, raw))
-    text = "\n".join(parts)
+    """A chunk's text as `readers.read_utf8` gives the whole file (BOM dropped, newlines \\n):
+    one decode when it holds no \\r, else (and to name a bad byte's line) line by line."""
+    raw, pos = _read(path, chunk)
+    if FAST_PATHS and b"\r" not in raw:
+        try:
+            return raw.decode("utf-8")  # a chunk ends just after a \n, or at the end of the file
+        except UnicodeDecodeError:
+            pass
+    text = "\n".join(_decode(path, lineno, at, line) for lineno, at, _, line in _split_lines(raw, pos, chunk.line))
     with open(path, "rb") as f:  # the chunk's own last line break (or none, at the end of a file)
         f.seek(chunk.end - 1)
         last = f.read(1)
@@ -784,7 +757,7 @@ def _decode_chunk(path: Path, chunk: Chunk) -> str:
 def _char_count_task(task) -> tuple[int, bool, Counter]:
     path, chunk = task
     text = _decode_chunk(path, chunk)
-    return len(text), bool(text.strip()), Counter(text)
+    return len(text), bool(text.strip()), char_counts(text)
 
 
 def _char_encode_task(task) -> np.ndarray:
@@ -823,7 +796,7 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
     def fill_vocab(tmp: Path, files: dict) -> dict:
         t0 = time.monotonic()
         lengths, counters, nonblank = [], [], False
-        for n, nb, c in _run(_char_count_task, [(path, ch) for ch in chunks], workers):
+        for n, nb, c in run_tasks(_char_count_task, [(path, ch) for ch in chunks], workers):
             lengths.append(n)
             counters.append(c)
             nonblank |= nb
@@ -837,7 +810,7 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
             if seen + n <= cut:
                 counts.update(c)
             elif seen < cut:  # the chunk the cut falls in: its first part only
-                counts.update(_decode_chunk(path, ch)[:cut - seen])
+                counts.update(char_counts(_decode_chunk(path, ch)[:cut - seen]))
             seen += n
         vocab = CharTokenizer(SPECIAL_TOKENS)._build_vocab(counts, min_freq, None)
         CharTokenizer(vocab).save(tmp / "tokenizer.json")
@@ -858,7 +831,7 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
         name = f"ids.{'u16' if dtype == np.uint16 else 'u32'}"
         w = _Writer(tmp, name)
         total = 0
-        for arr in _run(_char_encode_task, [(path, ch, state) for ch in chunks], workers):
+        for arr in run_tasks(_char_encode_task, [(path, ch, state) for ch in chunks], workers):
             w.write(arr.astype(dtype))
             total += len(arr)
         files[name] = w.close()
@@ -874,6 +847,6 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
     return tok, TokenStream(folder, meta), int(vmeta["cut"])
 
 
-__all__ = ["LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
+__all__ = ["close_workers", "LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
            "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
            "prepared_dir", "prepared_enabled", "chunks_of"]

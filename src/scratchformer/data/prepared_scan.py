@@ -169,6 +169,13 @@ def block_texts(blob: bytes, spans: np.ndarray, text_at: int) -> list[str] | Non
 _END = "\x00"  # ends each text in a joined run: a [^\w\s] character, so a word of its own
 
 
+def char_counts(text: str) -> Counter:
+    """`Counter(text)`, by a count of its code points (`np.bincount`), not a step per character."""
+    cps = code_points(text)
+    counts = np.bincount(cps) if len(cps) else np.zeros(0, np.int64)
+    return Counter({chr(c): int(counts[c]) for c in np.flatnonzero(counts)})
+
+
 def char_ids(tok, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids of all texts one after the other, ids per text, their code points) of a char
     tokenizer: the code points of the joined texts mapped through a table of the distinct ones."""
