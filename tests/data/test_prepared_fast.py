@@ -192,8 +192,10 @@ def test_char_run_equals_encode_with_bigrams_per_text(lowercase, tok_buckets, bu
 
 @pytest.mark.parametrize("lowercase", [False, True])
 @pytest.mark.parametrize("buckets", [0, 64, 200000])
-def test_word_run_equals_encode_with_bigrams_per_text(lowercase, buckets):
-    texts = _texts(2)
+@pytest.mark.parametrize("ascii", [False, True])  # all-ASCII runs take segment.ASCII_WORD_PATTERN
+def test_word_run_equals_encode_with_bigrams_per_text(lowercase, buckets, ascii):
+    texts = [t for t in _texts(2, 1500) if t.isascii() or not ascii]
+    assert len(texts) > 100 and (ascii or not "".join(texts).isascii())
     tok = WordTokenizer.train(texts[:150], lowercase=lowercase, segmenter="regex")
     res = prepared_scan.encode_run(tok, texts, buckets)
     assert _split(res) == _plain(tok, texts, buckets)

@@ -199,13 +199,14 @@ class Chunk:
     line: int  # 1-based number of its first line
 
 
-def chunks_of(path: Path, size: int | None = None) -> list[Chunk]:
+def chunks_of(path: Path, size: int | None = None, limit: int | None = None) -> list[Chunk]:
     """The file cut at line ends into pieces of about `size` bytes, with each piece's first
-    line number (lines end at \\n, \\r\\n or a lone \\r, as `readers.decode_utf8` reads them)."""
+    line number (lines end at \\n, \\r\\n or a lone \\r, as `readers.decode_utf8` reads them);
+    the first `limit` pieces only, if given (the rest of the file is not read)."""
     size = CHUNK_BYTES if size is None else size
     out, start, line, carry = [], 0, 1, b""
     with open(path, "rb") as f:
-        while True:
+        while limit is None or len(out) < limit:
             block = f.read(size)
             data = carry + block
             if not block:
@@ -218,8 +219,9 @@ def chunks_of(path: Path, size: int | None = None) -> list[Chunk]:
                 continue
             piece, carry = data[:cut], data[cut:]
             out.append(Chunk(start, start + cut, line))
-            line += piece.count(b"\n") + piece.count(b"\r") - piece.count(b"\r\n")
+            line += piece.count(b"\n") + (piece.count(b"\r") - piece.count(b"\r\n") if b"\r" in piece else 0)
             start += cut
+    return out
 
 
 def _read(path: Path, chunk: Chunk) -> tuple[bytes, int]:
@@ -284,7 +286,7 @@ class Layout:
 def _head_rows(path: Path, limit: int = 64) -> list[tuple[int, list[str]]]:
     """The first non-blank rows (line, fields), for the header rule (errors come later, in order)."""
     rows: list[tuple[int, list[str]]] = []
-    for chunk in chunks_of(path, 1 << 16)[:4]:
+    for chunk in chunks_of(path, 1 << 16, limit=4):
         for lineno, at, _, raw in _lines(path, chunk):
             line = _decode(path, lineno, at, raw)
             if line.strip():
