@@ -1,6 +1,8 @@
-"""Prepared data's fast paths (data/prepared_scan.py) give exactly what
-the plain per-line and per-text paths give: the same index arrays, texts, ids, bigram ids, and on
-a bad file the same `file:line` error, on every awkward input we could think of."""
+"""Prepared data's fast paths (data/prepared_scan.py) give exactly what the plain per-line and
+per-text paths give: the same index arrays, texts, ids, bigram ids, and on a bad file the same
+`file:line` error, on every awkward input we could think of. And its worker pool
+(data/prepared_workers.py) keeps task order and errors, is shared, and imports no __main__."""
+import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -253,18 +255,41 @@ def test_lm_chunks_decoded_at_once_equal_the_lines_joined_and_the_stream_too(tmp
 
 
 # ----------------------------------------------------------------------------- worker processes
+def _pids(n, sleep=0.05) -> list[int]:
+    from scratchformer.data.prepared_workers import run_tasks
+
+    # eval is a builtin, so a worker can run it without importing this test module
+    return list(run_tasks(eval, [f"__import__('time').sleep({sleep}) or __import__('os').getpid()"] * n, 3))
+
+
 def test_one_pool_serves_the_runs_of_a_prepare_until_closed():
     from scratchformer.data.prepared_workers import close_workers, run_tasks
 
-    pid = "__import__('os').getpid()"  # eval is a builtin, so a worker can run it without our test module
-    first = set(run_tasks(eval, [pid] * 8, 2))
-    again = set(run_tasks(eval, [pid] * 8, 2))
-    assert again <= first  # the same workers (one of them may have done every task)
+    here = os.getpid()
+    first = set(_pids(60)) - {here}  # this process works too (at the start it does every task)
+    again = set(_pids(60)) - {here}
+    assert first and again and again <= first and len(first | again) <= 2  # the same workers, 2 of them
     close_workers()
-    assert not set(run_tasks(eval, [pid] * 8, 2)) & first
+    assert not (set(_pids(60)) - {here}) & first
     with pytest.raises(UserError, match="no such file"):
-        list(run_tasks(prepared.content_digest, ["/nonexistent.tsv"] * 4, 2))
-    assert set(run_tasks(eval, [pid] * 8, 2))  # an error leaves the pool usable
+        list(run_tasks(prepared.content_digest, ["/nonexistent.tsv"] * 4, 3))
+    assert set(_pids(8))  # an error leaves the pool usable
+    close_workers()
+
+
+def test_results_come_in_task_order_and_the_first_error_in_task_order_is_raised():
+    from scratchformer.data.prepared_workers import close_workers, run_tasks
+
+    tasks = [f"__import__('time').sleep({(i * 7) % 5 / 100}) or {i}" for i in range(40)]
+    assert list(run_tasks(eval, tasks, 3)) == list(range(40))
+    fail = "(_ for _ in ()).throw(__import__('scratchformer.errors').errors.UserError('task {}'))"
+    bad = list(tasks)
+    bad[25], bad[31] = fail.format(25), fail.format(31)
+    got = []
+    with pytest.raises(UserError, match="task 25"):
+        for r in run_tasks(eval, bad, 3):
+            got.append(r)
+    assert got == list(range(25))
     close_workers()
 
 
@@ -277,11 +302,12 @@ def test_workers_do_not_import_the_parents_main_module(tmp_path):
         "import xml.dom.minidom  # stands for torch: what a user's script imports\n"
         "from scratchformer.data.prepared_workers import close_workers, run_tasks\n"
         "if __name__ == '__main__':\n"
-        "    probe = \"'xml.dom.minidom' in __import__('sys').modules\"\n"
-        "    print(list(run_tasks(eval, [probe] * 4, 2)))\n"
+        "    probe = \"__import__('time').sleep(0.1) or (__import__('os').getpid(), 'xml.dom.minidom' in __import__('sys').modules)\"\n"
+        "    import os\n"
+        "    print(sorted({flag for pid, flag in run_tasks(eval, [probe] * 100, 2) if pid != os.getpid()}))\n"
         "    close_workers()\n", encoding="utf-8")
     src = str(Path(prepared.__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": src})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[False, False, False, False]"
+    assert out.stdout.strip() == "[False]"  # the worker ran some tasks, and had not imported it

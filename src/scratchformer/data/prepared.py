@@ -27,12 +27,13 @@ records every file's size and sha256. A folder without it, or with a file of ano
 never read: it is built again (a killed `prepare` leaves only a hidden staging folder).
 
 Reading a big file is parallel and streaming: the file is cut into chunks of about
-`CHUNK_BYTES` at line ends, and worker processes (`workers`, default the CPU count) each read,
-check and tokenize their chunk; the parent writes the chunks' arrays in file order. The
+`CHUNK_BYTES` at line ends, and processes (`workers`, default the CPU count: this one and a
+pool of worker processes) each read, check and tokenize their chunk; this one writes the
+chunks' arrays in file order. The
 vocabulary is counted over the same chunks (a `Counter` per chunk, merged: memory bounded by
 the vocabulary, not the data). Each row keeps today's rules: a malformed line stops with
-`file:line: what is wrong`, the same message `data/readers.py` gives. The workers are one
-pool shared by the steps of a prepare (`prepared_workers.py`).
+`file:line: what is wrong`, the same message `data/readers.py` gives. The worker pool is
+shared by the steps of a prepare (`prepared_workers.py`).
 
 Each step has a numpy fast path (`prepared_scan.py`: a chunk indexed in one pass, texts read
 in blocks, runs of texts encoded at once) beside the plain one here (line by line, text by
@@ -66,7 +67,7 @@ from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, ta
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 4 << 20  # 4 MiB of the file per task: big enough to amortise a task, small for memory
-PARALLEL_MIN_BYTES = 16 << 20  # a smaller file is read in this process: starting workers costs ~1 s
+PARALLEL_MIN_BYTES = 8 << 20  # a smaller file is read in this process alone (a worker costs ~0.5 s of CPU to start)
 TSV_SUFFIXES = (".tsv", ".tab", ".txt")
 FAST_PATHS = True  # numpy fast paths (prepared_scan.py); False: line by line and text by text, the reference
 last_plain_chunks: list[str] = []  # the chunks the last `labeled_rows` indexed line by line, and why
@@ -88,8 +89,9 @@ def id_dtype(vocab_size: int) -> np.dtype:
 
 
 def default_workers(nbytes: int | None = None) -> int:
-    """Worker processes for a file of `nbytes`: $SCRATCHFORMER_PREPARE_WORKERS, else the CPU
-    count; 1 (this process) for a file under PARALLEL_MIN_BYTES."""
+    """Processes for a file of `nbytes` (this one and a pool of the rest, `prepared_workers`):
+    $SCRATCHFORMER_PREPARE_WORKERS, else the CPU count; 1 (this process) for a file under
+    PARALLEL_MIN_BYTES."""
     if nbytes is not None and nbytes < PARALLEL_MIN_BYTES:
         return 1
     env = os.environ.get("SCRATCHFORMER_PREPARE_WORKERS")

@@ -1,11 +1,15 @@
-"""Worker processes for prepared data: a run of tasks, results in task order, on a pool of
-spawned processes that the steps of a prepare share.
+"""Worker processes for prepared data: a run of tasks, results in task order, shared between
+this process and a pool of spawned workers that the steps of a prepare share.
 
 A prepare is several runs one after another (the row index, the vocabulary, the ids; per file),
 each a few seconds of ~4 MiB tasks. Starting a spawned worker costs a Python start and its
 imports (~0.5 s), and spawn also imports the parent's `__main__` module in every worker: a
 script (or a benchmark) that imports torch made each worker import it too, seconds each. So:
 
+  * `workers` counts this process: it runs tasks too, with a pool of `workers - 1` beside it;
+  * the pool starts in the background, and gets tasks only once a worker is up: until then
+    this process runs them, so no run waits for workers to start (a small file's index is
+    often done before they are);
   * one pool serves every run and is closed after IDLE_S seconds without one (`close_workers()`
     closes it now): index, vocabulary and ids start workers once, not three times;
   * workers start without the parent's `__main__`: the tasks are functions of this package, so
@@ -19,8 +23,7 @@ import os
 import sys
 import threading
 import types
-from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import get_context
@@ -33,38 +36,47 @@ IDLE_S = 10.0  # an idle pool is kept this long for the next run of the same pre
 _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 _pool_workers = 0
+_started: list[Future] = []  # one trivial task per worker, sent at the start: done = a worker is up
 _users = 0  # runs using the pool now: an idle close never closes it under one
 _timer: threading.Timer | None = None  # the idle close, cancelled when a run takes the pool again
 
 
 def run_tasks(fn: Callable, tasks: Sequence, workers: int) -> Iterator:
-    """fn(task) for each task, results in task order; `workers` processes (1: in this one).
-    At most 2 x workers results are pending, so memory stays bounded by a few tasks. A task's
-    UserError is raised here with its message."""
-    if workers <= 1 or len(tasks) <= 1:
+    """fn(task) for each task, results in task order, on `workers` processes: this one and a
+    pool of workers - 1 (1: this one alone). The pool holds at most 2 tasks per worker and this
+    process at most 2 x workers results ahead, so memory stays bounded by a few tasks. A
+    task's UserError is raised here, in task order, with its message."""
+    n = len(tasks)
+    if workers <= 1 or n <= 1:
         for t in tasks:
             yield _unwrap(_guarded(fn, t))
         return
-    ex = _acquire(workers)
-    pending: deque = deque()
+    ex = _acquire(workers - 1)
+    done: dict[int, object] = {}  # task -> result, computed here or fetched, not yet yielded
+    sent: dict[int, Future] = {}  # task -> its future in the pool
+    nxt = want = 0  # the next task to hand out (tasks go out in order), the next result to yield
     try:
-        it = iter(tasks)
-        for t in it:
-            pending.append(ex.submit(_guarded, fn, t))
-            if len(pending) >= 2 * workers:
-                break
-        while pending:
-            res = pending.popleft().result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(ex.submit(_guarded, fn, nxt))
-            yield _unwrap(res)
+        while want < n:
+            if any(f.done() for f in _started):  # a worker is up: keep the pool busy
+                while nxt < n and len(sent) < 2 * (workers - 1):
+                    sent[nxt] = ex.submit(_guarded, fn, tasks[nxt])
+                    nxt += 1
+            if want in done:
+                yield _unwrap(done.pop(want))
+                want += 1
+                continue
+            f = sent.get(want)
+            if f is None or (not f.done() and nxt < n and len(done) < 2 * workers):
+                done[nxt] = _guarded(fn, tasks[nxt])  # the next result is not ready: work here meanwhile
+                nxt += 1
+                continue
+            done[want] = sent.pop(want).result()
     except BrokenProcessPool:  # a worker died (killed, out of memory): the next run starts a new pool
         _release(broken=True)
         ex = None
         raise
     finally:
-        for f in pending:  # stopped early (an error): what has not started is dropped
+        for f in sent.values():  # stopped early (an error): what has not started is dropped
             f.cancel()
         if ex is not None:
             _release()
@@ -135,11 +147,11 @@ def close_workers() -> None:
 
 
 def _start(workers: int) -> ProcessPoolExecutor:
-    """A spawn pool with all `workers` started now, without the parent's __main__."""
+    """A spawn pool with all `workers` starting now (in the background), without the parent's
+    __main__; `_started` tells when one is up."""
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
-    with _without_main():
-        for _ in range(workers):  # each submit starts a worker while none is idle (they are still starting)
-            ex.submit(os.getpid)
+    with _without_main():  # each submit starts a worker while none is idle (none is: they are starting)
+        _started[:] = [ex.submit(os.getpid) for _ in range(workers)]
     return ex
 
 
@@ -159,8 +171,8 @@ def _without_main():
 
 def _forget_in_child() -> None:
     """A forked child does not own its parent's pool (nor its lock's state)."""
-    global _pool, _pool_workers, _users, _lock, _timer
-    _pool, _pool_workers, _users, _lock, _timer = None, 0, 0, threading.Lock(), None
+    global _pool, _pool_workers, _users, _lock, _timer, _started
+    _pool, _pool_workers, _users, _lock, _timer, _started = None, 0, 0, threading.Lock(), None, []
 
 
 if hasattr(os, "register_at_fork"):
