@@ -140,7 +140,8 @@ def test_columns_by_position_and_by_name(tmp_path, monkeypatch):
     rng = random.Random(3)
     lines = [x.split("\t") for x in _rows_text(rng, 80)]
     path = tmp_path / "three.tsv"
-    path.write_text("id\tlabel\tbody\n" + "".join(f"{i}\t{lab}\t{t}\n" for i, (lab, t) in enumerate(lines)), encoding="utf-8")
+    body = "".join(f"{i}\t{lab}\t{t}\n" for i, (lab, t) in enumerate(lines))
+    path.write_text("id\tlabel\tbody\n" + body, encoding="utf-8")
     for cols in ({"text_col": "body", "label_col": "label"}, {"text_col": 2, "label_col": 0}):
         assert _index(path, True, monkeypatch, **cols) == _index(path, False, monkeypatch, **cols)
 
@@ -164,8 +165,8 @@ def test_texts_read_in_blocks_equal_the_texts_read_row_by_row(tmp_path, monkeypa
 # ----------------------------------------------------------------------------- runs of texts tokenized at once
 def _texts(seed=0, n=300) -> list[str]:
     rng = random.Random(seed)
-    pieces = ["The", "ΣΑΣ", "İstanbul", "don't", "a_b", "x2", "hello,", "world.", "naïve", "中文", "分词", "😀",
-              "\u3000", "\xa0", " ", "--", "Ⅻ", "٣", "ß", "ǅ", "\u2028", "\x1c", "e\u0301"]
+    pieces = ["The", "ΣΑΣ", "İstanbul", "don't", "a_b", "x2", "hello,", "world.", "naïve", "中文", "分词",
+              "😀", "\u3000", "\xa0", " ", "--", "Ⅻ", "٣", "ß", "ǅ", "\u2028", "\x1c", "e\u0301"]
     return ["".join(rng.choice(pieces) + rng.choice(["", " ", ""]) for _ in range(rng.randint(0, 12)))
             for _ in range(n)]
 
@@ -177,9 +178,8 @@ def _plain(tok, texts, buckets):
 
 def _split(res):
     ends = np.cumsum(res["lengths"])
-    ids = [a.tolist() for a in np.split(res["ids"], ends[:-1])] if len(ends) else []
-    bis = None if res["bigrams"] is None else [a.tolist() for a in np.split(res["bigrams"], ends[:-1])] if len(ends) else []
-    return ids, bis
+    rows = lambda flat: [a.tolist() for a in np.split(flat, ends[:-1])] if len(ends) else []  # noqa: E731
+    return rows(res["ids"]), None if res["bigrams"] is None else rows(res["bigrams"])
 
 
 @pytest.mark.parametrize("lowercase", [False, True])
@@ -302,7 +302,8 @@ def test_workers_do_not_import_the_parents_main_module(tmp_path):
         "import xml.dom.minidom  # stands for torch: what a user's script imports\n"
         "from scratchformer.data.prepared_workers import close_workers, run_tasks\n"
         "if __name__ == '__main__':\n"
-        "    probe = \"__import__('time').sleep(0.1) or (__import__('os').getpid(), 'xml.dom.minidom' in __import__('sys').modules)\"\n"
+        "    probe = (\"__import__('time').sleep(0.1) or \"\n"
+        "             \"(__import__('os').getpid(), 'xml.dom.minidom' in __import__('sys').modules)\")\n"
         "    import os\n"
         "    print(sorted({flag for pid, flag in run_tasks(eval, [probe] * 100, 2) if pid != os.getpid()}))\n"
         "    close_workers()\n", encoding="utf-8")

@@ -29,11 +29,10 @@ never read: it is built again (a killed `prepare` leaves only a hidden staging f
 Reading a big file is parallel and streaming: the file is cut into chunks of about
 `CHUNK_BYTES` at line ends, and processes (`workers`, default the CPU count: this one and a
 pool of worker processes) each read, check and tokenize their chunk; this one writes the
-chunks' arrays in file order. The
-vocabulary is counted over the same chunks (a `Counter` per chunk, merged: memory bounded by
-the vocabulary, not the data). Each row keeps today's rules: a malformed line stops with
-`file:line: what is wrong`, the same message `data/readers.py` gives. The worker pool is
-shared by the steps of a prepare (`prepared_workers.py`).
+chunks' arrays in file order. The vocabulary is counted over the same chunks (a `Counter` per
+chunk, merged: memory bounded by the vocabulary, not the data). Each row keeps today's rules:
+a malformed line stops with `file:line: what is wrong`, the same message `data/readers.py`
+gives. The worker pool is shared by the steps of a prepare (`prepared_workers.py`).
 
 Each step has a numpy fast path (`prepared_scan.py`: a chunk indexed in one pass, texts read
 in blocks, runs of texts encoded at once) beside the plain one here (line by line, text by
@@ -390,7 +389,7 @@ class LabeledRows:
             part = spans[i:j]
             lo, hi = int(part[0, 0]), int(part[:, 1].max())
             texts = None
-            if hi - lo <= 4 * int((part[:, 1] - part[:, 0]).sum()) + 4096:  # the rows fill a quarter of the block or more
+            if hi - lo <= 4 * int((part[:, 1] - part[:, 0]).sum()) + 4096:  # rows fill a quarter of the block
                 texts = block_texts(os.pread(fd, hi - lo, lo), part - lo, self.layout.text_at)
             out.extend(self._texts_per_row(part) if texts is None else texts)
             i = j
@@ -602,8 +601,8 @@ def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
     workers = default_workers(pairs.rows.meta.get("bytes", 0)) if workers is None else workers
     state = _tok_state(tok)
     total: Counter = Counter()
-    for c in run_tasks(_count_task, [(pairs.rows, g, state) for g in _row_groups(pairs.rows, pairs.index,
-                                                                              _rows_per_task(pairs.rows))], workers):
+    groups = _row_groups(pairs.rows, pairs.index, _rows_per_task(pairs.rows))
+    for c in run_tasks(_count_task, [(pairs.rows, g, state) for g in groups], workers):
         total.update(c)
     return total
 
@@ -851,6 +850,6 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
     return tok, TokenStream(folder, meta), int(vmeta["cut"])
 
 
-__all__ = ["close_workers", "LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
-           "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
+__all__ = ["LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
+           "close_workers", "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
            "prepared_dir", "prepared_enabled", "chunks_of"]

@@ -1,18 +1,26 @@
-"""The fast paths of prepared data: a chunk of a labelled TSV file indexed with numpy, and
-rows' texts read back in blocks, instead of one Python step (a read, a decode, a split) per line.
+"""The fast paths of prepared data: a chunk of a labelled TSV file indexed with numpy, rows'
+texts read back in blocks, and runs of texts tokenized at once, instead of one Python step (a
+read, a decode, a split, an encode) per line or text.
 
-The plain path in `prepared.py` is the reference and stays beside these: `_index_lines` reads a
-chunk line by line, `LabeledRows.text` reads one row. The fast paths give exactly what the
-plain ones give, and decline (returning why, as a string) whenever a chunk holds anything
-unusual: a \\r line end, a byte that is not UTF-8, a row with the wrong number of fields, an
-empty text or label, a label with a tab-like break. The caller then runs the plain path on that
-chunk, which raises the very `file:line` error it always raised (or gives the same arrays).
+The plain paths in `prepared.py` are the reference and stay beside these: `_index_lines` reads
+a chunk line by line, `LabeledRows.text` reads one row, `encode_with_bigrams` encodes one text.
+The fast paths give exactly what the plain ones give (tests/data/test_prepared_fast.py), and
+decline whenever the input holds anything unusual; the caller then takes the plain path:
 
-How a chunk is indexed (`scan_chunk`): the chunk is decoded once; its line ends are found with
-numpy on the bytes (for the byte spans) and on the code points (`np.frombuffer` of its UTF-32:
-for character counts and field bounds); the k-th b"\\n" of one is the k-th "\\n" of the other.
-A per-code-point class (whitespace as `str.isspace` has it, CJK as `segment.CJK` matches) summed
-with `cumsum` gives every line's and field's counts by two look-ups.
+  * `scan_chunk` returns (None, why) for a chunk with a \\r line end, a byte that is not UTF-8,
+    a row with another number of fields, an empty text or label, or a label with a tab-like
+    break: the plain path then raises the very `file:line` error it always raised;
+  * `block_texts` returns None for a block that does not hold the rows it was told of;
+  * `encode_run` returns None for tokenizers other than char and the word tokenizer's regex
+    segmenter (jieba, BPE, WordPiece: per text, or the `tokenizers` library's batch), and for
+    a run of words in which a text holds the NUL character that marks where texts end.
+
+How a chunk is indexed (`scan_chunk`): it is decoded once; its line ends are found with numpy
+on the bytes (for the byte spans) and on the code points (`np.frombuffer` of its UTF-32: for
+character counts and field bounds); the k-th b"\\n" of one is the k-th "\\n" of the other, and
+so for tabs. Whitespace (as `str.isspace` has it) is found as positions, so a line's or field's
+non-space count is its length less a `searchsorted` difference; CJK characters (as
+`segment.CJK` matches) are summed per text field with `np.add.reduceat`.
 """
 from __future__ import annotations
 
