@@ -151,7 +151,7 @@ def test_bigram_arrays_equal_the_per_text_hashes():
     n_ids = np.array([len(x) for x in ids])
     first_id = np.zeros(len(flat), bool)
     first_id[(np.cumsum(n_ids) - n_ids)[n_ids > 0]] = True
-    for n in (2, 3, 64, 200000, 2**32):
+    for n in (2, 3, 64, 200000, 2**32, 2**33):
         assert char_bigrams_array(cps, first, n).tolist() == [b for t in texts for b in char_bigrams(t, n)]
         assert id_bigrams_array(flat, first_id, n).tolist() == [b for x in ids for b in id_bigrams(x, n)]
     assert zlib.crc32(b"") == 0  # what a text's first character pairs with

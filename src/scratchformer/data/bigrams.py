@@ -96,13 +96,27 @@ def _crc_table(values, encode) -> tuple:
 
 def char_bigrams_array(cps, first, n: int):
     """`char_bigrams` of many texts: `cps` their code points one after another (uint32), `first`
-    True at each text's first character. Returns int64 buckets aligned with `cps`."""
-    crcs, lens = _crc_table(cps, lambda c: chr(c).encode("utf-8"))
-    crc_c, len_c = crcs[cps], lens[cps]
-    crc_p = np.zeros_like(crc_c)
-    crc_p[1:] = crc_c[:-1]
-    crc_p[first] = 0  # a text's first character pairs with "" (crc32 0, and Z_k(0) = 0)
-    return 1 + _combine(crc_p, crc_c, len_c).astype(np.int64) % (n - 1)
+    True at each text's first character. Returns int64 buckets aligned with `cps`.
+
+    crc32(prev + c) = Z_len(c)(crc32(prev)) ^ crc32(c) takes few values per distinct `prev`
+    (len(c) is 1 to 4 bytes), so those are tabled first: then a pair costs one look-up and an XOR."""
+    counts = np.bincount(cps) if len(cps) else np.zeros(0, np.int64)
+    chars = np.flatnonzero(counts)  # the distinct code points
+    crc = np.array([zlib.crc32(chr(c).encode("utf-8")) for c in chars.tolist()], dtype=np.uint32)
+    nbytes = 1 + (chars >= 0x80) + (chars >= 0x800) + (chars >= 0x10000)  # UTF-8 length
+    d = len(chars)
+    shifted = np.zeros((5, d + 1), dtype=np.uint32)  # [len(c), prev]; the last column: no prev ("")
+    for k in range(1, 5):
+        shifted[k, :d] = _combine(crc, np.zeros_like(crc), np.full(d, k))
+    index_of = np.zeros(len(counts), dtype=np.intp)
+    index_of[chars] = np.arange(d)
+    i = index_of[cps]  # each character's place among the distinct ones
+    prev = np.empty_like(i)
+    prev[1:] = i[:-1]
+    prev[:1] = d
+    prev[first] = d  # a text's first character pairs with "" (crc32 0, and Z_k(0) = 0)
+    h = shifted.ravel()[(nbytes * (d + 1))[i] + prev] ^ crc[i]  # crc32(prev + c)
+    return 1 + (h % np.uint32(n - 1) if n - 1 < 1 << 32 else h.astype(np.int64) % (n - 1)).astype(np.int64)
 
 
 def id_bigrams_array(ids, first, n: int):
