@@ -263,4 +263,5 @@ def encode_run(tok, texts: list[str], bigram_buckets: int) -> dict | None:
             bigrams = char_bigrams_array(cps, first, bigram_buckets)
         else:  # token-id bigrams
             bigrams = id_bigrams_array(ids, first, bigram_buckets)
+        bigrams = bigrams.astype(np.uint32)  # as the plain path gives them (half the bytes back from a worker)
     return {"ids": ids, "lengths": lengths, "bigrams": bigrams}
