@@ -167,6 +167,8 @@ def _without_main():
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+        else:
+            del sys.modules["__main__"]
 
 
 def _forget_in_child() -> None:
