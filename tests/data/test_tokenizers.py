@@ -129,6 +129,34 @@ def test_char_bigrams_fixed_values_and_alignment():
         CharTokenizer.train(["ab"]).encode_bigrams("ab")
 
 
+def test_bigram_arrays_equal_the_per_text_hashes():
+    """char_bigrams_array / id_bigrams_array (numpy, crc32 combined from its pieces, for prepared
+    data) give the buckets char_bigrams / id_bigrams give text by text."""
+    import random
+    import zlib
+
+    import numpy as np
+
+    from scratchformer.data.bigrams import char_bigrams, char_bigrams_array, id_bigrams, id_bigrams_array
+
+    rng = random.Random(0)
+    chars = "ab的一é😀\u3000 x\x00\U0010ffff"
+    texts = ["".join(rng.choice(chars) for _ in range(rng.randint(0, 12))) for _ in range(400)]
+    cps = np.frombuffer("".join(texts).encode("utf-32-le"), np.uint32)
+    lens = np.array([len(t) for t in texts])
+    first = np.zeros(len(cps), bool)
+    first[(np.cumsum(lens) - lens)[lens > 0]] = True
+    ids = [[rng.choice([0, 1, 7, 99, 4096, 65535, 1_048_575]) for _ in range(rng.randint(0, 9))] for _ in range(300)]
+    flat = np.array([i for x in ids for i in x], dtype=np.int64)
+    n_ids = np.array([len(x) for x in ids])
+    first_id = np.zeros(len(flat), bool)
+    first_id[(np.cumsum(n_ids) - n_ids)[n_ids > 0]] = True
+    for n in (2, 3, 64, 200000, 2**32, 2**33):
+        assert char_bigrams_array(cps, first, n).tolist() == [b for t in texts for b in char_bigrams(t, n)]
+        assert id_bigrams_array(flat, first_id, n).tolist() == [b for x in ids for b in id_bigrams(x, n)]
+    assert zlib.crc32(b"") == 0  # what a text's first character pairs with
+
+
 def test_char_bigrams_stable_across_processes(tmp_path):
     tok = CharTokenizer.train(ZH, bigram_buckets=5000)
     path = tmp_path / "char.json"

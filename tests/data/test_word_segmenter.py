@@ -49,3 +49,18 @@ def test_a_file_from_before_segmenters_loads_as_regex(tmp_path):
     assert tok.segmenter == "regex"
     assert tok.encode("the cat.") == [6, 5, 7]
     assert tok.encode("我爱北京") == [1]  # as before: one regex "word", unknown
+
+
+def test_the_ascii_word_pattern_matches_as_the_word_pattern_on_ascii_text():
+    """segment.ASCII_WORD_PATTERN (prepared data's faster pattern for ASCII runs) finds exactly what
+    WORD_PATTERN finds in any ASCII string: every character alone, in pairs, and random strings."""
+    import random
+
+    from scratchformer.data.segment import ASCII_WORD_PATTERN, WORD_PATTERN
+
+    ascii_chars = [chr(c) for c in range(128)]
+    rng = random.Random(0)
+    cases = ascii_chars + [a + b for a in ascii_chars for b in ascii_chars]
+    cases += ["".join(rng.choice(ascii_chars) for _ in range(rng.randint(0, 40))) for _ in range(2000)]
+    for s in cases:
+        assert ASCII_WORD_PATTERN.findall(s) == WORD_PATTERN.findall(s), repr(s)

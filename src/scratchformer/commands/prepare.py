@@ -23,7 +23,8 @@ def register(cli) -> None:
     p.add_argument("--config", help="the JSON recipe the run will use (its data and tokenizer settings)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="the run's overrides (those that shape the data: data.tokenizer, data.min_freq, ...)")
-    p.add_argument("--workers", type=positive_int, help="worker processes (default: the CPU count)")
+    p.add_argument("--workers", type=positive_int,
+                   help="processes that prepare, this one included (default: the CPU count)")
     p.add_argument("--json", action="store_true", help="print what was built as one JSON line")
     p.set_defaults(func=prepare)
 

@@ -27,11 +27,17 @@ records every file's size and sha256. A folder without it, or with a file of ano
 never read: it is built again (a killed `prepare` leaves only a hidden staging folder).
 
 Reading a big file is parallel and streaming: the file is cut into chunks of about
-`CHUNK_BYTES` at line ends, and worker processes (`workers`, default the CPU count) each read,
-check and tokenize their chunk; the parent writes the chunks' arrays in file order. The
-vocabulary is counted over the same chunks (a `Counter` per chunk, merged: memory bounded by
-the vocabulary, not the data). Each row keeps today's rules: a malformed line stops with
-`file:line: what is wrong`, the same message `data/readers.py` gives.
+`CHUNK_BYTES` at line ends, and processes (`workers`, default the CPU count: this one and a
+pool of worker processes) each read, check and tokenize their chunk; this one writes the
+chunks' arrays in file order. The vocabulary is counted over the same chunks (a `Counter` per
+chunk, merged: memory bounded by the vocabulary, not the data). Each row keeps today's rules:
+a malformed line stops with `file:line: what is wrong`, the same message `data/readers.py`
+gives. The worker pool is shared by the steps of a prepare (`prepared_workers.py`).
+
+Each step has a numpy fast path (`prepared_scan.py`: a chunk indexed in one pass, texts read
+in blocks, runs of texts encoded at once) beside the plain one here (line by line, text by
+text), which is the reference: a chunk with anything unusual goes the plain way, and
+`FAST_PATHS = False` sends everything there. Both write the same bytes.
 
 Supported: `.tsv` / `.tab` / `.txt` labelled files (the `label<TAB>text` default, a header
 row, or columns by position / name) and plain text for the char LM. CSV (whose quoted fields
@@ -44,9 +50,8 @@ import json
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -55,12 +60,16 @@ import numpy as np
 from ..errors import UserError
 from ..fileio import atomic_write_text, staged_folder, write_data
 from .fetch import cache_dir, sha256_file
+from .prepared_scan import block_texts, char_counts, char_ids, encode_run, scan_chunk, word_counts
+from .prepared_workers import close_workers, run_tasks
 from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, table_layout
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 4 << 20  # 4 MiB of the file per task: big enough to amortise a task, small for memory
-PARALLEL_MIN_BYTES = 16 << 20  # a smaller file is read in this process: starting workers costs ~1 s
+PARALLEL_MIN_BYTES = 8 << 20  # a smaller file is read in this process alone (a worker costs ~0.5 s of CPU to start)
 TSV_SUFFIXES = (".tsv", ".tab", ".txt")
+FAST_PATHS = True  # numpy fast paths (prepared_scan.py); False: line by line and text by text, the reference
+last_plain_chunks: list[str] = []  # the chunks the last `labeled_rows` indexed line by line, and why
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -79,8 +88,9 @@ def id_dtype(vocab_size: int) -> np.dtype:
 
 
 def default_workers(nbytes: int | None = None) -> int:
-    """Worker processes for a file of `nbytes`: $SCRATCHFORMER_PREPARE_WORKERS, else the CPU
-    count; 1 (this process) for a file under PARALLEL_MIN_BYTES."""
+    """Processes for a file of `nbytes` (this one and a pool of the rest, `prepared_workers`):
+    $SCRATCHFORMER_PREPARE_WORKERS, else the CPU count; 1 (this process) for a file under
+    PARALLEL_MIN_BYTES."""
     if nbytes is not None and nbytes < PARALLEL_MIN_BYTES:
         return 1
     env = os.environ.get("SCRATCHFORMER_PREPARE_WORKERS")
@@ -190,13 +200,14 @@ class Chunk:
     line: int  # 1-based number of its first line
 
 
-def chunks_of(path: Path, size: int | None = None) -> list[Chunk]:
+def chunks_of(path: Path, size: int | None = None, limit: int | None = None) -> list[Chunk]:
     """The file cut at line ends into pieces of about `size` bytes, with each piece's first
-    line number (lines end at \\n, \\r\\n or a lone \\r, as `readers.decode_utf8` reads them)."""
+    line number (lines end at \\n, \\r\\n or a lone \\r, as `readers.decode_utf8` reads them);
+    the first `limit` pieces only, if given (the rest of the file is not read)."""
     size = CHUNK_BYTES if size is None else size
     out, start, line, carry = [], 0, 1, b""
     with open(path, "rb") as f:
-        while True:
+        while limit is None or len(out) < limit:
             block = f.read(size)
             data = carry + block
             if not block:
@@ -209,19 +220,30 @@ def chunks_of(path: Path, size: int | None = None) -> list[Chunk]:
                 continue
             piece, carry = data[:cut], data[cut:]
             out.append(Chunk(start, start + cut, line))
-            line += piece.count(b"\n") + piece.count(b"\r") - piece.count(b"\r\n")
+            line += piece.count(b"\n") + (piece.count(b"\r") - piece.count(b"\r\n") if b"\r" in piece else 0)
             start += cut
+    return out
+
+
+def _read(path: Path, chunk: Chunk) -> tuple[bytes, int]:
+    """A chunk's bytes and the file offset of the first of them (a BOM at the file's start dropped)."""
+    with open(path, "rb") as f:
+        f.seek(chunk.start)
+        raw = f.read(chunk.end - chunk.start)
+    if chunk.start == 0 and raw.startswith(_BOM):
+        return raw[3:], 3
+    return raw, chunk.start
 
 
 def _lines(path: Path, chunk: Chunk) -> Iterator[tuple[int, int, int, bytes]]:
     """(line number, byte start, byte end, raw bytes) of each line of a chunk, split as
     `readers.decode_utf8` splits a file (a BOM dropped, \\r\\n and lone \\r end lines)."""
-    with open(path, "rb") as f:
-        f.seek(chunk.start)
-        raw = f.read(chunk.end - chunk.start)
-    pos, lineno = chunk.start, chunk.line
-    if chunk.start == 0 and raw.startswith(_BOM):
-        raw, pos = raw[3:], 3
+    raw, pos = _read(path, chunk)
+    return _split_lines(raw, pos, chunk.line)
+
+
+def _split_lines(raw: bytes, pos: int, lineno: int) -> Iterator[tuple[int, int, int, bytes]]:
+    """The lines of `raw` (whose first byte is at `pos` in the file, on line `lineno`)."""
     pieces = raw.split(b"\n")
     if pieces and pieces[-1] == b"":
         pieces.pop()  # the chunk ends with a line break: no line after it
@@ -246,40 +268,6 @@ def _decode(path: Path, lineno: int, at: int, raw: bytes) -> str:
         raise not_utf8(path, lineno, at + exc.start, raw[exc.start]) from None
 
 
-def _run(fn: Callable, tasks: Sequence, workers: int) -> Iterator:
-    """fn(task) for each task, results in task order; `workers` processes (1: in this one).
-    At most 2 x workers results are pending, so memory stays bounded by a few chunks. A
-    worker's UserError comes back as ("error", message) and is raised here."""
-    def unwrap(res):
-        if isinstance(res, tuple) and len(res) == 2 and res[0] == "__error__":
-            raise UserError(res[1])
-        return res
-
-    if workers <= 1 or len(tasks) <= 1:
-        for t in tasks:
-            yield unwrap(_guarded(fn, t))
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
-        pending, it = [], iter(tasks)
-        for t in it:
-            pending.append(ex.submit(_guarded, fn, t))
-            if len(pending) >= 2 * workers:
-                break
-        while pending:
-            res = pending.pop(0).result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(ex.submit(_guarded, fn, nxt))
-            yield unwrap(res)
-
-
-def _guarded(fn, task):
-    try:
-        return fn(task)
-    except UserError as e:
-        return ("__error__", str(e))
-
-
 # ----------------------------------------------------------------------------- labelled rows
 @dataclass(frozen=True)
 class Layout:
@@ -299,7 +287,7 @@ class Layout:
 def _head_rows(path: Path, limit: int = 64) -> list[tuple[int, list[str]]]:
     """The first non-blank rows (line, fields), for the header rule (errors come later, in order)."""
     rows: list[tuple[int, list[str]]] = []
-    for chunk in chunks_of(path, 1 << 16)[:4]:
+    for chunk in chunks_of(path, 1 << 16, limit=4):
         for lineno, at, _, raw in _lines(path, chunk):
             line = _decode(path, lineno, at, raw)
             if line.strip():
@@ -316,12 +304,25 @@ def _head_suspect(rows, label_at) -> bool:
 
 
 def _index_chunk(task) -> dict:
+    """A chunk's row index (spans, label codes in order of first use, their names, character
+    counts): by numpy (`prepared_scan.scan_chunk`) when the chunk is plain, else line by line
+    (`_index_lines`, the reference, which also names a bad line). "plain" says why, or is ""."""
     path, chunk, layout, want_chars = task
+    raw, pos = _read(path, chunk)
+    res, why = scan_chunk(raw, pos, chunk.line, layout, want_chars) if FAST_PATHS else (None, "FAST_PATHS is off")
+    if res is None:
+        res = _index_lines(path, raw, pos, chunk.line, layout, want_chars)
+    return res | {"plain": why}
+
+
+def _index_lines(path: Path, raw: bytes, pos: int, first_line: int, layout: Layout, want_chars: bool) -> dict:
+    """The row index of a chunk's bytes, one line at a time: every row checked as
+    `read_labeled_file` checks it, the first bad one raising its `file:line` error."""
     from .segment import CJK
 
     spans, labels, chars, codes = [], [], [], {}
-    for lineno, at, end, raw in _lines(path, chunk):
-        line = _decode(path, lineno, at, raw)
+    for lineno, at, end, raw_line in _split_lines(raw, pos, first_line):
+        line = _decode(path, lineno, at, raw_line)
         if not line.strip() or lineno == layout.header_line:
             continue
         text, label = layout.fields(path, lineno, line)
@@ -376,10 +377,27 @@ class LabeledRows:
         return self.raw(i).split("\t")[self.layout.text_at].strip()
 
     def texts(self, index: np.ndarray) -> list[str]:
-        """The texts of rows `index`, read in one go (what `text(i)` gives for each)."""
+        """The texts of rows `index` (what `text(i)` gives for each). Rows in file order are read
+        in blocks of about CHUNK_BYTES, one `pread` and one decode a block
+        (`prepared_scan.block_texts`); rows scattered over the file, one `pread` a row."""
+        spans = self.spans[np.asarray(index, dtype=np.int64)]
+        if len(spans) < 2 or not FAST_PATHS or np.any(spans[1:, 0] < spans[:-1, 0]):
+            return self._texts_per_row(spans)
+        fd, starts, out, i = self._fd(), spans[:, 0], [], 0
+        while i < len(spans):
+            j = max(i + 1, int(np.searchsorted(starts, starts[i] + CHUNK_BYTES)))
+            part = spans[i:j]
+            lo, hi = int(part[0, 0]), int(part[:, 1].max())
+            texts = None
+            if hi - lo <= 4 * int((part[:, 1] - part[:, 0]).sum()) + 4096:  # rows fill a quarter of the block
+                texts = block_texts(os.pread(fd, hi - lo, lo), part - lo, self.layout.text_at)
+            out.extend(self._texts_per_row(part) if texts is None else texts)
+            i = j
+        return out
+
+    def _texts_per_row(self, spans: np.ndarray) -> list[str]:
         fd, at = self._fd(), self.layout.text_at
-        return [os.pread(fd, b - a, a).decode("utf-8").split("\t")[at].strip()
-                for a, b in self.spans[np.asarray(index)].tolist()]
+        return [os.pread(fd, b - a, a).decode("utf-8").split("\t")[at].strip() for a, b in spans.tolist()]
 
     def __del__(self):
         if isinstance(getattr(self, "_file", None), int):
@@ -430,7 +448,10 @@ def labeled_rows(path: str | Path, text_col=None, label_col=None, workers: int |
         w = {name: _Writer(tmp, name) for name in ("spans.i64", "labels.i32", "chars.i64")}
         names: dict[str, int] = {}
         n, counts = 0, []
-        for res in _run(_index_chunk, [(path, c, layout, True) for c in chunks], workers):
+        last_plain_chunks.clear()
+        for chunk, res in zip(chunks, run_tasks(_index_chunk, [(path, c, layout, True) for c in chunks], workers)):
+            if res["plain"]:
+                last_plain_chunks.append(f"{path}:{chunk.line}: {res['plain']}")
             remap = np.asarray([names.setdefault(lab, len(names)) for lab in res["names"]], dtype=np.int32)
             codes = remap[res["labels"]] if len(res["labels"]) else res["labels"]
             w["spans.i64"].write(res["spans"])
@@ -540,7 +561,9 @@ def _tok_state(tok) -> str:
                       sort_keys=True)
 
 
+@lru_cache(maxsize=4)
 def _tok_from_state(state: str):
+    """The tokenizer of a `_tok_state` (one per state in a worker: its tasks share it, unchanged)."""
     from .tokenizers import _REGISTRY
 
     data = json.loads(state)
@@ -562,35 +585,14 @@ def _count_task(task) -> Counter:
     tok = _tok_from_state(state)
     texts = rows.texts(np.sort(index))  # file order: the reads go forward through the file
     if tok.kind == "char":  # one count of the run's code points (what _split gives, joined)
-        cps = _code_points("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
-        counts = np.bincount(cps) if len(cps) else np.zeros(0, np.int64)
-        return Counter({chr(c): int(counts[c]) for c in np.flatnonzero(counts)})
+        return char_counts("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
+    fast = word_counts(tok, texts) if FAST_PATHS and tok.kind == "word" else None
+    if fast is not None:
+        return fast
     counts: Counter = Counter()
     for t in texts:
         counts.update(tok._split(t))
     return counts
-
-
-def _char_ids(tok, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids of all texts one after the other, ids per text) of a char tokenizer, by numpy: the
-    code points of the joined texts mapped through a table of the distinct ones."""
-    if tok.lowercase:
-        texts = [t.lower() for t in texts]
-    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    cps = _code_points("".join(texts))
-    if not len(cps):
-        return np.zeros(0, np.uint32), lengths
-    from .tokenizers import UNK_ID
-
-    table = np.full(int(cps.max()) + 1, UNK_ID, dtype=np.uint32)  # code point -> id (<= 1.1M entries)
-    for token, i in tok.stoi.items():
-        if len(token) == 1 and ord(token) < len(table):  # the specials are longer: never text
-            table[ord(token)] = i
-    return table[cps], lengths
-
-
-def _code_points(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
 def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
@@ -599,8 +601,8 @@ def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
     workers = default_workers(pairs.rows.meta.get("bytes", 0)) if workers is None else workers
     state = _tok_state(tok)
     total: Counter = Counter()
-    for c in _run(_count_task, [(pairs.rows, g, state) for g in _row_groups(pairs.rows, pairs.index,
-                                                                              _rows_per_task(pairs.rows))], workers):
+    groups = _row_groups(pairs.rows, pairs.index, _rows_per_task(pairs.rows))
+    for c in run_tasks(_count_task, [(pairs.rows, g, state) for g in groups], workers):
         total.update(c)
     return total
 
@@ -642,15 +644,17 @@ def vocab_tokenizer(kind: str, pairs: LazyPairs, min_freq: int = 1, lowercase: b
 
 # ----------------------------------------------------------------------------- token shards
 def _encode_task(task) -> dict:
+    """A run of rows' ids: by numpy and one regex pass (`prepared_scan.encode_run`) for the char
+    tokenizer and the word tokenizer's regex segmenter, else text by text, the reference."""
     rows, index, state, bigram_buckets = task
     from .tokenizers import encode_with_bigrams
 
     tok = _tok_from_state(state)
-    ids, lengths, bis = [], [], []
     texts = rows.texts(index)
-    if tok.kind == "char" and not bigram_buckets:
-        flat, n = _char_ids(tok, texts)
-        return {"ids": flat, "lengths": n, "bigrams": None}
+    fast = encode_run(tok, texts, bigram_buckets) if FAST_PATHS else None
+    if fast is not None:
+        return fast
+    ids, lengths, bis = [], [], []
     if hasattr(tok, "hf") and not bigram_buckets:  # the `tokenizers` library encodes a batch in Rust
         encoded = tok.encode_batch(texts)
     else:
@@ -713,7 +717,7 @@ def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int |
         w_off.write(np.zeros(1, np.int64))
         total = 0
         tasks = [(rows, g, state, bigram_buckets) for g in _row_groups(rows, np.arange(rows.n), _rows_per_task(rows))]
-        for res in _run(_encode_task, tasks, workers):
+        for res in run_tasks(_encode_task, tasks, workers):
             w_ids.write(res["ids"].astype(dtype))
             w_off.write(total + np.cumsum(res["lengths"]))
             total += int(res["lengths"].sum())
@@ -738,11 +742,15 @@ def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int |
 
 # ----------------------------------------------------------------------------- LM text streams
 def _decode_chunk(path: Path, chunk: Chunk) -> str:
-    """A chunk's text as `readers.read_utf8` gives the whole file (BOM dropped, newlines \\n)."""
-    parts = []
-    for lineno, at, _, raw in _lines(path, chunk):
-        parts.append(_decode(path, lineno, at, raw))
-    text = "\n".join(parts)
+    """A chunk's text as `readers.read_utf8` gives the whole file (BOM dropped, newlines \\n):
+    one decode when it holds no \\r, else (and to name a bad byte's line) line by line."""
+    raw, pos = _read(path, chunk)
+    if FAST_PATHS and b"\r" not in raw:
+        try:
+            return raw.decode("utf-8")  # a chunk ends just after a \n, or at the end of the file
+        except UnicodeDecodeError:
+            pass
+    text = "\n".join(_decode(path, lineno, at, line) for lineno, at, _, line in _split_lines(raw, pos, chunk.line))
     with open(path, "rb") as f:  # the chunk's own last line break (or none, at the end of a file)
         f.seek(chunk.end - 1)
         last = f.read(1)
@@ -752,7 +760,7 @@ def _decode_chunk(path: Path, chunk: Chunk) -> str:
 def _char_count_task(task) -> tuple[int, bool, Counter]:
     path, chunk = task
     text = _decode_chunk(path, chunk)
-    return len(text), bool(text.strip()), Counter(text)
+    return len(text), bool(text.strip()), char_counts(text)
 
 
 def _char_encode_task(task) -> np.ndarray:
@@ -761,7 +769,7 @@ def _char_encode_task(task) -> np.ndarray:
     text = _decode_chunk(path, chunk)
     if not text:
         return np.zeros(0, np.uint32)
-    return _char_ids(tok, [text])[0]
+    return char_ids(tok, [text])[0]
 
 
 class TokenStream:
@@ -791,7 +799,7 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
     def fill_vocab(tmp: Path, files: dict) -> dict:
         t0 = time.monotonic()
         lengths, counters, nonblank = [], [], False
-        for n, nb, c in _run(_char_count_task, [(path, ch) for ch in chunks], workers):
+        for n, nb, c in run_tasks(_char_count_task, [(path, ch) for ch in chunks], workers):
             lengths.append(n)
             counters.append(c)
             nonblank |= nb
@@ -805,7 +813,7 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
             if seen + n <= cut:
                 counts.update(c)
             elif seen < cut:  # the chunk the cut falls in: its first part only
-                counts.update(_decode_chunk(path, ch)[:cut - seen])
+                counts.update(char_counts(_decode_chunk(path, ch)[:cut - seen]))
             seen += n
         vocab = CharTokenizer(SPECIAL_TOKENS)._build_vocab(counts, min_freq, None)
         CharTokenizer(vocab).save(tmp / "tokenizer.json")
@@ -826,7 +834,7 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
         name = f"ids.{'u16' if dtype == np.uint16 else 'u32'}"
         w = _Writer(tmp, name)
         total = 0
-        for arr in _run(_char_encode_task, [(path, ch, state) for ch in chunks], workers):
+        for arr in run_tasks(_char_encode_task, [(path, ch, state) for ch in chunks], workers):
             w.write(arr.astype(dtype))
             total += len(arr)
         files[name] = w.close()
@@ -843,5 +851,5 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
 
 
 __all__ = ["LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
-           "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
+           "close_workers", "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
            "prepared_dir", "prepared_enabled", "chunks_of"]
