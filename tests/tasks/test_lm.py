@@ -129,6 +129,29 @@ def test_random_windows_are_deterministic_in_seed_and_epoch():
     assert sum(len(v.ids) for v in fixed_windows(ids, 16, 5, limit=7)) == 7
 
 
+def test_random_windows_of_a_big_text_hold_no_table_of_starts():
+    """An epoch of a 1 GB text has ~15M windows: batches are made one at a time from their own
+    generator (no (n_batches, B) table of starts), batch b equals the b-th batch iterated, and
+    the thinned validation windows are chosen without listing every window first."""
+    import tracemalloc
+
+    ids = np.zeros(40_000_000, dtype=np.uint16)  # 40M tokens: a table of starts would be 5 MB+
+    win = RandomWindows(ids, 8, 4, seed=3, epoch=0)
+    assert len(win) == 1_250_000
+    tracemalloc.start()
+    it = iter(win)
+    first = [next(it).ids for _ in range(3)]
+    fixed = fixed_windows(ids, 8, 4, limit=12)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    assert all(torch.equal(win.batch(b).ids, first[b]) for b in range(3))
+    assert sum(len(v.ids) for v in fixed) == 12
+    starts = [RandomWindows(np.arange(1000, dtype=np.int32), 16, 4, seed=0, epoch=1, min_length=l).batch(2).ids[:, 0]
+              for l in (None, 4)]
+    assert torch.equal(starts[0], starts[1])  # random-length crops keep the fixed-length starts
+
+
 def _write_text(path, n_lines=400, seed=0):
     rng = random.Random(seed)
     names = ["ROMEO", "JULIET", "NURSE"]

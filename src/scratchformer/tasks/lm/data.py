@@ -36,8 +36,9 @@ class RandomWindows:
 
     With `min_length` (random-length crops), each batch's windows are cut to a length drawn
     uniformly from min_length..context, one length per batch so the batch stays a rectangle;
-    the lengths come from the same (seed, epoch) generator, after the start offsets, so the
-    starts are those of fixed-length training and a resumed epoch replays the same batches."""
+    the length comes from the batch's own (seed, epoch, batch) generator, after its start
+    offsets, so the starts are those of fixed-length training and a resumed epoch replays the
+    same batches."""
 
     def __init__(self, ids: np.ndarray, context: int, batch_size: int, seed: int, epoch: int,
                  min_length: int | None = None):
@@ -50,13 +51,17 @@ class RandomWindows:
         return self.n_batches
 
     def __iter__(self) -> Iterator[LMBatch]:
-        rng = np.random.default_rng([self.seed, self.epoch])
-        starts = rng.integers(0, len(self.ids) - self.context, size=(self.n_batches, self.batch_size))
-        lengths = np.full(self.n_batches, self.context)
-        if self.min_length is not None:
-            lengths = rng.integers(self.min_length, self.context + 1, size=self.n_batches)
-        for row, length in zip(starts, lengths):
-            yield _windows(self.ids, row, int(length))
+        for b in range(self.n_batches):
+            yield self.batch(b)
+
+    def batch(self, b: int) -> LMBatch:
+        """Batch `b` of the epoch, from a generator of its own (seed, epoch, b): an epoch of a
+        1 GB text holds no table of its 15M window starts (memory flat in the text's size),
+        and any batch can be made without the ones before it."""
+        rng = np.random.default_rng([self.seed, self.epoch, b])
+        starts = rng.integers(0, len(self.ids) - self.context, size=self.batch_size)
+        length = self.context if self.min_length is None else int(rng.integers(self.min_length, self.context + 1))
+        return _windows(self.ids, starts, length)
 
 
 def fixed_windows(ids: np.ndarray, context: int, batch_size: int, limit: int | None = None) -> list[LMBatch]:
@@ -71,9 +76,10 @@ class FixedWindows:
 
     def __init__(self, ids: np.ndarray, context: int, batch_size: int, limit: int | None = None):
         n = max((len(ids) - 1) // context, 0)
-        starts = np.arange(n) * context
-        if limit is not None and n > limit:
-            starts = starts[np.linspace(0, n - 1, limit).round().astype(np.int64)]
+        if limit is not None and n > limit:  # the chosen windows only, not all n of a big text first
+            starts = np.linspace(0, n - 1, limit).round().astype(np.int64) * context
+        else:
+            starts = np.arange(n, dtype=np.int64) * context
         self.ids, self.starts, self.context, self.batch_size = ids, starts, context, batch_size
 
     def __len__(self) -> int:
