@@ -230,20 +230,20 @@ class PreparedSplit:
         """`collate` of truncated documents as one gather from the memory-mapped ids (the
         same tensors; the per-row Python of `shape` + `collate` was most of the data wait)."""
         rows = self.index[idx]
-        start, end = self.shards.offsets[rows], self.shards.offsets[rows + 1]
+        start, end = self.shards.bounds(rows)  # (B,) each
         room = self.encode.dc.max_len - len(self.encode.prefix)
         n = np.minimum(end - start, room)  # (B,) ids kept of each text
         first = end - n if tail else start
         width = int(n.max()) if len(n) else 0
         cols = np.arange(width)
         keep = cols[None, :] < n[:, None]  # (B, W)
-        at = np.where(keep, first[:, None] + cols[None, :], 0)  # (B, W) positions in the flat ids
+        at = (first[:, None] + cols[None, :])[keep]  # positions of the kept ids in the flat file, row by row
         p = len(self.encode.prefix)
 
-        def matrix(flat: np.ndarray, fill: int, head: list[int]) -> torch.Tensor:
+        def matrix(flat, fill: int, head: list[int]) -> torch.Tensor:
             out = np.full((len(rows), p + width), fill, dtype=np.int64)  # (B, T)
-            if len(flat):
-                out[:, p:] = np.where(keep, flat[at], fill)
+            body = out[:, p:]  # (B, W) a view
+            body[keep] = flat[at]  # boolean assignment fills row by row, as `at` runs
             out[:, :p] = head
             return torch.from_numpy(out)
 
