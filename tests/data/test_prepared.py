@@ -441,3 +441,41 @@ def test_a_training_run_reads_the_prepared_files_without_mapping_them(tmp_path, 
     assert int(mapped[0]) >= 0 and _mapped(cache) == [str(ids)]
     del mapped
 
+
+def test_a_prepared_split_holds_numbers_per_row_not_python_objects(tmp_path):
+    """Memory flat in the rows (issue 35): a PreparedSplit of 10x the rows reaches exactly as many
+    Python objects, and its arrays grow by at most 16 bytes a row (row number int64, label int32,
+    length int32)."""
+    import gc
+
+    f = tmp_path / "d.tsv"
+    f.write_text("".join(f"{lab}\t{t}\n" for t, lab in headlines(2000, 9)), encoding="utf-8")
+    r = _recipe(f, tokenizer="char")
+    rows = labeled_rows(f)
+    tok = vocab_tokenizer("char", LazyPairs(rows, np.arange(len(rows))))
+    enc, shards = encoder_for(r, tok), token_shards(rows, tok)
+    label_ids = {lab: i for i, lab in enumerate(rows.names)}
+    perm = np.random.default_rng(0).permutation(len(rows))
+    small, big = (PreparedSplit(LazyPairs(rows, perm[:n].copy()), shards, enc, label_ids, r.data, shuffle=True)
+                  for n in (200, 2000))
+
+    def reach(root) -> tuple[int, int]:
+        """(objects reachable from `root`, bytes of the arrays among them that own their data)."""
+        todo, seen, nbytes = [root], set(), 0
+        while todo:
+            obj = todo.pop()
+            if id(obj) in seen or isinstance(obj, (type, type(gc), type(reach))):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, np.ndarray):  # numpy does not report an array's base to gc
+                if obj.base is None:
+                    nbytes += obj.nbytes
+                else:
+                    todo.append(obj.base)
+            todo.extend(gc.get_referents(obj))
+        return len(seen), nbytes
+
+    (n_small, b_small), (n_big, b_big) = reach(small), reach(big)
+    assert n_big == n_small
+    assert 0 < b_big - b_small <= 16 * 1800
+    assert len(list(big.batches(0))) == 2000 // r.data.batch_size + (2000 % r.data.batch_size > 0)
