@@ -367,3 +367,115 @@ def test_prepare_verb_builds_what_train_then_reuses(tmp_path, capsys):
     g.write_text("text,label\na,b\nc,d\n")
     assert main(["prepare", "classify", "--config", str(cfg), "--data", str(g)]) == 2
     assert "tab-separated" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_file_array_reads_what_indexing_the_array_gives(tmp_path, monkeypatch, scan):
+    """`FileArray` (os.pread, nothing mapped) gives what the array in memory gives: items, slices
+    and integer arrays in any order and shape, with repeats and negatives, read front to back in
+    pieces (`scan`) or sorted in runs of nearby items, over many blocks and passes."""
+    fa_cls = prepared.FileArray
+    monkeypatch.setattr(fa_cls, "PAGE", 1 << 30 if scan else 4)  # every index is dense / sparse
+    monkeypatch.setattr(fa_cls, "SCAN", 160)  # many pieces of the file
+    monkeypatch.setattr(fa_cls, "BLOCK", 48)  # a few items a block: many reads, many groups
+    monkeypatch.setattr(fa_cls, "CHUNK", 50)  # and an index in many passes
+    rng = np.random.default_rng(0)
+    for arr in (rng.integers(0, 1 << 40, size=(997, 2)), rng.integers(0, 60000, size=1001).astype(np.uint16)):
+        f = tmp_path / f"a{arr.ndim}.bin"
+        arr.tofile(f)
+        fa = prepared.FileArray(f, arr.dtype, arr.shape)
+        assert len(fa) == len(arr) and np.array_equal(np.asarray(fa), arr) and fa.tolist() == arr.tolist()
+        for key in (0, -1, 500, slice(3, 40), slice(None, 10), slice(-5, None), slice(10, 3), slice(1, 100, 7)):
+            assert np.array_equal(fa[key], arr[key])
+        for idx in (rng.integers(0, len(arr), 300), np.sort(rng.permutation(len(arr))[:400]),
+                    np.array([5, 5, -2, 0]), rng.integers(0, len(arr), (4, 6)), np.zeros(0, np.int64)):
+            got = fa[idx]
+            assert got.dtype == arr.dtype and got.shape == arr[idx].shape and np.array_equal(got, arr[idx])
+        for bad in (len(arr), np.array([3, len(arr)]), np.array([-len(arr) - 1])):
+            with pytest.raises(IndexError):
+                fa[bad]
+
+
+def _mapped(folder: Path) -> list[str]:
+    """The files under `folder` that this process has memory-mapped now (/proc/self/maps)."""
+    paths = (line.split(None, 5) for line in Path("/proc/self/maps").read_text().splitlines())
+    return sorted({p[5].strip() for p in paths if len(p) == 6 and p[5].strip().startswith(str(folder))})
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the mappings of a Linux process")
+def test_a_training_run_reads_the_prepared_files_without_mapping_them(tmp_path, cache, monkeypatch):
+    """Issue 35: a memory map counts every page a process touches in its RSS, and batches touch
+    rows all over the ids (shuffled for training, by length for evaluation): +200 MB of mapped
+    ids at 3M rows. The row index, the ids and the batches are read with os.pread: at the first
+    step, after the evaluation and after the test report no prepared file is mapped. (The check
+    itself sees a mapped file: it cannot pass by seeing nothing.)"""
+    from scratchformer.cli import main
+    from scratchformer.tasks.classify.task import ClassificationTask
+    from scratchformer.train import trainer as trainer_mod
+
+    f = tmp_path / "d.tsv"
+    f.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in headlines(300, 8)), encoding="utf-8")
+    seen: dict[str, list[str]] = {}
+
+    def after(name, fn):
+        def wrapper(*a, **k):
+            out = fn(*a, **k)
+            seen[name] = _mapped(cache)
+            return out
+        return wrapper
+
+    monkeypatch.setattr(trainer_mod.Trainer, "_train_step", after("step", trainer_mod.Trainer._train_step))
+    monkeypatch.setattr(trainer_mod.Trainer, "_evaluate", after("evaluate", trainer_mod.Trainer._evaluate))
+    monkeypatch.setattr(ClassificationTask, "report", after("report", ClassificationTask.report))
+    for long_mode in ("truncate", "segments"):  # the gathered batches, and the documents one by one
+        cfg = tmp_path / f"{long_mode}.json"
+        cfg.write_text(json.dumps({
+            "data": {"dataset": str(f), "tokenizer": "char", "batch_size": 16, "max_len": 12, "long_mode": long_mode},
+            "model": {"encoder": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
+            "train": {"max_steps": 3, "eval_every": 3}}))
+        seen.clear()
+        assert main(["train", "classify", "--config", str(cfg), "--out", str(tmp_path / long_mode), "--no-baseline"]) == 0
+        assert seen == {"step": [], "evaluate": [], "report": []}, long_mode
+    ids = next(prepared.prepared_dir().glob("tokens-*/ids.u16"))
+    mapped = np.memmap(ids, dtype=np.uint16, mode="r")
+    assert int(mapped[0]) >= 0 and _mapped(cache) == [str(ids)]
+    del mapped
+
+
+def test_a_prepared_split_holds_numbers_per_row_not_python_objects(tmp_path):
+    """Memory flat in the rows (issue 35): a PreparedSplit of 10x the rows reaches exactly as many
+    Python objects, and its arrays grow by at most 16 bytes a row (row number int64, label int32,
+    length int32)."""
+    import gc
+
+    f = tmp_path / "d.tsv"
+    f.write_text("".join(f"{lab}\t{t}\n" for t, lab in headlines(2000, 9)), encoding="utf-8")
+    r = _recipe(f, tokenizer="char")
+    rows = labeled_rows(f)
+    tok = vocab_tokenizer("char", LazyPairs(rows, np.arange(len(rows))))
+    enc, shards = encoder_for(r, tok), token_shards(rows, tok)
+    label_ids = {lab: i for i, lab in enumerate(rows.names)}
+    perm = np.random.default_rng(0).permutation(len(rows))
+    small, big = (PreparedSplit(LazyPairs(rows, perm[:n].copy()), shards, enc, label_ids, r.data, shuffle=True)
+                  for n in (200, 2000))
+
+    def reach(root) -> tuple[int, int]:
+        """(objects reachable from `root`, bytes of the arrays among them that own their data)."""
+        todo, seen, nbytes = [root], set(), 0
+        while todo:
+            obj = todo.pop()
+            if id(obj) in seen or isinstance(obj, (type, type(gc), type(reach))):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, np.ndarray):  # numpy does not report an array's base to gc
+                if obj.base is None:
+                    nbytes += obj.nbytes
+                else:
+                    todo.append(obj.base)
+            todo.extend(gc.get_referents(obj))
+        return len(seen), nbytes
+
+    (n_small, b_small), (n_big, b_big) = reach(small), reach(big)
+    assert n_big == n_small
+    assert 0 < b_big - b_small <= 16 * 1800
+    assert len(list(big.batches(0))) == 2000 // r.data.batch_size + (2000 % r.data.batch_size > 0)

@@ -53,7 +53,10 @@ class LengthBucketSampler:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         if bucket_size_multiplier < 1:
             raise ValueError(f"bucket_size_multiplier must be >= 1, got {bucket_size_multiplier}")
-        self.lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        lengths = np.asarray(lengths).reshape(-1)
+        # an integer array is kept as it is (prepared data passes int32: one number per row of
+        # millions), anything else becomes int64; the order and the batches do not depend on it
+        self.lengths = lengths if lengths.dtype.kind in "iu" and lengths.size else lengths.astype(np.int64)
         if (self.lengths < 0).any():
             raise ValueError("lengths must be >= 0")
         self.batch_size = batch_size
@@ -89,18 +92,20 @@ class LengthBucketSampler:
         return batches
 
     def _cut_arrays(self, order: np.ndarray) -> list[np.ndarray]:
-        """`_cut` as int64 arrays; with batch_size alone, consecutive runs of batch_size cut
-        by numpy (an epoch of millions of indices never becomes Python ints)."""
+        """`_cut` as integer arrays (int32: an epoch of millions of rows held in 4 bytes a row;
+        int64 from 2**31 examples); with batch_size alone, consecutive runs of batch_size cut by
+        numpy (an epoch of millions of indices never becomes Python ints)."""
+        dtype = np.int32 if len(self.lengths) < 1 << 31 else np.int64
         if self.max_tokens is None:
-            return np.split(order.astype(np.int64), np.arange(self.batch_size, len(order), self.batch_size))
-        return [np.asarray(b, dtype=np.int64) for b in self._cut(order)]
+            return np.split(order.astype(dtype), np.arange(self.batch_size, len(order), self.batch_size))
+        return [np.asarray(b, dtype=dtype) for b in self._cut(order)]
 
     def epoch_batches(self, epoch: int = 0) -> list[list[int]]:
         """All batches of one epoch; every index appears exactly once."""
         return self._epoch(epoch, self._cut)
 
     def epoch_arrays(self, epoch: int = 0) -> list[np.ndarray]:
-        """`epoch_batches(epoch)`, each batch an int64 array (the same indices, in the same
+        """`epoch_batches(epoch)`, each batch an integer array (the same indices, in the same
         order; for prepared data, whose epochs hold millions of rows)."""
         return self._epoch(epoch, self._cut_arrays)
 

@@ -354,9 +354,11 @@ class LabeledRows:
         self.names: list[str] = meta["labels"]
         self.layout = Layout(**meta["layout"])
         self.digest = meta["content"]
-        self.spans = _memmap(folder / "spans.i64", np.int64, (self.n, 2))
-        self.labels = _memmap(folder / "labels.i32", np.int32, (self.n,))
-        self.chars = _memmap(folder / "chars.i64", np.int64, (self.n, 2))
+        # read with os.pread, not mapped: a pass over every row (a split's labels, the texts for
+        # the data-hygiene check) would otherwise keep all of these files' pages in the RSS
+        self.spans = FileArray(folder / "spans.i64", np.int64, (self.n, 2))
+        self.labels = FileArray(folder / "labels.i32", np.int32, (self.n,))
+        self.chars = FileArray(folder / "chars.i64", np.int64, (self.n, 2))
         self._file = None
 
     def __len__(self) -> int:
@@ -422,6 +424,139 @@ def _memmap(path: Path, dtype, shape) -> np.ndarray:
     if int(np.prod(shape)) == 0:
         return np.zeros(shape, dtype=dtype)
     return np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=shape))
+
+
+class FileArray:
+    """A flat binary file as a read-only array whose items are read with `os.pread`: `a[i]`,
+    `a[i:j]` and `a[index]` (integer arrays) read those items and map nothing.
+
+    Why not a memory map: every page of a mapped file that a process touches counts in its RSS
+    until it is unmapped, and the kernel maps up to 16 pages around each touch (fault-around).
+    A training run touches rows all over the ids file (shuffled batches, length-sorted
+    evaluation), so a memory map of it grew the RSS by the whole file (200 MB of ids at 3M rows,
+    measured); the pages read here stay in the page cache, shared and reclaimable, not in the
+    process.
+
+    `a[index]` reads an index that wants an item every page or more of the file front to back in
+    pieces of `SCAN` bytes; a sparser one (a batch's rows) sorted, `CHUNK` items at a time, one
+    call per run of items less than a `PAGE` apart within a `BLOCK`. Either way it holds a piece
+    of the file at a time and a few bytes per item asked for, never the file."""
+
+    PAGE = 1 << 12  # bytes
+    BLOCK = 1 << 16  # bytes
+    SCAN = 1 << 22  # bytes
+    CHUNK = 1 << 14  # items of a sparse index per pass
+
+    def __init__(self, path: str | Path, dtype, shape: tuple[int, ...]):
+        self.path, self.dtype, self.shape = Path(path), np.dtype(dtype), tuple(int(s) for s in shape)
+        self._item = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))  # bytes per item
+        self._fd: int | None = None
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return self._fd
+
+    def _bytes(self, start: int, stop: int) -> bytes:
+        """Items [start, stop) as bytes (one call, more only if the kernel returns less)."""
+        want, at = (stop - start) * self._item, start * self._item
+        if want <= 0:
+            return b""
+        data = os.pread(self._open(), want, at)
+        while len(data) < want:
+            more = os.pread(self._open(), want - len(data), at + len(data))
+            if not more:
+                raise UserError(f"{self.path}: shorter than its record says ({at + len(data)} of "
+                                f"{len(self) * self._item} bytes); delete the folder to prepare it again")
+            data += more
+        return data
+
+    def _items(self, data: bytes) -> np.ndarray:
+        return np.frombuffer(data, dtype=self.dtype).reshape((-1,) + self.shape[1:])
+
+    def __getitem__(self, key):
+        n = len(self)
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + n if key < 0 else int(key)
+            if not 0 <= i < n:
+                raise IndexError(f"index {int(key)} is out of bounds for {n} items")
+            return self._items(self._bytes(i, i + 1))[0]
+        if isinstance(key, tuple):
+            raise TypeError("a FileArray takes one index (rows); index the array it returns for columns")
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step != 1:
+                return self.take(np.arange(start, stop, step))
+            return self._items(self._bytes(start, max(start, stop))).copy()  # writable, as a slice copy
+        return self.take(key)
+
+    def take(self, index) -> np.ndarray:
+        """The items at `index` (an integer array of any shape), as `array[index]` gives them."""
+        index = np.asarray(index)
+        if index.dtype == bool or index.dtype.kind not in "iu":
+            raise TypeError(f"a FileArray is indexed by integers, not {index.dtype}")
+        flat, n = index.reshape(-1).astype(np.int64, copy=False), len(self)
+        if len(flat) and flat.min() < 0:
+            flat = np.where(flat < 0, flat + n, flat)
+        if len(flat) and (flat.min() < 0 or flat.max() >= n):
+            raise IndexError(f"an index is out of bounds for {n} items")
+        out = np.empty((len(flat),) + self.shape[1:], dtype=self.dtype)
+        near = max(1, self.PAGE // self._item)  # items closer than a page are read in one call
+        if len(flat) * near >= n:  # an item a page or more: read the file front to back, pick them out
+            step = max(1, self.SCAN // self._item)
+            for a in range(0, n, step):
+                sel = np.flatnonzero((flat >= a) & (flat < a + step))
+                if len(sel):
+                    out[sel] = self._items(self._bytes(a, min(n, a + step)))[flat[sel] - a]
+            return out.reshape(index.shape + self.shape[1:])
+        per = max(1, self.BLOCK // self._item)  # items per block
+        for a in range(0, len(flat), self.CHUNK):
+            order = np.argsort(flat[a:a + self.CHUNK], kind="stable")
+            s = flat[a:a + self.CHUNK][order]  # sorted positions
+            new = np.ones(len(s), dtype=bool)  # where a group starts: after a gap, or in another block
+            new[1:] = (s[1:] - s[:-1] > near) | (s[1:] // per != s[:-1] // per)
+            first = np.flatnonzero(new)  # a group is read in one call: [lo, hi)
+            lo, hi = s[first], s[np.append(first[1:], len(s)) - 1] + 1
+            spans = list(zip(lo.tolist(), hi.tolist()))
+            fd, item, pread = self._open(), self._item, os.pread  # the loop is most of a batch's reading
+            data = b"".join([pread(fd, (y - x) * item, x * item) for x, y in spans])
+            if len(data) != int((hi - lo).sum()) * item:  # the kernel returned less somewhere: read carefully
+                data = b"".join(self._bytes(x, y) for x, y in spans)
+            group = np.cumsum(new) - 1
+            at = (np.cumsum(hi - lo) - (hi - lo))[group] + s - lo[group]  # each position in `data`
+            out[a:a + len(s)][order] = self._items(data)[at]
+        return out.reshape(index.shape + self.shape[1:])
+
+    def __array__(self, dtype=None, copy=None):
+        whole = self[:]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def tolist(self) -> list:
+        return self[:].tolist()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self):
+        self.close()
+
+    def __getstate__(self):  # a copy in another process opens the file itself
+        return {"path": self.path, "dtype": self.dtype, "shape": self.shape}
+
+    def __setstate__(self, s):
+        self.__init__(s["path"], s["dtype"], s["shape"])
 
 
 def labeled_rows(path: str | Path, text_col=None, label_col=None, workers: int | None = None,
@@ -518,19 +653,30 @@ class LazyPairs(Sequence):
         return self.rows.pair(int(self.index[i]))
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        for r in self.index:
-            yield self.rows.pair(int(r))
+        names = self.rows.names
+        for block in self._blocks():  # texts and labels read a block of rows at a time
+            for text, code in zip(self.rows.texts(block), self.rows.labels[block].tolist()):
+                yield text, names[code]
+
+    def _blocks(self, size: int = 10_000) -> Iterator[np.ndarray]:
+        for a in range(0, len(self.index), size):
+            yield self.index[a:a + size]
 
     def texts(self) -> "LazyTexts":
         return LazyTexts(self)
 
     def label_names(self) -> list[str]:
-        """The labels that occur in these rows, sorted."""
-        return [self.rows.names[c] for c in np.unique(self.rows.labels[self.index])] if len(self) else []
+        """The labels that occur in these rows, sorted (label codes are indices into the sorted names)."""
+        seen = np.zeros(len(self.rows.names), dtype=bool)
+        for block in self._blocks(1 << 20):
+            seen[self.rows.labels[block]] = True
+        return [self.rows.names[c] for c in np.flatnonzero(seen)]
 
     def cjk_fraction(self) -> float:
         """`tokenizers.cjk_fraction` of these rows' texts, from the index alone."""
-        counts = self.rows.chars[self.index].sum(axis=0) if len(self) else np.zeros(2)
+        counts = np.zeros(2, dtype=np.int64)
+        for block in self._blocks(1 << 20):
+            counts += self.rows.chars[block].sum(axis=0)
         return float(counts[1] / counts[0]) if counts[0] else 0.0
 
 
@@ -673,27 +819,40 @@ def _encode_task(task) -> dict:
 
 
 class TokenShards:
-    """Every row's token ids (and bigram ids), memory-mapped: row i is
-    `ids[offsets[i]:offsets[i + 1]]`."""
+    """Every row's token ids (and bigram ids), read with `os.pread` (`FileArray`): row i is
+    `ids[offsets[i]:offsets[i + 1]]`. Batches read their rows' ids (`bounds`, then `ids[positions]`),
+    so the process holds what it reads, not the pages of the files."""
 
     def __init__(self, folder: Path, meta: dict):
         self.folder, self.meta = folder, meta
         self.dtype = np.dtype(meta["dtype"])
         n, total = int(meta["rows"]), int(meta["tokens"])
-        self.offsets = _memmap(folder / "offsets.i64", np.int64, (n + 1,))
-        self.ids = _memmap(folder / meta["ids_file"], self.dtype, (total,))
-        self.bigrams = (_memmap(folder / meta["bigrams_file"], np.dtype(meta["bigram_dtype"]), (total,))
+        self.offsets = FileArray(folder / "offsets.i64", np.int64, (n + 1,))
+        self.ids = FileArray(folder / meta["ids_file"], self.dtype, (total,))
+        self.bigrams = (FileArray(folder / meta["bigrams_file"], np.dtype(meta["bigram_dtype"]), (total,))
                         if meta.get("bigrams_file") else None)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def bounds(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) int64 of each row's ids in the flat files (offsets i and i + 1, read together)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        both = self.offsets[np.stack([rows, rows + 1])]  # (2, B)
+        return both[0], both[1]
+
     def lengths(self, index: np.ndarray) -> np.ndarray:
-        index = np.asarray(index, dtype=np.int64)
-        return (self.offsets[index + 1] - self.offsets[index]).astype(np.int64)
+        """The number of ids of each row of `index` (int32 unless the file holds 2**31 ids or more):
+        every row's count from the offsets read front to back (4 bytes a row of the file, for the
+        moment), then picked."""
+        n, step = len(self), 1 << 20
+        every = np.empty(n, dtype=np.int32 if self.meta.get("tokens", 0) < 1 << 31 else np.int64)
+        for a in range(0, n, step):
+            every[a:a + step] = np.diff(self.offsets[a:min(n, a + step) + 1])
+        return every[np.asarray(index, dtype=np.int64)]
 
     def row(self, i: int) -> tuple[list[int], list[int] | None]:
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        a, b = (int(x) for x in self.offsets[i:i + 2])
         return self.ids[a:b].tolist(), None if self.bigrams is None else self.bigrams[a:b].tolist()
 
 

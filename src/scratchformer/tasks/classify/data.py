@@ -62,10 +62,13 @@ def hygiene(train, splits: dict[str, Sequence], labels: list[str]) -> dict:
         out["hygiene"].append(f"labels {', '.join(map(repr, same))} differ only in case: they are {len(same)} classes; "
                               "if one was meant, write it one way in the file")
     seen = _text_digests(train)
+    seen.sort()  # in place: looked up by binary search (np.isin sorted copies of both, 100 MB at 3M rows)
     for split, pairs in splits.items():
         if not len(pairs):
             continue
-        repeat = np.flatnonzero(np.isin(_text_digests(pairs), seen)).tolist()
+        digests = _text_digests(pairs)
+        at = np.minimum(np.searchsorted(seen, digests), max(len(seen) - 1, 0))
+        repeat = np.flatnonzero(seen[at] == digests).tolist() if len(seen) else []
         if repeat:
             out[f"{split}_in_train"] = repeat
             out["hygiene"].append(f"{len(repeat)} of the {len(pairs)} {split} texts also occur in the training "
@@ -78,8 +81,9 @@ def _text_digests(pairs) -> np.ndarray:
     texts has odds of about 1e-7)."""
     import hashlib
 
+    texts = pairs.texts() if is_prepared(pairs) else (t for t, _ in pairs)  # prepared: read in blocks
     return np.fromiter((int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little")
-                        for t, _ in pairs), dtype=np.uint64, count=len(pairs))
+                        for t in texts), dtype=np.uint64, count=len(pairs))
 
 
 def without_holdout_fold(data: ClassificationData, dc: ClassifyDataConfig,
@@ -204,7 +208,9 @@ class PreparedSplit:
         self.labels = to_id[np.asarray(pairs.rows.labels[self.index])] if len(self.index) else np.zeros(0, np.int32)
         self.soft = None
         self.bigrams, self.pad_id = encode.bigrams, encode.pad_id
-        lengths = encode.lengths(shards.lengths(self.index))
+        lengths = shards.lengths(self.index)  # ids per row (int32): the sampler's one number per row
+        for a in range(0, len(lengths), 1 << 18):  # -> tokens per document, in place, in pieces (int64 inside)
+            lengths[a:a + (1 << 18)] = encode.lengths(lengths[a:a + (1 << 18)])
         self.sampler = LengthBucketSampler(lengths, batch_size=None if dc.max_tokens else dc.batch_size,
                                            max_tokens=dc.max_tokens, shuffle=shuffle, seed=seed)
         self.padding_fraction = self.sampler.padding_fraction(self.sampler.epoch_arrays(0))
@@ -230,20 +236,20 @@ class PreparedSplit:
         """`collate` of truncated documents as one gather from the memory-mapped ids (the
         same tensors; the per-row Python of `shape` + `collate` was most of the data wait)."""
         rows = self.index[idx]
-        start, end = self.shards.offsets[rows], self.shards.offsets[rows + 1]
+        start, end = self.shards.bounds(rows)  # (B,) each
         room = self.encode.dc.max_len - len(self.encode.prefix)
         n = np.minimum(end - start, room)  # (B,) ids kept of each text
         first = end - n if tail else start
         width = int(n.max()) if len(n) else 0
         cols = np.arange(width)
         keep = cols[None, :] < n[:, None]  # (B, W)
-        at = np.where(keep, first[:, None] + cols[None, :], 0)  # (B, W) positions in the flat ids
+        at = (first[:, None] + cols[None, :])[keep]  # positions of the kept ids in the flat file, row by row
         p = len(self.encode.prefix)
 
-        def matrix(flat: np.ndarray, fill: int, head: list[int]) -> torch.Tensor:
+        def matrix(flat, fill: int, head: list[int]) -> torch.Tensor:
             out = np.full((len(rows), p + width), fill, dtype=np.int64)  # (B, T)
-            if len(flat):
-                out[:, p:] = np.where(keep, flat[at], fill)
+            body = out[:, p:]  # (B, W) a view
+            body[keep] = flat[at]  # boolean assignment fills row by row, as `at` runs
             out[:, :p] = head
             return torch.from_numpy(out)
 

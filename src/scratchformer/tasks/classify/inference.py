@@ -180,8 +180,8 @@ class Classifier:
         as in evaluation)."""
         split = self._split(pairs)
         out = np.zeros((len(pairs), len(self.labels)))
-        for idx, b in zip(split.sampler.epoch_batches(0), split.batches(0)):
-            out[np.asarray(idx)] = torch.softmax(self.task_for(b.ids.numel())[0].logits(b).float(), -1).numpy()
+        for idx, b in zip(split.sampler.epoch_arrays(0), split.batches(0)):
+            out[idx] = torch.softmax(self.task_for(b.ids.numel())[0].logits(b).float(), -1).numpy()
         return out
 
     @torch.no_grad()

@@ -202,7 +202,7 @@ def measure_and_plan(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit
         times = (step_timer or measure)(r, train_batches, valid_batches)
         now = time.monotonic()
         return asdict(plan_budget(60 * r.time_budget, now - started, times, len(train_batches), r.train.epochs,
-                                  len(valid_batches), len(test.sampler.epoch_batches(0)) if test else 0,
+                                  len(valid_batches), len(test.sampler.epoch_arrays(0)) if test else 0,
                                   r.train.eval_every, member_setup_s=0.0 if setup_since is None else now - setup_since))
     d = agree(decide)  # under torchrun: rank 0 measures and plans, every process trains that plan
     plan = Plan(**{**d, "times": StepTimes(**d["times"])})

@@ -81,6 +81,6 @@ class ClassificationTask:
         """Full report on one split; writes `<name>_metrics.json` and `confusion_<name>.png`."""
         with eval_mode(self.model):
             preds, gold, loss = self.predictions(split.batches(0))
-        # EncodedSplit batches are length-sorted: prediction i is split item order[i]
-        order = np.concatenate([np.asarray(b) for b in split.sampler.epoch_batches(0)])
+        # the batches are length-sorted: prediction i is split item order[i] (arrays, not lists of ints)
+        order = np.concatenate(split.sampler.epoch_arrays(0) or [np.zeros(0, np.int64)])
         return write_report(preds, gold, self.labels, loss, out_dir, name, meta, order)
