@@ -151,3 +151,50 @@ def test_row_projection_reads_columns_of_one_transposed_copy():
             assert (proj(x) - ref).abs().max() < 1e-5
         assert linear_mod.transposed_wins(16, 8, rows)  # [W_K; W_V] (16, 8) takes the transposed copy
         assert qkv.weight in linear_mod._TRANSPOSED  # one copy of the whole weight, sliced
+
+
+_SHAPES_SCRIPT = """
+import json, sys, torch
+import scratchformer.nn.fast_linear as fl  # sets the cache capacities unless the environment did
+
+def rss():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) // 1024
+
+torch.manual_seed(0)
+net = torch.nn.Sequential(fl.Linear(32, 96), torch.nn.ReLU(), fl.Linear(96, 32))
+def step(rows):
+    net(torch.randn(rows, 32)).square().sum().backward()
+step(640)
+before = rss()
+for rows in range(704, 704 + 64 * 40, 64):  # 40 shapes, each new: forward and both backward products
+    step(rows)
+print(json.dumps({"grew": rss() - before, "path": fl.last_linear_path_reason}))
+"""
+
+
+@needs_kernel
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="reads the RSS of a Linux process")
+def test_onednn_caches_are_capped_so_new_shapes_do_not_grow_memory_without_bound():
+    """oneDNN and ideep keep every compiled product shape in caches of 1,024 entries: training on
+    lengths that vary grew the RSS by hundreds of MB (nn/fast_linear.py). Importing scratchformer
+    caps both at ONEDNN_CACHE_CAPACITY unless the environment sets them; the same run with the
+    library defaults shows the growth the cap avoids (so the check cannot pass by measuring nothing)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def grew(**env) -> int:
+        clean = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+        src = str(Path(linear_mod.__file__).resolve().parents[2])
+        out = subprocess.run([sys.executable, "-c", _SHAPES_SCRIPT], capture_output=True, text=True, check=True,
+                             env={**clean, "PYTHONPATH": src, "OMP_NUM_THREADS": "1", **env})
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got["path"] is None  # the products ran on oneDNN
+        return got["grew"]
+
+    uncapped, capped = grew(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024"), grew()
+    if uncapped < 30:
+        pytest.skip(f"the library defaults grew only {uncapped} MB on this CPU: nothing to tell apart")
+    assert capped < uncapped / 2, (capped, uncapped)
