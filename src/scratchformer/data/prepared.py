@@ -1,10 +1,10 @@
-"""Prepared data: a data set tokenized once into flat binary files and read memory-mapped.
+"""Prepared data: a data set tokenized once into flat binary files, read a few rows at a time.
 
 Python objects are the memory wall of a big data set: a list of (text, label) pairs and
 then lists of ids per text take about 35x the file's size (1M rows of an 109 MB file:
 4 GB). Here a labelled file is read once into an index and its texts are tokenized once into
-flat arrays, so that training holds only numbers it needs and touches the rest through
-`np.memmap` (like nanoGPT's `train.bin`, for every task):
+flat arrays, so that training holds only numbers it needs and reads the rest by offset
+(`FileArray`, os.pread; an LM's one stream through `np.memmap`), like nanoGPT's `train.bin`:
 
     rows   <cache>/prepared/rows-<content>-<settings>/       the row index of a labelled file
              spans.i64   (N, 2) byte start and end of each row's line in the file
@@ -342,7 +342,7 @@ def _index_lines(path: Path, raw: bytes, pos: int, first_line: int, layout: Layo
 
 
 class LabeledRows:
-    """The row index of a labelled file (memory-mapped): where each row is, its label, the
+    """The row index of a labelled file (read with os.pread): where each row is, its label, the
     character counts of its text. `text(i)` reads row i's text from the file on demand."""
 
     def __init__(self, folder: Path, meta: dict, path: str | Path | None = None):
@@ -411,7 +411,7 @@ class LabeledRows:
     def pair(self, i: int) -> tuple[str, str]:
         return self.text(i), self.names[self.labels[i]]
 
-    def __getstate__(self):  # workers reopen the memmaps
+    def __getstate__(self):  # workers open the files again
         return {"folder": self.folder, "meta": self.meta, "path": str(self.path)}
 
     def __setstate__(self, s):
@@ -437,8 +437,8 @@ class FileArray:
     measured); the pages read here stay in the page cache, shared and reclaimable, not in the
     process.
 
-    `a[index]` reads an index that wants an item every page or more of the file front to back in
-    pieces of `SCAN` bytes; a sparser one (a batch's rows) sorted, `CHUNK` items at a time, one
+    `a[index]` reads an index that wants an item every page or more of the stretch it spans front
+    to back in pieces of `SCAN` bytes; a sparser one (a batch's rows) sorted, `CHUNK` items at a time, one
     call per run of items less than a `PAGE` apart within a `BLOCK`. Either way it holds a piece
     of the file at a time and a few bytes per item asked for, never the file."""
 
@@ -494,7 +494,7 @@ class FileArray:
             start, stop, step = key.indices(n)
             if step != 1:
                 return self.take(np.arange(start, stop, step))
-            return self._items(self._bytes(start, max(start, stop))).copy()  # writable, as a slice copy
+            return self._items(self._bytes(start, max(start, stop)))  # read-only, as a read-only map's slice
         return self.take(key)
 
     def take(self, index) -> np.ndarray:
@@ -509,12 +509,13 @@ class FileArray:
             raise IndexError(f"an index is out of bounds for {n} items")
         out = np.empty((len(flat),) + self.shape[1:], dtype=self.dtype)
         near = max(1, self.PAGE // self._item)  # items closer than a page are read in one call
-        if len(flat) * near >= n:  # an item a page or more: read the file front to back, pick them out
+        first, last = (int(flat.min()), int(flat.max()) + 1) if len(flat) else (0, 0)
+        if len(flat) * near >= last - first:  # an item a page or more: read that stretch through, pick them out
             step = max(1, self.SCAN // self._item)
-            for a in range(0, n, step):
+            for a in range(first, last, step):
                 sel = np.flatnonzero((flat >= a) & (flat < a + step))
                 if len(sel):
-                    out[sel] = self._items(self._bytes(a, min(n, a + step)))[flat[sel] - a]
+                    out[sel] = self._items(self._bytes(a, min(last, a + step)))[flat[sel] - a]
             return out.reshape(index.shape + self.shape[1:])
         per = max(1, self.BLOCK // self._item)  # items per block
         for a in range(0, len(flat), self.CHUNK):

@@ -62,7 +62,7 @@ def hygiene(train, splits: dict[str, Sequence], labels: list[str]) -> dict:
         out["hygiene"].append(f"labels {', '.join(map(repr, same))} differ only in case: they are {len(same)} classes; "
                               "if one was meant, write it one way in the file")
     seen = _text_digests(train)
-    seen.sort()  # in place: looked up by binary search (np.isin sorted copies of both, 100 MB at 3M rows)
+    seen.sort()  # in place, looked up by binary search (np.isin sorted copies of both: +137 MB at 3M rows)
     for split, pairs in splits.items():
         if not len(pairs):
             continue
@@ -197,8 +197,8 @@ class EncodedSplit:
 
 
 class PreparedSplit:
-    """One split read from prepared data (`data/prepared.py`): the rows' ids memory-mapped,
-    each batch collated when it is taken. The same documents, lengths, sampler and so the same
+    """One split read from prepared data (`data/prepared.py`): each batch's rows read from the
+    ids file (`os.pread`, nothing mapped) and collated when it is taken. The same documents, lengths, sampler and so the same
     batches as `EncodedSplit` of the same texts, in memory flat in the number of rows."""
 
     def __init__(self, pairs: LazyPairs, shards: TokenShards, encode: DocumentEncoder, label_ids: dict[str, int],
@@ -233,8 +233,8 @@ class PreparedSplit:
         return collate([self.doc(i) for i in idx], self.labels[idx].tolist(), self.bigrams, None, self.pad_id)
 
     def _gathered(self, idx: np.ndarray, tail: bool) -> ClassifyBatch:
-        """`collate` of truncated documents as one gather from the memory-mapped ids (the
-        same tensors; the per-row Python of `shape` + `collate` was most of the data wait)."""
+        """`collate` of truncated documents as one gather from the ids file (the same tensors;
+        the per-row Python of `shape` + `collate` was most of the data wait)."""
         rows = self.index[idx]
         start, end = self.shards.bounds(rows)  # (B,) each
         room = self.encode.dc.max_len - len(self.encode.prefix)

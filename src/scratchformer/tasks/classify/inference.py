@@ -162,7 +162,7 @@ class Classifier:
         return task.report(self._split(pairs), Path(out_dir) if out_dir else None, name, meta)
 
     def _split(self, pairs):
-        """The labelled pairs encoded once: prepared data (a big file) memory-mapped, else in memory."""
+        """The labelled pairs encoded once: prepared data (a big file) read by batch, else in memory."""
         label_ids = {lab: i for i, lab in enumerate(self.labels)}
         if is_prepared(pairs) and not self._encode.bert:
             import sys

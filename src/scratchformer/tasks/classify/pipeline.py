@@ -169,7 +169,7 @@ def encoded_splits(data, tok, r: ClassifyRecipe, soft=None) -> tuple[EncodedSpli
     """train (shuffled with the run's seed), valid and test, encoded once with `tok` as `r` says;
     `soft`: a teacher's `(N, K)` probabilities of the training texts (distillation)."""
     encode, label_ids = encoder_for(r, tok), {lab: i for i, lab in enumerate(data.labels)}
-    if soft is None and not encode.bert and is_prepared(data.train):  # token ids memory-mapped, batches on demand
+    if soft is None and not encode.bert and is_prepared(data.train):  # token ids read by batch, batches on demand
         import sys
 
         from ...data.prepared import token_shards
