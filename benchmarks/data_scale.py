@@ -219,9 +219,10 @@ def _lm_cfg(path: Path, d: Path) -> Path:
 # ----------------------------------------------------------------------------- the benchmark
 def run(quick: bool = False, out_dir=None, rows: str | None = None, lm_mb: str | None = None,
         in_memory: str | None = None, onednn: bool = True, command: str | None = None, log=print) -> dict:
-    row_sizes = [_count(x) for x in (rows or ("2k,6k" if quick else "100k,300k,1M,3M")).split(",") if x]
-    mem_sizes = [_count(x) for x in (in_memory or ("2k" if quick else "100k")).split(",") if x]
-    lm_sizes = [float(x) for x in (lm_mb or ("0.2" if quick else "10,100")).split(",") if x]
+    pick = lambda given, default: default if given is None else given  # noqa: E731  ('' runs none)
+    row_sizes = [_count(x) for x in pick(rows, "2k,6k" if quick else "100k,300k,1M,3M").split(",") if x]
+    mem_sizes = [_count(x) for x in pick(in_memory, "2k" if quick else "100k").split(",") if x]
+    lm_sizes = [float(x) for x in pick(lm_mb, "0.2" if quick else "10,100").split(",") if x]
     machine = common.machine_info()
     loads: list[float] = []
     result: dict = {"machine": machine, "classify": {}, "classify_in_memory": {}, "lm": {}, "prepare": {},
@@ -305,8 +306,8 @@ def _markdown(r: dict, quick: bool) -> str:
                             "Tiny model (d_model 32, 1 layer, 20 steps, no baseline), each run in its own child "
                             "process (`resource.getrusage`), a fresh cache: the time to the first step includes "
                             "preparing the data. " + ("The linear layers ran on oneDNN (as shipped). " if r["onednn"] else
-                            "The linear layers ran on `F.linear` (`--onednn off`: the oneDNN path keeps memory per "
-                            "distinct input shape, which would hide the data path's own). ") + common.load_note(r["loads"], busy_tail=": the times are noisy; "
+                            "The linear layers ran on `F.linear` (`--onednn off`: the data path alone, without the oneDNN "
+                            "path's kernel caches, capped at 32 compiled products each). ") + common.load_note(r["loads"], busy_tail=": the times are noisy; "
                             "memory is not affected.", quiet_tail="."))
     rows = []
     for key, how in (("classify_in_memory", "in memory (before)"), ("classify", "prepared")):
@@ -342,8 +343,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="toy sizes, seconds (the smoke test)")
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     ap.add_argument("--rows", help="classification sizes, e.g. 100k,300k,1M,3M")
-    ap.add_argument("--in-memory", help="sizes also run on the in-memory path (default 100k)")
-    ap.add_argument("--lm-mb", help="LM text sizes in MB, e.g. 10,100,1000")
+    ap.add_argument("--in-memory", help="sizes also run on the in-memory path (default 100k; '' for none)")
+    ap.add_argument("--lm-mb", help="LM text sizes in MB, e.g. 10,100,1000 ('' for none)")
     ap.add_argument("--onednn", choices=["on", "off"], default="on",
                     help="off: the float32 linear layers on F.linear (use_onednn(False)), to measure the data path alone")
     ap.add_argument("--cell", help=argparse.SUPPRESS)
