@@ -37,7 +37,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.distributed as dist
 
-from scratchformer.errors import UserError
+from ..errors import UserError
 
 T = TypeVar("T")
 
