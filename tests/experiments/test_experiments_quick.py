@@ -66,3 +66,35 @@ def test_grid_and_set_overrides_shrink_a_run_and_are_recorded(tmp_path):
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "--grid model.encoder.n_heads=2 --set train.max_steps=2" in report
     assert "fewer than 2 finished seeds" in report or "not run" in report
+
+
+@pytest.mark.network
+def test_data_replaces_the_spec_s_data_set_and_is_recorded(tmp_path, capsys):
+    # the issue's `experiment ... --data thucnews-100k`: the same claim read off another registered set
+    out = tmp_path / "tok"
+    assert main(["experiment", "tokenization", "--quick", "--seeds", "1", "--grid", "tokenizer=char",
+                 "--set", "train.max_steps=1", "--data", "thucnews-100k", "--out", str(out)]) == 0
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "data: thucnews-100k" in report and "--data thucnews-100k" in report
+    # the quick subset's rows are thucnews-100k's own first rows, not thucnews's
+    from scratchformer.data.registry import load_dataset
+
+    first = json.loads((out / "data" / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert first["text"] == load_dataset("thucnews-100k").train[0][0]
+    assert first["text"] != load_dataset("thucnews").train[0][0]
+    # the same folder with the spec's own data is refused rather than mixed
+    capsys.readouterr()
+    assert main(["experiment", "tokenization", "--quick", "--seeds", "1", "--grid", "tokenizer=char",
+                 "--set", "train.max_steps=1", "--out", str(out)]) == 2
+    assert "--retrain-changed" in capsys.readouterr().err
+
+
+def test_data_of_another_task_is_refused_in_one_line(tmp_path):
+    from scratchformer.errors import UserError
+    from scratchformer.experiments.experiment import run_experiment
+
+    with pytest.raises(UserError, match="a lm data set, but tokenization is a classify experiment"):
+        run_experiment("tokenization", tmp_path / "x", quick=True, data="shakespeare")
+    with pytest.raises(UserError, match="did you mean 'thucnews'"):
+        run_experiment("tokenization", tmp_path / "x", quick=True, data="thucnewz")
+    assert not (tmp_path / "x").exists()

@@ -35,6 +35,8 @@ def register(cli) -> None:
     p.add_argument("--out", type=Path, help="experiment folder (rerun to resume; default runs/exp-NAME)")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, data subset (seconds; no evidence)")
     p.add_argument("--seeds", type=int, help="runs per grid point (default: the spec's)")
+    p.add_argument("--data", metavar="NAME", help="a registered data set in place of the spec's, e.g. "
+                   "thucnews-100k: the same claim at another size (the report names it)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra override for every run, after the spec's (e.g. train.epochs=1 on a slow machine)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
@@ -94,8 +96,8 @@ def experiment_cmd(args) -> int:
         _log(f"--out not given: writing into {args.out}/ (rerun the same command to resume)")
     run = program(args.name)
     if run is not None:  # an experiment written as a program (its own tiny models, no spec)
-        if args.set or args.grid:
-            raise UserError(f"experiment {args.name} takes no --set/--grid (it is not a sweep of train runs)")
+        if args.set or args.grid or args.data:
+            raise UserError(f"experiment {args.name} takes no --set/--grid/--data (it is not a sweep of train runs)")
         options = {"bugs": args.bugs} if args.name == "copy-task" else {}
         if args.bugs and args.name != "copy-task":
             raise UserError("--bugs is for the copy-task experiment only")
@@ -110,7 +112,7 @@ def experiment_cmd(args) -> int:
 
     res = run_experiment(args.name, args.out, quick=args.quick, seeds=args.seeds,
                          isolate=False if args.in_process else None, sets=args.set, grid=args.grid, log=_log,
-                         retrain_changed=args.retrain_changed)
+                         retrain_changed=args.retrain_changed, data=args.data)
     print(res.report)
     return 0
 

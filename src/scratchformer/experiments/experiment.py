@@ -33,14 +33,18 @@ class ExperimentResult:
 def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int | None = None,
                    isolate: bool | None = None, sets: list[str] | None = None,
                    grid: list[str] | None = None, log: Callable[[str], None] = print,
-                   retrain_changed: bool = False) -> ExperimentResult:
+                   retrain_changed: bool = False, data: str | None = None) -> ExperimentResult:
     """Run (or resume) experiment `name` into `out`. `isolate`: one process per run (default:
     yes for full runs, no in quick mode, where start-up time would dominate). `sets`: extra
     `--set` overrides for every run, after the spec's (e.g. a shorter run on a slow machine);
     `grid`: `KEY=V1,V2` replaces the values of that axis of the spec (or adds an axis).
     `retrain_changed`: retrain the cells of `out` trained with other settings (else refused).
+    `data`: another registered data set of the spec's task in place of the spec's (the claim
+    checked at another size, e.g. `thucnews-100k` for `thucnews`).
     The experiment holds the lock of `out` throughout (a second one there stops at once)."""
     spec = ExperimentSpec.load(name)
+    if data is not None:
+        spec.data = _same_task_dataset(spec, data)
     if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
         raise UserError(f"--seeds must be a whole number >= 1, got {seeds!r}")
     for m in spec.measures:
@@ -98,13 +102,24 @@ def _run_experiment(spec: ExperimentSpec, plan: Plan, axes: list, out: Path, qui
             result.figures[name] = path
     axes = [a.name for a in sw.axes]
     outcomes = [evaluate_check(c, result.runs, axes, quick) for c in spec.checks]
-    extra = "".join(f" --grid {x}" for x in grid or []) + "".join(f" --set {x}" for x in sets or [])
+    extra = (f" --data {spec.data}" if spec.data != spec.shipped_data else "")
+    extra += "".join(f" --grid {x}" for x in grid or []) + "".join(f" --set {x}" for x in sets or [])
     command = f"scratchformer experiment {spec.name}{' --quick' if quick else ''} --seeds {plan.seeds}{extra} --out {out}"
     report = write_report(spec, plan, result, outcomes, command, time.monotonic() - t0)
     for o in outcomes:
         log(f"{o.says}: {o.verdict} ({o.measured})")
     log(f"report: {report}")
     return ExperimentResult(spec, plan, result, outcomes, report)
+
+
+def _same_task_dataset(spec: ExperimentSpec, name: str) -> str:
+    from ..data.registry import get_dataset
+
+    info = get_dataset(name)  # an unknown name: its one-line error with the known ones
+    if info.task != spec.task:
+        raise UserError(f"--data {name}: a {info.task} data set, but {spec.name} is a {spec.task} experiment; "
+                        f"choose a registered {spec.task} data set (`scratchformer datasets`)")
+    return info.name
 
 
 def _columns(spec: ExperimentSpec) -> list[str] | None:
