@@ -73,12 +73,12 @@ def run_experiment(name: str, out: str | Path, quick: bool = False, seeds: int |
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder; choose another --out")
     with lock_run_folder(out, "experiment"):
-        return _run_experiment(spec, plan, axes, out, quick, isolate, sets, grid, log, retrain_changed)
+        return _run_experiment(spec, plan, axes, out, quick, isolate, sets, grid, log, retrain_changed, data)
 
 
 def _run_experiment(spec: ExperimentSpec, plan: Plan, axes: list, out: Path, quick: bool, isolate: bool | None,
                     sets: list[str] | None, grid: list[str] | None, log: Callable[[str], None],
-                    retrain_changed: bool) -> ExperimentResult:
+                    retrain_changed: bool, data: str | None) -> ExperimentResult:
     out = make_dirs(out)
     t0 = time.monotonic()
     flags, texts = prepare_data(spec, plan.subset, out)
@@ -102,7 +102,7 @@ def _run_experiment(spec: ExperimentSpec, plan: Plan, axes: list, out: Path, qui
             result.figures[name] = path
     axes = [a.name for a in sw.axes]
     outcomes = [evaluate_check(c, result.runs, axes, quick) for c in spec.checks]
-    extra = (f" --data {spec.data}" if spec.data != spec.shipped_data else "")
+    extra = f" --data {spec.data}" if data is not None else ""
     extra += "".join(f" --grid {x}" for x in grid or []) + "".join(f" --set {x}" for x in sets or [])
     command = f"scratchformer experiment {spec.name}{' --quick' if quick else ''} --seeds {plan.seeds}{extra} --out {out}"
     report = write_report(spec, plan, result, outcomes, command, time.monotonic() - t0)

@@ -51,10 +51,6 @@ class ExperimentSpec:
     notes: list[str] = field(default_factory=list)
     quick: dict = field(default_factory=dict)
     path: Path | None = None
-    shipped_data: str = ""  # the spec file's own `data` (`data` may be replaced by `experiment --data`)
-
-    def __post_init__(self) -> None:
-        self.shipped_data = self.shipped_data or self.data
 
     @classmethod
     def load(cls, name: str) -> "ExperimentSpec":
@@ -72,7 +68,7 @@ class ExperimentSpec:
         if not isinstance(d, dict):
             raise UserError(f"{path}: expected a JSON object of spec keys, found {_kind(d)}")
         refuse_wrong_kind(d, path, "experiment spec")
-        known = set(cls.__dataclass_fields__) - {"path", "shipped_data"}
+        known = set(cls.__dataclass_fields__) - {"path"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
