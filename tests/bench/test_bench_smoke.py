@@ -76,6 +76,9 @@ def test_other_schemas(results):
     b = _load(out, "bf16")
     assert _is_summary(b["inference"]["toy"]["speedup_over_fp32"]["bf16_autocast"])
     assert _is_summary(b["training"]["toy"]["speedup_over_fp32"]["bf16_autocast"])
+    o = _load(out, "optimizer")
+    assert _is_summary(o["speedup_over_single"]["fused"]) and set(o["ms_per_step"]) == {"single", "foreach", "fused"}
+    assert o["max_weight_difference_vs_single"]["fused"] < 1e-6  # the same update
     g = _load(out, "generation")
     assert all(r["same_tokens"] for r in g["by_context"].values())  # cache == full forward
     tr = _load(out, "translation")

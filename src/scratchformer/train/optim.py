@@ -23,3 +23,39 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     order = sorted(groups, key=lambda k: (k[0] != 1.0, -k[0], not k[1]))
     return [{"params": groups[k], "weight_decay": weight_decay if k[1] else 0.0, "lr_scale": k[0]}
             for k in order]
+
+
+# Devices whose AdamW has a fused kernel in torch (one pass over all parameters per step).
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def why_not_fused(params: list[torch.Tensor], sharded: bool) -> str | None:
+    """None when AdamW may take its fused kernel for `params`, else the reason it may not."""
+    if sharded:
+        return "the parameters are sharded (fsdp): their AdamW takes torch's multi-tensor path"
+    devices = sorted({p.device.type for p in params} - set(FUSED_DEVICES))
+    if devices:
+        return f"torch has no fused AdamW on {', '.join(devices)}"
+    if any(not p.is_floating_point() for p in params):
+        return "a parameter is not floating point"
+    return None
+
+
+def adamw(groups: list[dict], lr: float, betas, eps: float, sharded: bool = False
+          ) -> tuple[torch.optim.AdamW, str | None]:
+    """AdamW over `groups` (see `param_groups`), fused where it can be, and why not otherwise.
+
+    Fused is the same update as the readable single-tensor loop (tests/train/test_optim.py holds
+    them within 1e-6 over 20 steps), done in one pass over memory instead of ~10 tensor ops per
+    parameter. For a model with large embedding tables (hashed bigrams: 25.6M of a 27M-parameter
+    classifier) the single-tensor loop was 58% of a training step on CPU; fused is ~5x faster
+    there (benchmarks/optimizer.py)."""
+    why = why_not_fused([p for g in groups for p in g["params"]], sharded)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True if why is None else None), why
+
+
+def keep_fused(optimizer: torch.optim.Optimizer, fused: bool) -> None:
+    """After `load_state_dict`: the groups take the saved `fused` flag, and a checkpoint of an
+    older version (not fused) would turn the fast path off for the rest of the run."""
+    for g in optimizer.param_groups:
+        g["fused"] = True if fused else None
