@@ -152,7 +152,8 @@ def _cell_main(spec: dict) -> dict:
 def _prepare_main(spec: dict) -> dict:
     """Prepare throughput of one file and tokenizer (fresh cache), and `tokenizers`' batch encoding."""
     from scratchformer.data import prepared
-    from scratchformer.data.prepared import LazyPairs, labeled_rows, token_shards, vocab_tokenizer
+    from scratchformer.data.prepared import LazyPairs, labeled_rows
+    from scratchformer.data.prepared_tokens import token_shards, vocab_tokenizer
 
     path, kind = Path(spec["file"]), spec["kind"]
     mb = path.stat().st_size / 1e6

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from scratchformer.data import prepared
-from scratchformer.data.prepared import (LazyPairs, char_lm_stream, id_dtype, labeled_rows, token_shards,
-                                         vocab_tokenizer)
+from scratchformer.data.prepared import LazyPairs, id_dtype, labeled_rows
+from scratchformer.data.prepared_tokens import token_shards, vocab_tokenizer
+from scratchformer.data.prepared_lm import char_lm_stream
 from scratchformer.data.readers import read_labeled_file, read_text_file
 from scratchformer.data.tokenizers import build_tokenizer
 from scratchformer.errors import UserError

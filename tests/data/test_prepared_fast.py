@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from scratchformer.data import prepared, prepared_scan
-from scratchformer.data.prepared import LazyPairs, labeled_rows, token_shards, vocab_tokenizer
+from scratchformer.data.prepared import LazyPairs, labeled_rows
+from scratchformer.data.prepared_tokens import token_shards, vocab_tokenizer
 from scratchformer.data.readers import read_labeled_file
 from scratchformer.data.segment import CJK
 from scratchformer.data.tokenizers import SPECIAL_TOKENS, CharTokenizer, WordTokenizer, encode_with_bigrams
@@ -236,7 +237,8 @@ def test_vocabulary_and_shards_equal_the_plain_ones(tmp_path, monkeypatch, kind,
 
 # ----------------------------------------------------------------------------- LM text
 def test_lm_chunks_decoded_at_once_equal_the_lines_joined_and_the_stream_too(tmp_path, monkeypatch):
-    from scratchformer.data.prepared import char_lm_stream
+    from scratchformer.data import prepared_lm
+    from scratchformer.data.prepared_lm import char_lm_stream
 
     for name, data in _files(tmp_path).items():
         path = tmp_path / f"{name}.txt"
@@ -246,7 +248,7 @@ def test_lm_chunks_decoded_at_once_equal_the_lines_joined_and_the_stream_too(tmp
             monkeypatch.setattr(prepared, "FAST_PATHS", fast)
             monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path / f"cache-{name}-{fast}"))
             try:
-                texts = [prepared._decode_chunk(path, c) for c in prepared.chunks_of(path, 300)]
+                texts = [prepared_lm._decode_chunk(path, c) for c in prepared.chunks_of(path, 300)]
                 tok, stream, cut = char_lm_stream(path, 0.1, workers=1)
                 out.append((texts, tok.itos, np.asarray(stream.ids).tolist(), cut))
             except UserError as e:

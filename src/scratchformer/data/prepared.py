@@ -11,13 +11,14 @@ flat arrays, so that training holds only numbers it needs and reads the rest by 
              labels.i32  (N,)  label code of each row (an index into meta.json's sorted labels)
              chars.i64   (N, 2) non-space characters and CJK characters of each row's text
                          (the `auto` tokenizer's and jieba's 30% rule, over any subset of rows)
-    tokens <cache>/prepared/tokens-<content>-<tokenizer>/     a tokenizer's ids of those rows
+    tokens <cache>/prepared/tokens-<content>-<tokenizer>/     a tokenizer's ids of those rows (`prepared_tokens.py`)
              ids.u16 | ids.u32   every row's ids, one after the other (uint16 when the
                                  vocabulary fits in 65,536 ids, else uint32)
              offsets.i64         (N + 1,) row i is ids[offsets[i]:offsets[i + 1]]
              bigrams.u16 | .u32  hashed bigram ids aligned with ids (when asked for)
     lm     <cache>/prepared/lm-<content>-<tokenizer>/          a text as one id stream
-             ids.u16 | ids.u32   the whole text's ids (char tokenizer: one id per character)
+             ids.u16 | ids.u32   the whole text's ids (char tokenizer: one id per character;
+                                 built by `prepared_lm.py` on this module's chunks and folders)
 
 A folder is keyed by the sha256 of the file's bytes and the settings that shape it (the
 tokenizer's own JSON for tokens), so a changed file or tokenizer gets a new folder and an
@@ -49,9 +50,7 @@ import hashlib
 import json
 import os
 import time
-from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -60,8 +59,8 @@ import numpy as np
 from ..errors import UserError
 from ..fileio import atomic_write_text, staged_folder, write_data
 from .fetch import cache_dir, sha256_file
-from .file_array import FileArray, memmap_array
-from .prepared_scan import block_texts, char_counts, char_ids, encode_run, scan_chunk, word_counts
+from .file_array import FileArray
+from .prepared_scan import block_texts, scan_chunk
 from .prepared_workers import close_workers, run_tasks
 from .readers import _COLUMN_NAMES, check_label, field_count_error, not_utf8, table_layout
 
@@ -560,316 +559,5 @@ class LazyTexts(Sequence):
             yield from self.pairs.rows.texts(self.pairs.index[a:a + 10_000])
 
 
-# ----------------------------------------------------------------------------- vocabularies
-def _tok_state(tok) -> str:
-    from .tokenizers import FORMAT_VERSION as TOK_FORMAT
-
-    return json.dumps({"type": tok.kind, "format_version": TOK_FORMAT, **tok._state()}, ensure_ascii=False,
-                      sort_keys=True)
-
-
-@lru_cache(maxsize=4)
-def _tok_from_state(state: str):
-    """The tokenizer of a `_tok_state` (one per state in a worker: its tasks share it, unchanged)."""
-    from .tokenizers import _REGISTRY
-
-    data = json.loads(state)
-    return _REGISTRY[data["type"]]._from_state(data)
-
-
-def _row_groups(rows: LabeledRows, index: np.ndarray, chunk_rows: int) -> list[np.ndarray]:
-    """`index` (row numbers) cut into runs of about `chunk_rows` rows, each a worker's task."""
-    return [index[a:a + chunk_rows] for a in range(0, len(index), chunk_rows)] or [index[:0]]
-
-
-def _rows_per_task(rows: LabeledRows) -> int:
-    per_row = max(1, rows.meta.get("bytes", 1) // max(rows.n, 1))
-    return max(1000, CHUNK_BYTES // per_row)
-
-
-def _count_task(task) -> Counter:
-    rows, index, state = task
-    tok = _tok_from_state(state)
-    texts = rows.texts(np.sort(index))  # file order: the reads go forward through the file
-    if tok.kind == "char":  # one count of the run's code points (what _split gives, joined)
-        return char_counts("".join(t.lower() for t in texts) if tok.lowercase else "".join(texts))
-    fast = word_counts(tok, texts) if FAST_PATHS and tok.kind == "word" else None
-    if fast is not None:
-        return fast
-    counts: Counter = Counter()
-    for t in texts:
-        counts.update(tok._split(t))
-    return counts
-
-
-def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
-    """How often each piece of `tok._split` occurs in the texts of `pairs`, counted in
-    parallel over runs of rows; memory is bounded by the vocabulary."""
-    workers = default_workers(pairs.rows.meta.get("bytes", 0)) if workers is None else workers
-    state = _tok_state(tok)
-    total: Counter = Counter()
-    groups = _row_groups(pairs.rows, pairs.index, _rows_per_task(pairs.rows))
-    for c in run_tasks(_count_task, [(pairs.rows, g, state) for g in groups], workers):
-        total.update(c)
-    return total
-
-
-def vocab_tokenizer(kind: str, pairs: LazyPairs, min_freq: int = 1, lowercase: bool = False,
-                    bigram_buckets: int = 0, workers: int | None = None, log=None):
-    """The char or word tokenizer `build_tokenizer(kind, texts, ...)` would train on these
-    texts (the same vocabulary, ids and segmenter), counted in parallel; cached beside the
-    row index by (rows, kind, settings)."""
-    from .tokenizers import SPECIAL_TOKENS, CharTokenizer, Tokenizer, WordTokenizer
-
-    if kind == "char":
-        blank = CharTokenizer(SPECIAL_TOKENS, lowercase, 0)
-        make = lambda vocab: CharTokenizer(vocab, lowercase, bigram_buckets)  # noqa: E731
-    elif kind == "word":
-        segmenter = "jieba" if pairs.cjk_fraction() > 0.30 else "regex"
-        blank = WordTokenizer(SPECIAL_TOKENS, lowercase, segmenter)
-        make = lambda vocab: WordTokenizer(vocab, lowercase, segmenter)  # noqa: E731
-    else:
-        raise ValueError(f"vocab_tokenizer builds char and word tokenizers, not {kind!r}")
-    key = {"kind": kind, "min_freq": min_freq, "lowercase": lowercase, "bigram_buckets": bigram_buckets,
-           "index": pairs.rows.folder.name, "rows": hashlib.sha256(pairs.index.tobytes()).hexdigest()}
-    folder = pairs.rows.folder.parent / f"vocab-{pairs.rows.digest[:16]}-{_digest_of(key)[:16]}"
-
-    def fill(tmp: Path, files: dict) -> dict:
-        t0 = time.monotonic()
-        counts = count_tokens(pairs, blank, workers)
-        tok = make(blank._build_vocab(counts, min_freq, None))
-        tok.save(tmp / "tokenizer.json")
-        return {"kind": "vocab", "tokenizer": kind, "settings": key | {"rows": key["rows"][:16]},
-                "vocab_size": tok.vocab_size, "seconds": round(time.monotonic() - t0, 3)}
-
-    meta, built = _cached(folder, fill)
-    if built and log:
-        log(f"prepared: {kind} vocabulary of {meta['vocab_size']:,} counted over {len(pairs):,} texts "
-            f"in {meta['seconds']:.1f} s")
-    return Tokenizer.load(folder / "tokenizer.json")
-
-
-# ----------------------------------------------------------------------------- token shards
-def _encode_task(task) -> dict:
-    """A run of rows' ids: by numpy and one regex pass (`prepared_scan.encode_run`) for the char
-    tokenizer and the word tokenizer's regex segmenter, else text by text, the reference."""
-    rows, index, state, bigram_buckets = task
-    from .tokenizers import encode_with_bigrams
-
-    tok = _tok_from_state(state)
-    texts = rows.texts(index)
-    fast = encode_run(tok, texts, bigram_buckets) if FAST_PATHS else None
-    if fast is not None:
-        return fast
-    ids, lengths, bis = [], [], []
-    if hasattr(tok, "hf") and not bigram_buckets:  # the `tokenizers` library encodes a batch in Rust
-        encoded = tok.encode_batch(texts)
-    else:
-        encoded = None
-    for j, text in enumerate(texts):
-        if encoded is not None:
-            a, b = encoded[j], None
-        else:
-            a, b = encode_with_bigrams(tok, text, bigram_buckets)
-        ids.append(np.asarray(a, dtype=np.uint32))
-        lengths.append(len(a))
-        if bigram_buckets:
-            bis.append(np.asarray(b, dtype=np.uint32))
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.uint32)  # noqa: E731
-    return {"ids": cat(ids), "lengths": np.asarray(lengths, dtype=np.int64), "bigrams": cat(bis) if bigram_buckets else None}
-
-
-class TokenShards:
-    """Every row's token ids (and bigram ids), read with `os.pread` (`FileArray`): row i is
-    `ids[offsets[i]:offsets[i + 1]]`. Batches read their rows' ids (`bounds`, then `ids[positions]`),
-    so the process holds what it reads, not the pages of the files."""
-
-    def __init__(self, folder: Path, meta: dict):
-        self.folder, self.meta = folder, meta
-        self.dtype = np.dtype(meta["dtype"])
-        n, total = int(meta["rows"]), int(meta["tokens"])
-        self.offsets = FileArray(folder / "offsets.i64", np.int64, (n + 1,))
-        self.ids = FileArray(folder / meta["ids_file"], self.dtype, (total,))
-        self.bigrams = (FileArray(folder / meta["bigrams_file"], np.dtype(meta["bigram_dtype"]), (total,))
-                        if meta.get("bigrams_file") else None)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def bounds(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start, end) int64 of each row's ids in the flat files (offsets i and i + 1, read together)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        both = self.offsets[np.stack([rows, rows + 1])]  # (2, B)
-        return both[0], both[1]
-
-    def lengths(self, index: np.ndarray) -> np.ndarray:
-        """The number of ids of each row of `index` (int32 unless the file holds 2**31 ids or more):
-        every row's count from the offsets read front to back (4 bytes a row of the file, for the
-        moment), then picked."""
-        n, step = len(self), 1 << 20
-        every = np.empty(n, dtype=np.int32 if self.meta.get("tokens", 0) < 1 << 31 else np.int64)
-        for a in range(0, n, step):
-            every[a:a + step] = np.diff(self.offsets[a:min(n, a + step) + 1])
-        return every[np.asarray(index, dtype=np.int64)]
-
-    def row(self, i: int) -> tuple[list[int], list[int] | None]:
-        a, b = (int(x) for x in self.offsets[i:i + 2])
-        return self.ids[a:b].tolist(), None if self.bigrams is None else self.bigrams[a:b].tolist()
-
-
-def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int | None = None,
-                 rebuild: bool = False, log=None) -> TokenShards:
-    """Every row of `rows` tokenized by `tok` (as `encode_with_bigrams(tok, text,
-    bigram_buckets)` gives it), built once per (content, tokenizer, buckets) and reused."""
-    state = _tok_state(tok)
-    key = {"tokenizer": hashlib.sha256(state.encode("utf-8")).hexdigest(), "bigram_buckets": bigram_buckets,
-           "layout": rows.meta["layout"]}
-    folder = rows.folder.parent / f"tokens-{rows.digest[:16]}-{_digest_of(key)[:16]}"
-    workers = default_workers(rows.meta.get("bytes", 0)) if workers is None else workers
-    dtype = id_dtype(tok.vocab_size)
-    bdtype = id_dtype(bigram_buckets)
-
-    def fill(tmp: Path, files: dict) -> dict:
-        t0 = time.monotonic()
-        ids_file, bi_file = f"ids.{dtype.char == 'H' and 'u16' or 'u32'}", f"bigrams.{bdtype.char == 'H' and 'u16' or 'u32'}"
-        w_ids, w_off = _Writer(tmp, ids_file), _Writer(tmp, "offsets.i64")
-        w_bi = _Writer(tmp, bi_file) if bigram_buckets else None
-        w_off.write(np.zeros(1, np.int64))
-        total = 0
-        tasks = [(rows, g, state, bigram_buckets) for g in _row_groups(rows, np.arange(rows.n), _rows_per_task(rows))]
-        for res in run_tasks(_encode_task, tasks, workers):
-            w_ids.write(res["ids"].astype(dtype))
-            w_off.write(total + np.cumsum(res["lengths"]))
-            total += int(res["lengths"].sum())
-            if w_bi is not None:
-                w_bi.write(res["bigrams"].astype(bdtype))
-        files[ids_file], files["offsets.i64"] = w_ids.close(), w_off.close()
-        if w_bi is not None:
-            files[bi_file] = w_bi.close()
-        secs = time.monotonic() - t0
-        return {"kind": "tokens", "source": rows.meta["source"], "content": rows.digest, "rows": rows.n,
-                "tokens": total, "dtype": dtype.name, "ids_file": ids_file, "vocab_size": tok.vocab_size,
-                "tokenizer": tok.kind, "bigrams_file": bi_file if bigram_buckets else None,
-                "bigram_dtype": bdtype.name, "settings": key, "seconds": round(secs, 3),
-                "mb_per_s": round(rows.meta.get("bytes", 0) / 1e6 / max(secs, 1e-9), 2)}
-
-    meta, built = _cached(folder, fill, rebuild)
-    if built and log:
-        log(f"prepared: {meta['rows']:,} rows -> {meta['tokens']:,} {meta['tokenizer']} tokens ({meta['dtype']}) "
-            f"in {meta['seconds']:.1f} s, {meta['mb_per_s']:.1f} MB/s -> {folder}")
-    return TokenShards(folder, meta)
-
-
-# ----------------------------------------------------------------------------- LM text streams
-def _decode_chunk(path: Path, chunk: Chunk) -> str:
-    """A chunk's text as `readers.read_utf8` gives the whole file (BOM dropped, newlines \\n):
-    one decode when it holds no \\r, else (and to name a bad byte's line) line by line."""
-    raw, pos = _read(path, chunk)
-    if FAST_PATHS and b"\r" not in raw:
-        try:
-            return raw.decode("utf-8")  # a chunk ends just after a \n, or at the end of the file
-        except UnicodeDecodeError:
-            pass
-    text = "\n".join(_decode(path, lineno, at, line) for lineno, at, _, line in _split_lines(raw, pos, chunk.line))
-    with open(path, "rb") as f:  # the chunk's own last line break (or none, at the end of a file)
-        f.seek(chunk.end - 1)
-        last = f.read(1)
-    return text + "\n" if chunk.end > chunk.start and last in (b"\n", b"\r") else text
-
-
-def _char_count_task(task) -> tuple[int, bool, Counter]:
-    path, chunk = task
-    text = _decode_chunk(path, chunk)
-    return len(text), bool(text.strip()), char_counts(text)
-
-
-def _char_encode_task(task) -> np.ndarray:
-    path, chunk, state = task
-    tok = _tok_from_state(state)
-    text = _decode_chunk(path, chunk)
-    if not text:
-        return np.zeros(0, np.uint32)
-    return char_ids(tok, [text])[0]
-
-
-class TokenStream:
-    """A text's ids as one memory-mapped array; `cut` is where the training part ends."""
-
-    def __init__(self, folder: Path, meta: dict):
-        self.folder, self.meta = folder, meta
-        self.ids = memmap_array(folder / meta["ids_file"], np.dtype(meta["dtype"]), (int(meta["tokens"]),))
-
-
-def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1, workers: int | None = None,
-                   tok=None, rebuild: bool = False, log=None):
-    """(char tokenizer, stream, cut) for a plain-text file: the tokenizer is
-    `build_tokenizer("char", [train], min_freq)` of the training part (the first
-    1 - valid_frac of the characters, `datasets.split_text`'s rule; `valid_frac` None: all of
-    it), unless `tok` is given; the stream holds the whole file's ids (one per character), so
-    train = ids[:cut] and valid = ids[cut:]."""
-    from .tokenizers import SPECIAL_TOKENS, CharTokenizer
-
-    path = Path(path)
-    digest = content_digest(path)
-    workers = default_workers(path.stat().st_size) if workers is None else workers
-    chunks = chunks_of(path)
-    vkey = {"valid_frac": valid_frac, "min_freq": min_freq, "kind": "char-lm"}
-    vfolder = prepared_dir() / f"lmvocab-{digest[:16]}-{_digest_of(vkey)[:16]}"
-
-    def fill_vocab(tmp: Path, files: dict) -> dict:
-        t0 = time.monotonic()
-        lengths, counters, nonblank = [], [], False
-        for n, nb, c in run_tasks(_char_count_task, [(path, ch) for ch in chunks], workers):
-            lengths.append(n)
-            counters.append(c)
-            nonblank |= nb
-        if not nonblank:
-            raise UserError(f"{path}: the file is empty; a language model needs some text")
-        total = sum(lengths)
-        cut = total if valid_frac is None else int(total * (1.0 - valid_frac))
-        counts: Counter = Counter()
-        seen = 0
-        for ch, n, c in zip(chunks, lengths, counters):
-            if seen + n <= cut:
-                counts.update(c)
-            elif seen < cut:  # the chunk the cut falls in: its first part only
-                counts.update(char_counts(_decode_chunk(path, ch)[:cut - seen]))
-            seen += n
-        vocab = CharTokenizer(SPECIAL_TOKENS)._build_vocab(counts, min_freq, None)
-        CharTokenizer(vocab).save(tmp / "tokenizer.json")
-        return {"kind": "lm-vocab", "characters": total, "cut": cut, "vocab_size": len(vocab),
-                "seconds": round(time.monotonic() - t0, 3)}
-
-    vmeta, _ = _cached(vfolder, fill_vocab, rebuild)
-    from .tokenizers import Tokenizer
-
-    tok = Tokenizer.load(vfolder / "tokenizer.json") if tok is None else tok
-    state = _tok_state(tok)
-    key = {"tokenizer": hashlib.sha256(state.encode("utf-8")).hexdigest(), "kind": "lm"}
-    folder = prepared_dir() / f"lm-{digest[:16]}-{_digest_of(key)[:16]}"
-    dtype = id_dtype(tok.vocab_size)
-
-    def fill(tmp: Path, files: dict) -> dict:
-        t0 = time.monotonic()
-        name = f"ids.{'u16' if dtype == np.uint16 else 'u32'}"
-        w = _Writer(tmp, name)
-        total = 0
-        for arr in run_tasks(_char_encode_task, [(path, ch, state) for ch in chunks], workers):
-            w.write(arr.astype(dtype))
-            total += len(arr)
-        files[name] = w.close()
-        secs = time.monotonic() - t0
-        return {"kind": "lm", "source": str(path.absolute()), "content": digest, "tokens": total, "dtype": dtype.name,
-                "ids_file": name, "tokenizer": "char", "vocab_size": tok.vocab_size, "seconds": round(secs, 3),
-                "mb_per_s": round(path.stat().st_size / 1e6 / max(secs, 1e-9), 2)}
-
-    meta, built = _cached(folder, fill, rebuild)
-    if built and log:
-        log(f"prepared: {path} -> {meta['tokens']:,} char tokens ({meta['dtype']}) in {meta['seconds']:.1f} s, "
-            f"{meta['mb_per_s']:.1f} MB/s -> {folder}")
-    return tok, TokenStream(folder, meta), int(vmeta["cut"])
-
-
-__all__ = ["LabeledRows", "LazyPairs", "LazyTexts", "TokenShards", "TokenStream", "labeled_rows", "token_shards",
-           "close_workers", "vocab_tokenizer", "count_tokens", "char_lm_stream", "content_digest", "id_dtype", "verify",
+__all__ = ["LabeledRows", "LazyPairs", "LazyTexts", "labeled_rows", "close_workers", "content_digest", "id_dtype", "verify",
            "prepared_dir", "prepared_enabled", "chunks_of", "FileArray"]

@@ -12,7 +12,8 @@ import torch
 from ...data.batching import LengthBucketSampler, pad_sequences, segment, truncate
 from ...data.bert_tokenizer import BertTokenizer
 from ...data.datasets import ClassificationData
-from ...data.prepared import TSV_SUFFIXES, LazyPairs, TokenShards, labeled_rows, prepared_enabled, vocab_tokenizer
+from ...data.prepared import TSV_SUFFIXES, LazyPairs, labeled_rows, prepared_enabled
+from ...data.prepared_tokens import TokenShards, vocab_tokenizer
 from ...data.readers import read_labeled_file, seeded_split_indices
 from ...data.tokenizers import CLS_ID, PAD_ID, Tokenizer, auto_kind, build_tokenizer, encode_with_bigrams
 from ...errors import UserError
@@ -392,7 +393,7 @@ def prepare_classification(recipe: ClassifyRecipe, log=print) -> dict:
     data = load_classification(dc)
     tok = tokenizer_for_split(dc, data.train, recipe.model.bigram_buckets)
     enc = encoder_for(recipe, tok)
-    from ...data.prepared import token_shards
+    from ...data.prepared_tokens import token_shards
 
     out: dict = {"dataset": dc.dataset, "tokenizer": tok.kind, "vocab_size": tok.vocab_size, "labels": len(data.labels),
                  "splits": {k: len(getattr(data, k)) for k in ("train", "valid", "test")}, "files": []}

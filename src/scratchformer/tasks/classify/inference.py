@@ -167,7 +167,7 @@ class Classifier:
         if is_prepared(pairs) and not self._encode.bert:
             import sys
 
-            from ...data.prepared import token_shards
+            from ...data.prepared_tokens import token_shards
 
             shards = token_shards(pairs.rows, self.tokenizer, self._encode.bigram_buckets,
                                   log=lambda m: print(m, file=sys.stderr))

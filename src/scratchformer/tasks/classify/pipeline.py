@@ -172,7 +172,7 @@ def encoded_splits(data, tok, r: ClassifyRecipe, soft=None) -> tuple[EncodedSpli
     if soft is None and not encode.bert and is_prepared(data.train):  # token ids read by batch, batches on demand
         import sys
 
-        from ...data.prepared import token_shards
+        from ...data.prepared_tokens import token_shards
 
         shards: dict = {}
 

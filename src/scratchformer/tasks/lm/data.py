@@ -117,7 +117,7 @@ def load_lm_text(dc: LMDataConfig) -> LMText:
 
 @dataclass
 class PreparedLM:
-    """A text file's ids, prepared once (`data.prepared.char_lm_stream`) and memory-mapped."""
+    """A text file's ids, prepared once (`data.prepared_lm.char_lm_stream`) and memory-mapped."""
     tokenizer: Tokenizer
     train: np.ndarray  # (N,) ids, a memory map
     valid: np.ndarray
@@ -133,7 +133,8 @@ def prepared_lm(dc: LMDataConfig, tok: Tokenizer | None = None) -> PreparedLM | 
     the run's own tokenizer (a resumed run), else the one counted on the training part."""
     import sys
 
-    from ...data.prepared import char_lm_stream, prepared_enabled
+    from ...data.prepared import prepared_enabled
+    from ...data.prepared_lm import char_lm_stream
 
     if dc.tokenizer != "char" or not prepared_enabled() or registered(dc.dataset) is not None:
         return None
