@@ -1,7 +1,7 @@
 """One checked file: every component found in the learner's module compared with the reference
-(checks.py), then, with `--train`, their encoder trained beside ours (train.py). Kept apart from
-checks.py so that train.py (which uses the comparisons' helpers) and the comparisons import in
-one direction only."""
+(checks.py, components.py), then, with `--train`, their encoder trained beside ours (train.py).
+Kept apart from checks.py so that train.py (which uses the comparisons' helpers) and the
+comparisons import in one direction only."""
 from __future__ import annotations
 
 import inspect
@@ -9,8 +9,9 @@ import time
 
 import torch
 
-from .checks import CHECKS, CannotCheck, Ctx, _their_line, mask_form
-from .discover import Sizes, discover
+from .checks import CHECKS, _their_line, mask_form
+from .compare import Ctx
+from .discover import CannotCheck, Sizes, discover
 from .report import Component, Report
 from .train import train_beside
 

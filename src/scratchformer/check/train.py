@@ -16,8 +16,10 @@ import torch
 from torch import nn
 
 from . import reference as R
-from .checks import AttnCaller, CannotCheck, Ctx, ffn_params, map_attention, norm_params, parts, _eps_of
-from .discover import call, call_plan, first_tensor
+from .checks import parts
+from .compare import AttnCaller, Ctx, map_attention
+from .components import _eps_of, ffn_params, norm_params
+from .discover import CannotCheck, call, call_plan, first_tensor
 
 KEYWORD, PAD = 3, 0
 

@@ -1,0 +1,256 @@
+"""What every comparison of `checks.py` and `components.py` shares: closeness at TOL and where two
+outputs part, the search over the reference's bug switches, weights put into a learner's module and
+read into the reference, and the context of one checked file (`Ctx`: sizes, random inputs, the
+mask form, the findings so far).
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import re
+
+import torch
+from torch import nn
+
+from . import masks as M
+from .discover import CannotCheck, Found, Sizes, build, call, call_plan, first_tensor
+from .report import Report, finding
+
+
+TOL = 1e-6
+
+
+# --- comparing ------------------------------------------------------------------------------------
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    a, b = a.double(), b.double()
+    na, nb = torch.isnan(a), torch.isnan(b)
+    if not torch.equal(na, nb):
+        return False
+    a, b = a[~na], b[~nb]
+    if a.numel() == 0:
+        return True
+    return bool((a - b).abs().max() <= TOL * (1 + b.abs().max()))
+
+
+def departure(a: torch.Tensor, b: torch.Tensor, axes=("batch", "position", "feature")) -> str:
+    """Where `a` (the learner's) first departs from `b` (ours), and by how much."""
+    if tuple(a.shape) != tuple(b.shape):
+        return f"output shape {tuple(a.shape)}, expected {tuple(b.shape)}"
+    diff = (a.double() - b.double()).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    bad = (diff > TOL * (1 + b.double().abs().max())).nonzero()
+    if len(bad) == 0:
+        return "the gradients differ"
+    idx = tuple(bad[0].tolist())
+    names = axes[-len(idx):] if len(idx) <= len(axes) else [f"dim{i}" for i in range(len(idx))]
+    where = ", ".join(f"{n} {i}" for n, i in zip(names, idx))
+    return f"first difference at {where}: yours {a[idx].item():.6g}, reference {b[idx].item():.6g} " \
+           f"(largest difference {diff.max().item():.3g})"
+
+
+def all_close(learner, refs) -> bool:
+    return len(learner) == len(refs) and all(close(x, y) for x, y in zip(learner, refs))
+
+
+def variants(space: dict, max_bugs: int = 2):
+    """{} first, then each bug alone, then pairs of different bugs (each with its sub-variants)."""
+    singles = [(b, s) for b, subs in space.items() for s in subs]
+    yield {}
+    for b, s in singles:
+        yield {b: s}
+    if max_bugs >= 2:
+        for (b1, s1), (b2, s2) in itertools.combinations(singles, 2):
+            if b1 != b2:
+                yield {b1: s1, b2: s2}
+
+
+def search(learner, ref, space: dict, choices=({},), max_bugs: int = 2):
+    """The first (bugs, choice) whose reference outputs equal the learner's; None when none does."""
+    for bugs in variants(space, max_bugs):
+        for choice in choices:
+            try:
+                outs = ref(bugs, **choice)
+            except (RuntimeError, ValueError, IndexError):
+                continue
+            if all_close(learner, outs):
+                return bugs, choice
+    return None
+
+
+# --- weights --------------------------------------------------------------------------------------
+
+def randomize(mod: nn.Module, seed: int) -> None:
+    """Distinct float64 weights in every parameter: gains near 1, biases near 0 but not 0."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in mod.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            if p.dim() == 1:
+                last = name.rsplit(".", 1)[-1].lower()
+                gain = last in ("weight", "gamma", "a_2", "alpha", "scale", "g", "gain") and "norm" in name.lower() \
+                    or last in ("gamma", "a_2", "alpha", "gain")
+                p.copy_(1 + 0.2 * r if gain else 0.2 * r)
+            else:
+                p.copy_(r / math.sqrt(p.shape[-1]))
+
+
+def has_lazy(mod: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.lazy.LazyModuleMixin) and m.has_uninitialized_params() for m in mod.modules())
+
+
+_HINTS = {
+    "q": r"(w_?)?q(_?(proj|linear|lin|layer))?|query|queries|to_q|linear_?q|lin_?q|fc_?q|q_?fc",
+    "k": r"(w_?)?k(_?(proj|linear|lin|layer))?|key|keys|to_k|linear_?k|lin_?k|fc_?k|k_?fc",
+    "v": r"(w_?)?v(_?(proj|linear|lin|layer))?|value|values|to_v|linear_?v|lin_?v|fc_?v|v_?fc",
+    "o": r"(w_?)?o(_?(proj|linear|lin|layer))?|out(_?(proj|linear|put|layer))?|dense|fc|fc_?o(ut)?|proj|linear_?o(ut)?|to_out|combine\w*",
+}
+
+
+def _role(path: str) -> str | None:
+    last = path.rsplit(".", 1)[-1].lower()
+    for role, pat in _HINTS.items():
+        if re.fullmatch(pat, last):
+            return role
+    return None
+
+
+def map_attention(mod: nn.Module, d: int):
+    """{"q"|"k"|"v"|"o": (weight, bias | None)} from the learner's parameters, and the mapping in words."""
+    params = list(mod.named_parameters())
+    sq = [(n, p) for n, p in params if tuple(p.shape) == (d, d)]
+    fused = [(n, p) for n, p in params if tuple(p.shape) == (3 * d, d)]
+    biases = {n.rsplit(".", 1)[0]: p for n, p in params if p.dim() == 1 and n.endswith("bias")}
+    if len(sq) == 1 and len(fused) == 1:
+        (fn, fw), (on, ow) = fused[0], sq[0]
+        fb = biases.get(fn.rsplit(".", 1)[0])
+        ws = fw.chunk(3, 0)
+        bs = fb.chunk(3, 0) if fb is not None else (None,) * 3
+        w = {"q": (ws[0], bs[0]), "k": (ws[1], bs[1]), "v": (ws[2], bs[2]), "o": (ow, biases.get(on.rsplit(".", 1)[0]))}
+        return w, f"W_Q,W_K,W_V←{fn} (3 rows blocks), W_O←{on}", [fw, ow]
+    if len(sq) != 4:
+        raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), found {len(sq)}: "
+                          + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
+    paths = [n.rsplit(".", 1)[0] if n.endswith(".weight") else n for n, _ in sq]
+    roles = [_role(p) for p in paths]
+    order = roles if sorted(r or "" for r in roles) == ["k", "o", "q", "v"] else ["q", "k", "v", "o"]
+    w = {r: (p, biases.get(path)) for r, (n, p), path in zip(order, sq, paths)}
+    how = "names" if order is roles else "registration order"
+    words = ", ".join(f"W_{r.upper()}←{n}" for r, (n, _) in zip(order, sq))
+    return w, f"{words} (by {how})", [p for _, p in sq]
+
+
+def _detached(w):
+    return {r: (a.detach().clone().requires_grad_(), None if b is None else b.detach().clone().requires_grad_())
+            for r, (a, b) in w.items()}
+
+
+def grads_equal(loss_learner, learner_params, loss_ref, ref_params) -> bool:
+    gl = torch.autograd.grad(loss_learner, learner_params, allow_unused=True)
+    gr = torch.autograd.grad(loss_ref, ref_params, allow_unused=True)
+    return all(a is not None and b is not None and close(a, b) for a, b in zip(gl, gr))
+
+
+# --- the context of one file ----------------------------------------------------------------------
+
+class Ctx:
+    def __init__(self, module, form: M.MaskForm, sizes: Sizes, found: list[Found], report: Report):
+        self.module, self.form, self.sizes, self.report = module, form, sizes, report
+        self.found = {f.kind: f for f in found}
+        self.gen = torch.Generator().manual_seed(0)
+
+    def randn(self, *shape):
+        return torch.randn(*shape, generator=self.gen, dtype=torch.float64)
+
+    def build(self, f: Found) -> nn.Module:
+        torch.manual_seed(0)
+        mod = build(f, self.sizes, self.found)
+        return mod.eval()
+
+    def add(self, id: str, f: Found, where: str, detail: str = ""):
+        self.report.findings.append(finding(id, f.kind, where, detail))
+
+
+def where(f: Found, method: str = "forward") -> str:
+    return f"{f.name}.{method}" if inspect.isclass(f.obj) else f"{f.name}()"
+
+
+def key_keep(B: int, S: int) -> torch.Tensor:
+    """(B, S) bool: row 0 all tokens, row 1 ends in 3 pads, row 2 (if any) all padding."""
+    keep = torch.ones(B, S, dtype=torch.bool)
+    if B > 1:
+        keep[1, S - 3:] = False
+    if B > 2:
+        keep[2] = False
+    return keep
+
+
+class AttnCaller:
+    """Calls an attention module (or function) by its own parameter names, with a mask in the learner's form."""
+
+    def __init__(self, fn, form: M.MaskForm, kind: str = "attention"):
+        self.torch_mha = isinstance(fn, nn.MultiheadAttention)
+        if self.torch_mha:  # torch's own, inside a learner's layer: its masks say True = blocked
+            self.fn, self.plan, self.self_only, self.mask_role, self.mask_required = fn, [], False, "mask", False
+            learner_said = form.source.startswith(("your function", "your line", "--mask"))
+            self.form = form if learner_said else M.MaskForm("pad", torch.bool, 2, "nn.MultiheadAttention's key_padding_mask",
+                                                              "nn.MultiheadAttention 的 key_padding_mask")
+            self.ndim = self.form.ndim or 2
+            return
+        self.fn, self.plan = fn, call_plan(fn.forward if isinstance(fn, nn.Module) else fn, kind)
+        roles = {r for _, r, _ in self.plan}
+        self.self_only = "q" not in roles and "x" in roles
+        if not self.self_only and not {"q", "k", "v"} <= roles:
+            raise CannotCheck("forward takes neither (query, key, value, ...) nor (x, ...)")
+        self.mask_role = "lens" if "lens" in roles else "mask" if "mask" in roles else None
+        self.mask_required = any(req for _, r, req in self.plan if r == self.mask_role)
+        self.form = M.MaskForm("lens", torch.long, None, form.source, form.source_zh) \
+            if self.mask_role == "lens" and form.kind != "lens" else form
+        self.ndim = form.ndim
+
+    def __call__(self, q, k, v, keep=None, square=False, out_shape=None):
+        if self.torch_mha:
+            return self._torch(q, k, v, keep, square)
+        vals = {"q": q, "k": k, "v": v, "x": q}
+        if self.mask_role is not None:
+            if keep is None and self.mask_required:
+                keep = torch.ones(q.shape[0], k.shape[-2], dtype=torch.bool)
+            if keep is not None:
+                m = self.form.square(keep, self.ndim) if square else self.form.keys(keep, self.ndim)
+                vals[self.mask_role] = m.to(q.dtype) if m.is_floating_point() else m
+        return first_tensor(call(self.fn, self.plan, vals), shape=out_shape or tuple(q.shape))
+
+    def _torch(self, q, k, v, keep, square):
+        kpm = am = None
+        if keep is not None and square:
+            am = ~keep[0]  # (T, T), True = blocked
+        elif keep is not None:
+            kpm = ~keep  # (B, S), True = padding
+        if not self.fn.batch_first:
+            q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (T, B, d)
+        out = self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am, need_weights=False)[0]
+        return out if self.fn.batch_first else out.transpose(0, 1)
+
+    def settle(self, q, k, v, keep):
+        """Find the mask rank the learner's code accepts ((B,1,1,S) or (B,1,S)), trying theirs first."""
+        if self.torch_mha:
+            return
+        if self.mask_role is None or self.form.kind == "lens":
+            self(q, k, v, keep)
+            return
+        errors = []
+        for nd in dict.fromkeys([self.form.ndim, 4, 3, 2]):
+            if nd is None:
+                continue
+            self.ndim = nd
+            try:
+                self(q, k, v, keep)
+                return
+            except NotImplementedError:
+                raise  # a skeleton's TODO, whatever the mask
+            except Exception as e:  # the learner's code: any error means "not this rank"
+                errors.append(f"{type(e).__name__}: {e}")
+        raise CannotCheck(f"no mask shape worked ({errors[0] if errors else '?'})")
