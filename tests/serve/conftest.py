@@ -71,7 +71,8 @@ def wait_ready(url, timeout=60):
 
 
 # the trust tests' shared pieces (test_serve_trust.py, test_serve_models_and_connections.py)
-from scratchformer.serve.app import ServeConfig, create_app
+from scratchformer.serve.app import create_app
+from scratchformer.serve.state import ServeConfig
 from scratchformer.serve.backends import ClassifierBackend, LanguageModelBackend
 
 TEXTS = ["股市涨跌银行", "球赛队胜负", "今日消息", "银行利率基金涨"]

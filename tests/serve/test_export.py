@@ -10,7 +10,8 @@ import pytest
 from conftest import running, wait_ready
 
 from scratchformer.cli import main
-from scratchformer.serve.app import ServeConfig, create_app
+from scratchformer.serve.app import create_app
+from scratchformer.serve.state import ServeConfig
 from scratchformer.serve.backends import ModelSpec, load_backend
 
 pytest.importorskip("onnxruntime", reason="pip install -e '.[test]' brings onnxruntime")

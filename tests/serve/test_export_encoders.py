@@ -188,7 +188,8 @@ def test_export_matches_ours_and_gives_our_ids(exported):
 
 
 def test_exported_folder_runs_without_torch_and_serves_over_http(exported):
-    from scratchformer.serve.app import ServeConfig, create_app
+    from scratchformer.serve.app import create_app
+    from scratchformer.serve.state import ServeConfig
     from scratchformer.serve.backends import ModelSpec, load_backend
     from scratchformer.tasks.classify import Classifier
 

@@ -6,7 +6,8 @@ import shutil
 import pytest
 from conftest import running, wait_ready
 
-from scratchformer.serve.app import ServeConfig, create_app
+from scratchformer.serve.app import create_app
+from scratchformer.serve.state import ServeConfig
 from scratchformer.serve.backends import ClassifierBackend
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")

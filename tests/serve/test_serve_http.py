@@ -18,7 +18,8 @@ from conftest import running, wait_ready
 from prometheus_client.parser import text_string_to_metric_families
 
 from scratchformer.errors import UserError
-from scratchformer.serve.app import ServeConfig, create_app
+from scratchformer.serve.app import create_app
+from scratchformer.serve.state import ServeConfig
 from scratchformer.serve.backends import ClassifierBackend, LanguageModelBackend, TranslatorBackend
 
 TEXTS = ["股市涨跌银行", "球赛队胜负", "今日消息", "银行利率基金涨", "冠军进攻球赛胜", "新的一天"]

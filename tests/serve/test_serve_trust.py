@@ -35,7 +35,8 @@ from scratchformer.cli import main
 from scratchformer.errors import UserError
 from scratchformer.serve import app as app_module
 from scratchformer.serve import site
-from scratchformer.serve.app import ServeConfig, check_api_key, create_app
+from scratchformer.serve.app import create_app
+from scratchformer.serve.state import ServeConfig, check_api_key
 from scratchformer.serve.backends import ClassifierBackend, LanguageModelBackend, ModelSpec, load_backend
 
 

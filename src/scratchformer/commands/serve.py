@@ -17,7 +17,7 @@ from .common import add_compute_type, compute_type
 
 
 def register(cli) -> None:
-    from ..serve.app import API_KEY_ENV, ServeConfig
+    from ..serve.state import API_KEY_ENV, ServeConfig
 
     d = ServeConfig()
     p = cli.verb("serve", help="serve runs over HTTP (classify, translate, embeddings, completions, a page at /)")
@@ -70,7 +70,7 @@ def register(cli) -> None:
 
 
 def run_serve(args) -> int:
-    from ..serve.app import API_KEY_ENV, ServeConfig, check_api_key
+    from ..serve.state import API_KEY_ENV, ServeConfig, check_api_key
     from ..serve.backends import parse_specs
     from ..serve.server import serve
 

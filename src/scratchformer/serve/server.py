@@ -23,7 +23,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import UserError
-from .app import ServeConfig, create_app
+from .app import create_app
+from .state import ServeConfig
 from .backends import ModelSpec, load_backend
 
 log = logging.getLogger("scratchformer.serve")
