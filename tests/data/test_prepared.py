@@ -64,13 +64,15 @@ def test_rows_equal_read_labeled_file_on_a_messy_file(tmp_path):
 
 
 @pytest.mark.parametrize("kind,buckets,keep", [("char", 0, "head"), ("char", 512, "tail"), ("word", 0, "head+tail"),
-                                               ("word", 64, "head"), ("bpe", 0, "tail")])
+                                               ("word", 64, "head"), ("bpe", 0, "tail"),
+                                               ("char", (70_000, 90_000), "head")])  # + trigrams: packed ids > 2**32
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_prepared_ids_and_batches_equal_the_in_memory_ones(tmp_path, monkeypatch, kind, buckets, keep, pooling):
     f = tmp_path / "messy.tsv"
     _messy_tsv(f)
     r = _recipe(f, tokenizer=kind, vocab_size=300, truncate_keep=keep, max_len=9)
-    r.model.bigram_buckets = buckets
+    buckets, trigrams = buckets if isinstance(buckets, tuple) else (buckets, 0)
+    r.model.bigram_buckets, r.model.trigram_buckets = buckets, trigrams
     r.model.pooling = pooling
     lazy = load_classification(r.data)
     monkeypatch.setenv("SCRATCHFORMER_PREPARED", "0")
@@ -79,13 +81,15 @@ def test_prepared_ids_and_batches_equal_the_in_memory_ones(tmp_path, monkeypatch
     assert lazy.labels == plain.labels
     from scratchformer.tasks.classify.data import build_tokenizer_for
 
-    tok = tokenizer_for_split(r.data, lazy.train, buckets)
-    ref = build_tokenizer_for(r.data, [t for t, _ in plain.train], buckets)
+    tok = tokenizer_for_split(r.data, lazy.train, buckets, trigrams)
+    ref = build_tokenizer_for(r.data, [t for t, _ in plain.train], buckets, trigrams)
     assert tok.__class__ is ref.__class__ and [tok.id_to_token(i) for i in range(tok.vocab_size)] == \
         [ref.id_to_token(i) for i in range(ref.vocab_size)]
     enc = encoder_for(r, tok)
     label_ids = {lab: i for i, lab in enumerate(plain.labels)}
     shards = token_shards(lazy.train.rows, tok, enc.bigram_buckets, workers=2)
+    if trigrams:
+        assert shards.meta["bigram_dtype"] == "uint64" and int(shards.bigrams[:].max()) > 1 << 32
     for pairs_lazy, pairs, shuffle in ((lazy.train, plain.train, True), (lazy.test, plain.test, False)):
         a = PreparedSplit(pairs_lazy, shards, enc, label_ids, r.data, shuffle, seed=3)
         b = EncodedSplit(pairs, enc, label_ids, r.data, shuffle, seed=3)

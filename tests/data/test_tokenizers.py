@@ -219,3 +219,29 @@ def test_auto_kind_and_factory():
     assert isinstance(build_tokenizer("char", ZH, min_freq=3), CharTokenizer)
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         build_tokenizer("sentencepiece", EN)
+
+
+def test_char_trigrams_packed_with_bigrams_fixed_values_and_round_trip(tmp_path):
+    """With trigram_buckets each position's id is bigram + N * trigram (data.bigrams.pack_ngrams):
+    the bigram part is exactly the bigram-only tokenizer's, the trigram part crc32 of the three
+    characters, and both survive save/load."""
+    import zlib
+
+    from scratchformer.data.bigrams import char_trigrams
+    from scratchformer.data.tokenizers import Tokenizer
+
+    texts = ["今天天气很好", "今天下雨"]
+    tok = CharTokenizer.train(texts, bigram_buckets=1000, trigram_buckets=500)
+    packed = tok.encode_bigrams("今天好吗", add_bos=True, add_eos=True)
+    assert packed == [0, 141117, 179996, 139716, 476205, 0]  # crc32-based: identical on every machine
+    bi = CharTokenizer.train(texts, bigram_buckets=1000).encode_bigrams("今天好吗", add_bos=True, add_eos=True)
+    assert [p % 1000 for p in packed] == bi
+    tri = [p // 1000 for p in packed[1:-1]]
+    assert tri == char_trigrams(list("今天好吗"), 500)
+    assert tri[2] == 1 + zlib.crc32("今\x1f天\x1f好".encode()) % 499 and tri[0] == 1 + zlib.crc32("\x1f\x1f今".encode()) % 499
+    assert all(1 <= t < 500 for t in tri)
+    assert char_trigrams(list("ab"), 50) != char_trigrams(list("ba"), 50)
+    tok.save(tmp_path / "t.json")
+    assert Tokenizer.load(tmp_path / "t.json").encode_bigrams("今天好吗") == packed[1:-1]
+    with pytest.raises(ValueError, match="trigram_buckets needs bigram_buckets"):
+        CharTokenizer.train(texts, trigram_buckets=500)

@@ -91,3 +91,14 @@ def test_language_model_run_with_learned_positions_and_tied_head(tmp_path):
     for name, counted, term in rows:
         assert counted == term.value, name
     assert "head" not in {name for name, _, _ in rows}  # tied to the token embedding
+
+
+def test_hashed_bigram_and_trigram_tables_are_counted():
+    from scratchformer.models.classifier import ClassifierConfig, EncoderClassifier
+
+    enc = dict(d_model=16, n_heads=2, d_ff=32, n_layers=1)
+    model = {"vocab_size": 50, "n_classes": 3, "bigram_buckets": 97, "trigram_buckets": 31, "encoder": enc}
+    terms = closed_form({"task": "classify", "model": model})
+    real = EncoderClassifier(ClassifierConfig(vocab_size=50, n_classes=3, bigram_buckets=97, trigram_buckets=31,
+                                              encoder=TransformerConfig(**enc)))
+    assert terms["embeddings"].value == sum(p.numel() for p in real.embed.parameters()) == (50 + 97 + 31) * 16

@@ -149,7 +149,16 @@ def bpe_run(tmp_path_factory):
                          "--set", "model.encoder.d_ff=64", "--set", "model.encoder.n_layers=2"])
 
 
-@pytest.fixture(scope="module", params=["xlmr", "bpe"])
+@pytest.fixture(scope="module")
+def tri_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tri")
+    return _train(root, ["--set", "data.tokenizer=char", "--set", "model.bigram_buckets=70000",
+                         "--set", "model.trigram_buckets=90000", "--set", "data.max_len=20",  # packed ids > 2**32
+                         "--set", "model.encoder.d_model=32", "--set", "model.encoder.n_heads=4",
+                         "--set", "model.encoder.d_ff=64", "--set", "model.encoder.n_layers=1"])
+
+
+@pytest.fixture(scope="module", params=["xlmr", "bpe", "tri"])
 def exported(request, tmp_path_factory):
     run = request.getfixturevalue(f"{request.param}_run")
     out = tmp_path_factory.mktemp("onnx") / request.param
@@ -182,9 +191,12 @@ def test_export_matches_ours_and_gives_our_ids(exported):
         std = Tokenizer.from_file(str(out / "tokenizer.json")).encode_batch(["query: " + t for t in texts])
         assert [e.ids for e in std] == ours.ids.tolist()
         assert clf.tokenizer.vocab_size < 300  # pruned by --init
-    else:
+    elif name == "bpe":
         assert (p["bigrams"], p["truncate_keep"], p["prefix_ids"]) == ("id", "head+tail", [4])
         assert np.array_equal(feeds["bigram_ids"], ours.bigrams.numpy())
+    else:  # character bigrams and trigrams packed into one id
+        assert (p["bigrams"], p["bigram_buckets"], p["trigram_buckets"]) == ("char", 70000, 90000)
+        assert np.array_equal(feeds["bigram_ids"], ours.bigrams.numpy()) and feeds["bigram_ids"].max() > 1 << 32
 
 
 def test_exported_folder_runs_without_torch_and_serves_over_http(exported):

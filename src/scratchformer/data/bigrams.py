@@ -1,6 +1,6 @@
 """Hashed bigram ids: each position also gets an embedding of (previous token, token), bucketed.
 
-Three hashes, each with its own input, all mapping to [1, n) with 0 = nothing (specials,
+Three bigram hashes (and a character trigram hash), each with its own input, all mapping to [1, n) with 0 = nothing (specials,
 padding). They are kept apart on purpose: a trained run's embeddings are indexed by its hash,
 so changing one would silently change every model trained with it.
 
@@ -8,6 +8,9 @@ so changing one would silently change every model trained with it.
     id_bigrams       token ids, a list (other tokenizers): 1 + crc32("prev id") % (n - 1)
     id_bigrams_batch token ids, a tensor (translation source, computed inside the model):
                      (prev * 1_000_003 + id) % (n - 1) + 1, 0 at special ids
+
+    char_trigrams    characters, with trigram_buckets:  1 + crc32(p2 \x1f p1 \x1f char) % (n - 1),
+                     packed with the bigram as bigram + bigram_buckets * trigram (`pack_ngrams`)
 
 crc32 is stable across processes and machines (Python's `hash()` is not).
 """
@@ -31,6 +34,21 @@ def char_bigrams(chars: Sequence[str], n: int) -> list[int]:
     """One bucket per character; the first pairs with ""."""
     prev = [""] + list(chars[:-1])
     return [1 + zlib.crc32((p + c).encode("utf-8")) % (n - 1) for p, c in zip(prev, chars)]
+
+
+def char_trigrams(chars: Sequence[str], n: int) -> list[int]:
+    """One bucket per character for (the two before it, it); the first ones pair with "".
+    The separator keeps ("ab", "c") and ("a", "bc") apart (characters are single code points,
+    so it only matters for robustness)."""
+    p1 = [""] + list(chars[:-1])
+    p2 = ["", ""] + list(chars[:-2])
+    return [1 + zlib.crc32(f"{a}\x1f{b}\x1f{c}".encode("utf-8")) % (n - 1) for a, b, c in zip(p2, p1, chars)]
+
+
+def pack_ngrams(bigrams: Sequence[int], trigrams: Sequence[int], bigram_buckets: int) -> list[int]:
+    """One id per position carrying both buckets, `bigram + bigram_buckets * trigram`, so the
+    data path (one int per token) stays as it is; `Embeddings` splits them again."""
+    return [b + bigram_buckets * t for b, t in zip(bigrams, trigrams)]
 
 
 def id_bigrams(ids: Sequence[int], n: int) -> list[int]:

@@ -246,6 +246,8 @@ def encode_run(tok, texts: list[str], bigram_buckets: int) -> dict | None:
     from .bigrams import char_bigrams_array, id_bigrams_array
 
     cps = None
+    if getattr(tok, "trigram_buckets", 0) and bigram_buckets:
+        return None  # packed trigrams: text by text (no numpy path for them yet)
     if tok.kind == "char":
         ids, lengths, cps = char_ids(tok, texts)
     elif tok.kind == "word":

@@ -79,7 +79,7 @@ def count_tokens(pairs: LazyPairs, tok, workers: int | None = None) -> Counter:
 
 
 def vocab_tokenizer(kind: str, pairs: LazyPairs, min_freq: int = 1, lowercase: bool = False,
-                    bigram_buckets: int = 0, workers: int | None = None, log=None):
+                    bigram_buckets: int = 0, workers: int | None = None, log=None, trigram_buckets: int = 0):
     """The char or word tokenizer `build_tokenizer(kind, texts, ...)` would train on these
     texts (the same vocabulary, ids and segmenter), counted in parallel; cached beside the
     row index by (rows, kind, settings)."""
@@ -87,7 +87,7 @@ def vocab_tokenizer(kind: str, pairs: LazyPairs, min_freq: int = 1, lowercase: b
 
     if kind == "char":
         blank = CharTokenizer(SPECIAL_TOKENS, lowercase, 0)
-        make = lambda vocab: CharTokenizer(vocab, lowercase, bigram_buckets)  # noqa: E731
+        make = lambda vocab: CharTokenizer(vocab, lowercase, bigram_buckets, trigram_buckets)  # noqa: E731
     elif kind == "word":
         segmenter = "jieba" if pairs.cjk_fraction() > 0.30 else "regex"
         blank = WordTokenizer(SPECIAL_TOKENS, lowercase, segmenter)
@@ -95,7 +95,7 @@ def vocab_tokenizer(kind: str, pairs: LazyPairs, min_freq: int = 1, lowercase: b
     else:
         raise ValueError(f"vocab_tokenizer builds char and word tokenizers, not {kind!r}")
     key = {"kind": kind, "min_freq": min_freq, "lowercase": lowercase, "bigram_buckets": bigram_buckets,
-           "index": pairs.rows.folder.name, "rows": hashlib.sha256(pairs.index.tobytes()).hexdigest()}
+           **({"trigram_buckets": trigram_buckets} if trigram_buckets else {}), "index": pairs.rows.folder.name, "rows": hashlib.sha256(pairs.index.tobytes()).hexdigest()}
     folder = pairs.rows.folder.parent / f"vocab-{pairs.rows.digest[:16]}-{_digest_of(key)[:16]}"
 
     def fill(tmp: Path, files: dict) -> dict:
@@ -138,9 +138,14 @@ def _encode_task(task) -> dict:
         ids.append(np.asarray(a, dtype=np.uint32))
         lengths.append(len(a))
         if bigram_buckets:
-            bis.append(np.asarray(b, dtype=np.uint32))
+            bis.append(np.asarray(b, dtype=np.uint64 if _packed_trigrams(tok, bigram_buckets) else np.uint32))
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.uint32)  # noqa: E731
     return {"ids": cat(ids), "lengths": np.asarray(lengths, dtype=np.int64), "bigrams": cat(bis) if bigram_buckets else None}
+
+
+def _packed_trigrams(tok, bigram_buckets: int) -> int:
+    """The trigram buckets packed into each bigram id (`data.bigrams.pack_ngrams`), 0 if none."""
+    return getattr(tok, "trigram_buckets", 0) if getattr(tok, "bigram_buckets", 0) == bigram_buckets else 0
 
 
 class TokenShards:
@@ -191,11 +196,12 @@ def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int |
     folder = rows.folder.parent / f"tokens-{rows.digest[:16]}-{_digest_of(key)[:16]}"
     workers = default_workers(rows.meta.get("bytes", 0)) if workers is None else workers
     dtype = id_dtype(tok.vocab_size)
-    bdtype = id_dtype(bigram_buckets)
+    largest = bigram_buckets * max(1, _packed_trigrams(tok, bigram_buckets))  # packed trigrams: up to N * M
+    bdtype = id_dtype(largest) if largest <= 1 << 32 else np.dtype(np.uint64)
 
     def fill(tmp: Path, files: dict) -> dict:
         t0 = time.monotonic()
-        ids_file, bi_file = f"ids.{dtype.char == 'H' and 'u16' or 'u32'}", f"bigrams.{bdtype.char == 'H' and 'u16' or 'u32'}"
+        ids_file, bi_file = f"ids.{dtype.char == 'H' and 'u16' or 'u32'}", f"bigrams.u{8 * bdtype.itemsize}"
         w_ids, w_off = _Writer(tmp, ids_file), _Writer(tmp, "offsets.i64")
         w_bi = _Writer(tmp, bi_file) if bigram_buckets else None
         w_off.write(np.zeros(1, np.int64))

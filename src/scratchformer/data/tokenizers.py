@@ -28,7 +28,7 @@ from typing import Iterable, Sequence
 
 from ..errors import UserError
 from ..fileio import atomic_write_text
-from .bigrams import char_bigrams, check_buckets, id_bigrams
+from .bigrams import char_bigrams, char_trigrams, check_buckets, id_bigrams, pack_ngrams
 from .segment import CJK as _CJK, SEGMENTERS, WORD_PATTERN
 from .specials import BOS, BOS_ID, CLS, CLS_ID, EOS, EOS_ID, NUM_SPECIALS, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID  # noqa: F401
 FORMAT_VERSION = 1
@@ -214,23 +214,29 @@ class CharTokenizer(_VocabTokenizer):
     every position of `encode(text)`, an id in [0, N): 0 for specials, otherwise
     1 + crc32(prev_char + char) % (N - 1), with prev_char = "" at the first character.
     crc32 is stable across processes and machines (Python's hash() is not).
+    trigram_buckets=M adds hashed character trigrams, packed into the same id:
+    bigram + N * trigram (see `data.bigrams.pack_ngrams`).
     """
 
     kind = "char"
 
-    def __init__(self, tokens: Sequence[str], lowercase: bool = False, bigram_buckets: int = 0):
+    def __init__(self, tokens: Sequence[str], lowercase: bool = False, bigram_buckets: int = 0,
+                 trigram_buckets: int = 0):
         super().__init__(tokens, lowercase)
         check_buckets(bigram_buckets)
-        self.bigram_buckets = bigram_buckets
+        check_buckets(trigram_buckets)
+        if trigram_buckets and not bigram_buckets:
+            raise ValueError("trigram_buckets needs bigram_buckets (they are packed into one id)")
+        self.bigram_buckets, self.trigram_buckets = bigram_buckets, trigram_buckets
 
     @classmethod
     def train(cls, texts: Iterable[str], min_freq: int = 1, max_size: int | None = None,
-              lowercase: bool = False, bigram_buckets: int = 0) -> "CharTokenizer":
+              lowercase: bool = False, bigram_buckets: int = 0, trigram_buckets: int = 0) -> "CharTokenizer":
         """Characters seen fewer than `min_freq` times map to <unk>."""
         counts = Counter()
         for t in texts:
             counts.update(t.lower() if lowercase else t)
-        return cls(cls._build_vocab(counts, min_freq, max_size), lowercase, bigram_buckets)
+        return cls(cls._build_vocab(counts, min_freq, max_size), lowercase, bigram_buckets, trigram_buckets)
 
     def _split(self, text: str) -> list[str]:
         return list(text.lower() if self.lowercase else text)
@@ -244,16 +250,19 @@ class CharTokenizer(_VocabTokenizer):
         n = self.bigram_buckets
         if n < 2:
             raise ValueError("this CharTokenizer was built without bigram_buckets")
-        ids = char_bigrams(self._split(text), n)
+        chars = self._split(text)
+        ids = char_bigrams(chars, n)
+        if self.trigram_buckets:
+            ids = pack_ngrams(ids, char_trigrams(chars, self.trigram_buckets), n)
         return [0] * add_cls + [0] * add_bos + ids + [0] * add_eos
 
     def _state(self) -> dict:
         return {"lowercase": self.lowercase, "bigram_buckets": self.bigram_buckets,
-                "vocab": self.itos}
+                **({"trigram_buckets": self.trigram_buckets} if self.trigram_buckets else {}), "vocab": self.itos}
 
     @classmethod
     def _from_state(cls, s: dict) -> "CharTokenizer":
-        return cls(s["vocab"], s.get("lowercase", False), s.get("bigram_buckets", 0))
+        return cls(s["vocab"], s.get("lowercase", False), s.get("bigram_buckets", 0), s.get("trigram_buckets", 0))
 
 
 @_register

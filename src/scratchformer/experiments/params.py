@@ -118,7 +118,9 @@ def closed_form(recipe: dict) -> dict[str, Term]:
             terms = {"recurrence": Term(t.n_layers * 2 * 4 * h * (t.d_model + h + 2), "L·2·4·h·(d + h + 2), h = d/2")}
         else:
             terms = _block_terms(t, t.n_layers, cross=False)
-        value, formula = _embedding(t, model.get("vocab_size", 0), model.get("bigram_buckets", 0), "V")
+        # hashed bigram and trigram tables: one row of d per bucket each
+        value, formula = _embedding(t, model.get("vocab_size", 0),
+                                    model.get("bigram_buckets", 0) + model.get("trigram_buckets", 0), "V")
         _add(terms, "embeddings", value, formula)
         if task == "classify":
             c = model.get("n_classes", 2)

@@ -38,6 +38,7 @@ class ClassifierConfig(JsonConfig):
     pooling: str = "mean"  # over real tokens; "cls" reads position 0 (the tokenizer adds <cls>)
     segment_pooling: str = "mean"  # how segment vectors of one long document are combined
     bigram_buckets: int = 0  # hashed bigram embeddings (0 = off)
+    trigram_buckets: int = 0  # hashed character trigram embeddings (0 = off; char tokenizer, needs bigrams)
     head_dropout: float = 0.1
     token_dropout: float = 0.0  # training only: this share of input tokens becomes <unk>
     init: str | None = None  # start from: 'minilm', 'e5', a HF BERT folder, or a `pretrain mlm` run
@@ -72,6 +73,10 @@ class ClassifierConfig(JsonConfig):
         if self.init_layers is not None and (isinstance(self.init_layers, bool) or not isinstance(self.init_layers, int)
                                              or self.init_layers < 1):
             raise UserError(f"model.init_layers must be a whole number >= 1 (or null: all), got {self.init_layers!r}")
+        if self.trigram_buckets and not self.bigram_buckets:
+            raise UserError("model.trigram_buckets needs model.bigram_buckets (each position's id packs both)")
+        if self.trigram_buckets == 1 or self.trigram_buckets < 0:
+            raise UserError("model.trigram_buckets must be 0 (off) or >= 2 (bucket 0 is for specials)")
         if self.bert is not None and (self.bigram_buckets or self.token_dropout):
             raise UserError("a BERT backbone uses its own vocabulary: set model.bigram_buckets=0 "
                             "and model.token_dropout=0")
@@ -93,7 +98,8 @@ class EncoderClassifier(nn.Module):
         if cfg.bert is not None:
             self.bert = BertEncoder(cfg.bert)  # cfg.bert.add_pooler is off: we pool ourselves
         else:
-            self.embed = Embeddings(cfg.vocab_size, cfg.encoder, cfg.bigram_buckets)
+            self.embed = Embeddings(cfg.vocab_size, cfg.encoder, cfg.bigram_buckets,
+                                    trigram_buckets=cfg.trigram_buckets)
             self.encoder = Encoder(cfg.encoder)
         if cfg.bert is not None:
             # pooling is masked, so padded rows are never read: skip computing them (~1.5x

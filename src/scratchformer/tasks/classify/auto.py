@@ -128,7 +128,8 @@ def describe(r: ClassifyRecipe) -> str:
         arch = f"init {m.init} (its tokenizer and size), encoder lr x{m.encoder_lr_scale}"
     else:
         e = m.encoder
-        tok = f"{dc.tokenizer}{' lower-cased' if dc.lowercase else ''}" + (f" + {m.bigram_buckets} hashed bigrams" if m.bigram_buckets else "")
+        tok = f"{dc.tokenizer}{' lower-cased' if dc.lowercase else ''}" + (f" + {m.bigram_buckets} hashed bigrams" if m.bigram_buckets else "") \
+            + (f" + {m.trigram_buckets} hashed trigrams" if m.trigram_buckets else "")
         arch = (f"{tok}, d{e.d_model} x {e.n_layers} layer{'s' * (e.n_layers > 1)} ({e.n_heads} heads, ff {e.d_ff}), "
                 f"dropout {e.dropout:g}, token dropout {m.token_dropout:g}")
     stop = f"<= {t.epochs} epochs" if t.epochs else f"{t.max_steps} steps"

@@ -360,14 +360,15 @@ def gold_ids(pairs: Sequence[tuple[str, str]], labels: list[str]) -> np.ndarray:
     return np.asarray([ids[lab] for _, lab in pairs], dtype=np.int64)
 
 
-def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int) -> Tokenizer:
+def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int, trigram_buckets: int = 0) -> Tokenizer:
     """`build_tokenizer_for` of the training texts; for prepared data counted in parallel
     from the file (char, word) or streamed into the `tokenizers` trainer (bpe, wordpiece).
     Under torchrun every process calls it at the same point: a counted vocabulary is cached,
     so rank 0 counts it first and the others read it (`main_first`)."""
     if not is_prepared(train):
-        return build_tokenizer_for(dc, [t for t, _ in train], bigram_buckets)
+        return build_tokenizer_for(dc, [t for t, _ in train], bigram_buckets, trigram_buckets)
     kind = ("char" if train.cjk_fraction() > 0.30 else "bpe") if dc.tokenizer == "auto" else dc.tokenizer
+    _check_trigrams(kind, trigram_buckets)
     if kind in ("char", "word"):
         import sys
 
@@ -375,7 +376,7 @@ def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int) -> T
 
         return main_first(lambda: vocab_tokenizer(kind, train, dc.min_freq, dc.lowercase,
                                                   bigram_buckets if kind == "char" else 0,
-                                                  log=lambda m: print(m, file=sys.stderr)))
+                                                  log=lambda m: print(m, file=sys.stderr), trigram_buckets=trigram_buckets))
     return build_tokenizer(kind, train.texts(), vocab_size=dc.vocab_size)
 
 
@@ -391,7 +392,7 @@ def prepare_classification(recipe: ClassifyRecipe, log=print) -> dict:
         raise UserError("a run with model.init (--init) uses its backbone's tokenizer and reads its data in memory; "
                         "prepare the data without it")
     data = load_classification(dc)
-    tok = tokenizer_for_split(dc, data.train, recipe.model.bigram_buckets)
+    tok = tokenizer_for_split(dc, data.train, recipe.model.bigram_buckets, recipe.model.trigram_buckets)
     enc = encoder_for(recipe, tok)
     from ...data.prepared_tokens import token_shards
 
@@ -426,12 +427,22 @@ def load_tokenizer(run_dir: Path, model_cfg: ClassifierConfig):
     return Tokenizer.load(Path(run_dir) / "tokenizer.json")
 
 
-def build_tokenizer_for(dc: ClassifyDataConfig, texts: list[str], bigram_buckets: int) -> Tokenizer:
+def _check_trigrams(kind: str, trigram_buckets: int) -> None:
+    if trigram_buckets and kind != "char":
+        raise UserError(f"model.trigram_buckets hashes character trigrams: it needs data.tokenizer=char "
+                        f"(this run's is {kind}); set model.trigram_buckets=0")
+
+
+def build_tokenizer_for(dc: ClassifyDataConfig, texts: list[str], bigram_buckets: int,
+                        trigram_buckets: int = 0) -> Tokenizer:
     """A fresh tokenizer; with bigram_buckets, the char tokenizer hashes character bigrams
-    (any other kind gets hashed token-id bigrams from the DocumentEncoder)."""
+    (any other kind gets hashed token-id bigrams from the DocumentEncoder), with
+    trigram_buckets also character trigrams (the char tokenizer only)."""
     kind = auto_kind(texts) if dc.tokenizer == "auto" else dc.tokenizer
+    _check_trigrams(kind, trigram_buckets)
     if kind == "char":
-        return build_tokenizer("char", texts, min_freq=dc.min_freq, lowercase=dc.lowercase, bigram_buckets=bigram_buckets)
+        return build_tokenizer("char", texts, min_freq=dc.min_freq, lowercase=dc.lowercase,
+                               bigram_buckets=bigram_buckets, trigram_buckets=trigram_buckets)
     if kind == "word":
         return build_tokenizer("word", texts, min_freq=dc.min_freq, lowercase=dc.lowercase)
     return build_tokenizer(kind, texts, vocab_size=dc.vocab_size)

@@ -97,6 +97,7 @@ def _preprocess_settings(clf) -> dict:
             # a run that cuts long texts into segments reads the first one here: the head
             "truncate_keep": dc.truncate_keep if dc.long_mode == "truncate" else "head",
             "bigrams": bigrams, "bigram_buckets": mc.bigram_buckets,
+            **({"trigram_buckets": mc.trigram_buckets} if mc.trigram_buckets else {}),
             "lowercase": bool(getattr(tok, "lowercase", False))}
 
 
@@ -139,7 +140,7 @@ def export_onnx(run_dir: str | Path, out_dir: str | Path, check: bool = True,
     ids = torch.randint(5, max(6, vocab), (b, t))
     mask = torch.ones(b, t, dtype=torch.bool)
     mask[1, 4:] = False
-    args = (ids, torch.randint(1, max(2, clf.recipe.model.bigram_buckets), (b, t)), mask) if bigrams else (ids, mask)
+    args = (ids, torch.randint(1, max(2, clf.recipe.model.bigram_buckets) * max(1, clf.recipe.model.trigram_buckets), (b, t)), mask) if bigrams else (ids, mask)
     names = ["input_ids", "bigram_ids", "attention_mask"] if bigrams else ["input_ids", "attention_mask"]
     batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=1, max=_max_length(clf))
     with staged_export(out, "onnx", run_dir) as stage:

@@ -13,7 +13,8 @@ What it reproduces of the run's classifier (export.json "preprocess" holds the s
   1. the text prefix (e5's "query: "), then `tokenizer.json` (a standard `tokenizers` file
      giving our ids) without specials;
   2. hashed bigrams when the run has them: of characters, `1 + crc32(prev_char + char) % (n - 1)`,
-     or of token ids, `1 + crc32(f"{prev_id} {id}") % (n - 1)` (data/bigrams.py);
+     or of token ids, `1 + crc32(f"{prev_id} {id}") % (n - 1)` (data/bigrams.py); with
+     character trigrams, `bigram + n * (1 + crc32(p2 + "\x1f" + p1 + "\x1f" + char) % (m - 1))`;
   3. truncation to `max_len` tokens with the specials, keeping the head, the tail or both;
   4. the specials ([CLS] ... [SEP], <s> ... </s>, or a leading <cls>) and right padding with
      the run's pad id; `attention_mask` is True on real tokens.
@@ -50,6 +51,11 @@ class Preprocessor:
                 if len(chars) != len(ids):
                     raise ValueError(f"tokenizer.json gave {len(ids)} ids for {len(chars)} characters")
                 bis = [1 + zlib.crc32((a + b).encode("utf-8")) % (n - 1) for a, b in zip([""] + chars[:-1], chars)]
+                m = p.get("trigram_buckets", 0)
+                if m:
+                    tri = [1 + zlib.crc32(f"{a}\x1f{b}\x1f{c}".encode("utf-8")) % (m - 1)
+                           for a, b, c in zip(["", ""] + chars[:-2], [""] + chars[:-1], chars)]
+                    bis = [b + n * t for b, t in zip(bis, tri)]
             elif p["bigrams"] == "id":
                 bis = [1 + zlib.crc32(f"{a} {b}".encode()) % (n - 1) for a, b in zip([-1] + ids[:-1], ids)]
             else:

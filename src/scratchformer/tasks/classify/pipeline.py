@@ -74,7 +74,8 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         tok = source.tokenizer
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
     else:
-        tok = tokenizer_for_split(recipe.data, data.train, recipe.model.bigram_buckets)
+        tok = tokenizer_for_split(recipe.data, data.train, recipe.model.bigram_buckets,
+                                  recipe.model.trigram_buckets)
     splits: dict[str, EncodedSplit | None] = {}
 
     def encode_splits(r: ClassifyRecipe) -> None:
@@ -230,7 +231,7 @@ def members_that_fit(recipe: ClassifyRecipe, data, started: float, step_timer: S
     t0 = time.monotonic()
     probe = recipe.copy()
     probe.ensemble = 1
-    tok = tokenizer_for_split(probe.data, data.train, probe.model.bigram_buckets)
+    tok = tokenizer_for_split(probe.data, data.train, probe.model.bigram_buckets, probe.model.trigram_buckets)
     probe.model.vocab_size, probe.model.n_classes = tok.vocab_size, len(data.labels)
     plan, times = measure_and_plan(probe, *encoded_splits(data, tok, probe), started, step_timer, setup_since=t0)
     n = plan.members_fit
