@@ -128,6 +128,17 @@ def test_transposed_layout_rule_and_numbers():
         lin.weight.mul_(2.0)  # an in-place update (an optimizer step): the copy is stale
     again = linear_mod.transposed_copy(lin.weight)
     assert again is not first and torch.equal(again, lin.weight.t())
+    # torch's fused AdamW and `.data` writes change a weight without moving its version counter
+    opt = torch.optim.AdamW(lin.parameters(), lr=0.1, fused=True)
+    lin.weight.grad, lin.bias.grad = torch.ones_like(lin.weight), torch.ones_like(lin.bias)
+    version = lin.weight._version
+    opt.step()
+    assert lin.weight._version == version  # what made a stale copy (a translation run that decoded its init)
+    fresh = linear_mod.transposed_copy(lin.weight)
+    assert fresh is not again and torch.equal(fresh, lin.weight.t())
+    lin.weight.data.add_(1.0)
+    linear_mod.forget_transposed()
+    assert torch.equal(linear_mod.transposed_copy(lin.weight), lin.weight.t())
     previous = linear_mod.use_transposed(False)
     try:
         with torch.inference_mode():

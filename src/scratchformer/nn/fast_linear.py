@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
 
@@ -166,7 +167,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 TRANSPOSED_MAX_NUMEL = 1 << 24  # a transposed copy doubles a weight's memory: not for the giant ones
 _transposed_enabled = True
-_TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version, its (in, out) copy)
+_TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> ((its version, steps), its (in, out) copy)
 
 
 def use_transposed(enabled: bool = True) -> bool:
@@ -184,10 +185,30 @@ def _version(t: torch.Tensor) -> int:
         return -1
 
 
+# Not every in-place change bumps a tensor's version counter: torch's fused AdamW (one kernel over
+# every parameter) and writes through `.data` leave it as it was. So a copy is also made anew after
+# any optimizer step (a global hook counts them); after writing weights through `.data`, call
+# `forget_transposed()`.
+_optimizer_steps = 0
+
+
+def _count_optimizer_step(optimizer, args, kwargs) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
+
+
+def forget_transposed() -> None:
+    """Drop every transposed copy (they are made again when next needed)."""
+    _TRANSPOSED.clear()
+
+
 def transposed_copy(weight: torch.Tensor) -> torch.Tensor:
     """`weight (out, in)` as a contiguous `(in, out)` copy, made once per weight and made anew
-    after the weight changed in place (an optimizer step)."""
-    version = _version(weight)
+    after the weight changed in place (its version counter moved, or an optimizer stepped)."""
+    version = (_version(weight), _optimizer_steps)
     hit = _TRANSPOSED.get(weight)
     if hit is not None and hit[0] == version:
         return hit[1]

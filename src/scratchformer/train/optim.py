@@ -49,7 +49,13 @@ def adamw(groups: list[dict], lr: float, betas, eps: float, sharded: bool = Fals
     them within 1e-6 over 20 steps), done in one pass over memory instead of ~10 tensor ops per
     parameter. For a model with large embedding tables (hashed bigrams: 25.6M of a 27M-parameter
     classifier) the single-tensor loop was 58% of a training step on CPU; fused is ~5x faster
-    there (benchmarks/optimizer.py). The trainer does not use it yet: with it, the e5-encoder
-    translation test (tests/tasks/test_translate_e5.py) learned nothing; the cause is not found."""
+    there (benchmarks/optimizer.py)."""
     why = why_not_fused([p for g in groups for p in g["params"]], sharded)
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True if why is None else None), why
+
+
+def keep_fused(optimizer: torch.optim.Optimizer, fused: bool) -> None:
+    """After `load_state_dict`: the groups take the saved `fused` flag, and a checkpoint of an
+    older version (not fused) would turn the fast path off for the rest of the run."""
+    for g in optimizer.param_groups:
+        g["fused"] = True if fused else None

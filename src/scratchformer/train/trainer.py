@@ -69,7 +69,7 @@ from scratchformer.train.checkpoint import (
 from scratchformer.train.checkpoint_store import CheckpointStore
 from scratchformer.train.config import TrainConfig
 from scratchformer.train.distributed import Distributed
-from scratchformer.train.optim import param_groups
+from scratchformer.train.optim import adamw, keep_fused, param_groups
 from scratchformer.train.device import resolve_device, resolve_precision
 from scratchformer.train.curves import plot_curves
 from scratchformer.train.rng import (forked_rng, get_rng_state, rng_from_tensors, rng_tensors, seed_everything,
@@ -155,7 +155,10 @@ class Trainer:
         groups = param_groups(self.model, cfg.weight_decay)
         for g in groups:  # per-parameter learning rates: `p.lr_scale` (see param_groups)
             g["lr"] = cfg.lr * g["lr_scale"]
-        self.optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+        self.optimizer, why_not_fused = adamw(groups, cfg.lr, cfg.betas, cfg.eps, sharded=self.sharded)
+        self._fused = why_not_fused is None
+        if why_not_fused and self.dist.is_main:
+            print(f"train: AdamW not fused: {why_not_fused}", file=sys.stderr, flush=True)
         self.precision, note = resolve_precision(cfg.precision, self.device)
         if note:
             print(f"train: {note}", file=sys.stderr, flush=True)
@@ -660,6 +663,7 @@ class Trainer:
             else:
                 load_weights(self.model, ck.weights)
                 self.optimizer.load_state_dict(state["optimizer"])
+                keep_fused(self.optimizer, self._fused)
             self.scheduler.load_state_dict(state["scheduler"])
             if self.scaler.is_enabled() and state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])

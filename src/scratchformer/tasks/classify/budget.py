@@ -132,8 +132,11 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
     from .task import ClassificationTask
 
     task = ClassificationTask(model, recipe, None, [])
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.train.lr)
     from ...train.device import resolve_precision
+    from ...train.optim import adamw, param_groups
+
+    tc = recipe.train  # the run's optimizer (fused where it can be), so its time is the run's
+    opt, _ = adamw(param_groups(model, tc.weight_decay), tc.lr, tc.betas, tc.eps)
 
     precision, _ = resolve_precision(recipe.train.precision, torch.device("cpu"))  # what the run will use
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
