@@ -85,9 +85,14 @@ class ClassifyRecipe(Recipe):
     # an ensemble whose member i leaves out every `ensemble`-th training text from the i-th: a
     # teacher that has, for every training text, a member that never saw it (distill.py)
     cross_fit: bool = False
+    # R-Drop (Liang et al. 2021): each training batch goes through the model twice (two dropout
+    # masks); the loss adds this weight times the symmetric KL between the two predictions. 0: off
+    rdrop: float = 0.0
 
     def __post_init__(self) -> None:
         check_ensemble(self.ensemble, auto=True)
+        if not self.rdrop >= 0:
+            raise UserError(f"rdrop must be >= 0 (the weight of the KL between two dropout passes; 0 = off), got {self.rdrop}")
         check_minutes("time_budget (--time-budget)", self.time_budget)
         if not 0.0 <= self.distill_weight <= 1.0:
             raise UserError(f"distill_weight must be in [0, 1] (the share of the loss on the teacher), "

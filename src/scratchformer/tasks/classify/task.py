@@ -42,6 +42,8 @@ class ClassificationTask:
         logits = self.logits(b).float()
         loss = F.cross_entropy(logits, b.labels, reduction="sum",
                                label_smoothing=self.recipe.data.label_smoothing)
+        if self.recipe.rdrop > 0 and self.model.training:
+            loss = (loss + self._rdrop(b, logits)) / 2  # the mean of the two passes' losses + the KL term
         if b.soft is not None:
             a, t = self.recipe.distill_weight, self.recipe.distill_temperature
             soft = a * t * t * -(b.soft * F.log_softmax(logits / t, -1)).sum()
@@ -50,6 +52,15 @@ class ClassificationTask:
                                 "divided by it overflow; use a temperature between 0.5 and 10 (2 is the default)")
             loss = (1 - a) * loss + soft
         return loss, {"accuracy": float((logits.argmax(-1) == b.labels).sum())}
+
+    def _rdrop(self, b: ClassifyBatch, first: torch.Tensor) -> torch.Tensor:
+        """The second pass's cross-entropy + 2 · rdrop · ½ (KL(p1 ‖ p2) + KL(p2 ‖ p1)), summed over
+        the batch (halved with the first pass's loss by the caller: rdrop · the symmetric KL)."""
+        second = self.logits(b).float()  # other dropout masks (and token dropout draws)
+        ce = F.cross_entropy(second, b.labels, reduction="sum", label_smoothing=self.recipe.data.label_smoothing)
+        lp, lq = F.log_softmax(first, -1), F.log_softmax(second, -1)  # (B, K) each
+        kl = F.kl_div(lq, lp, log_target=True, reduction="sum") + F.kl_div(lp, lq, log_target=True, reduction="sum")
+        return ce + self.recipe.rdrop * kl
 
     def predictions(self, batches) -> tuple[np.ndarray, np.ndarray, float]:
         """(predicted ids, gold ids, mean loss). The ids go into two growing int64 buffers, not a
