@@ -2,6 +2,7 @@
 baseline, JSON + safetensors, predicts what scikit-learn predicts; the weight rule; a run that
 blends end to end) and distillation from a finished run (the loss, the teacher rows, a student)."""
 import json
+import re
 import random
 
 import numpy as np
@@ -235,6 +236,8 @@ def test_a_student_learns_from_a_finished_run(runs, tmp_path, capsys):
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "teacher: " in err and "right on" in err
+    n = re.search(r"teacher scoring the training texts: 100% of (\d+) texts", err)  # progress off a terminal
+    assert n and err.count("teacher scoring the training texts:") == 4
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["teacher"] == str(runs / "plain") and cfg["distill_weight"] == 0.9 and cfg["distill_temperature"] == 2.0
     assert json.loads((out / "test_metrics.json").read_text())["accuracy"] > 0.5

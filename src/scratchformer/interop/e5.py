@@ -46,6 +46,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..fileio import atomic_write_bytes, atomic_write_text, staged_folder
+from ..progress import progress_bar
 
 # --------------------------------------------------------------------------- the pinned sources
 
@@ -398,26 +399,6 @@ def check_decoded(target: Path, want: dict) -> str | None:
     return None
 
 
-def _progress_bar(total: int):
-    """A tqdm bar on a terminal; else a line at each quarter (logs and CI see it move)."""
-    import sys
-
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, desc="decoding e5", unit="tensor", file=sys.stderr, leave=False)
-        return bar.update, bar.close
-    done, said = [0], [0]
-
-    def update(n: int) -> None:
-        done[0] += n
-        quarter = 4 * done[0] // total
-        if quarter > said[0]:
-            said[0] = quarter
-            print(f"decoding e5: {100 * done[0] // total}% of {total} tensors", file=sys.stderr, flush=True)
-    return update, lambda: None
-
-
 def _provenance() -> dict:
     return {"decoder": DECODER_VERSION,
             "weights": {"spec": E5_WEIGHTS.spec, "sha256": E5_WEIGHTS.sha256, "member": E5_WEIGHTS.member},
@@ -450,7 +431,7 @@ def e5_dir() -> Path:
     f = load_e5_file()
     tok_bytes = E5_TOKENIZER.read()
     check_tokenizer_matches(f, json.loads(tok_bytes))
-    update, close = _progress_bar(n_tensors(f))
+    update, close = progress_bar(n_tensors(f), "decoding e5", "tensor")
     try:
         write_hf_folder(target, f, tok_bytes, provenance=want, progress=update)
     except (DiskFull, PermissionError, OSError) as e:

@@ -11,6 +11,7 @@ import torch
 from ...errors import UserError
 from ...nn.compute import Compute, compute_type_from
 from ...fileio import atomic_write_text
+from ...progress import progress_bar
 from ...models.classifier import EncoderClassifier, build_classifier
 from ...train.checkpoint import build_checked
 from ..runs import WEIGHTS, RunDir
@@ -175,13 +176,16 @@ class Classifier:
         return EncodedSplit(pairs, self._encode, label_ids, self.recipe.data, shuffle=False)
 
     @torch.no_grad()
-    def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+    def split_proba(self, pairs: Sequence[tuple[str, str]], progress: str | None = None) -> np.ndarray:
         """`(N, n_classes)` probabilities for labelled pairs, in their order (empty texts allowed,
-        as in evaluation)."""
+        as in evaluation). `progress`: a name to show the texts scored under (long splits)."""
         split = self._split(pairs)
         out = np.zeros((len(pairs), len(self.labels)))
+        update, close = progress_bar(len(pairs), progress, "text") if progress else (lambda n: None, lambda: None)
         for idx, b in zip(split.sampler.epoch_arrays(0), split.batches(0)):
             out[idx] = torch.softmax(self.task_for(b.ids.numel())[0].logits(b).float(), -1).numpy()
+            update(len(idx))
+        close()
         return out
 
     @torch.no_grad()
@@ -218,8 +222,9 @@ class EnsembleClassifier:
 
     predict = Classifier.predict
 
-    def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        return np.mean([m.split_proba(pairs) for m in self.members], axis=0)  # (N, K)
+    def split_proba(self, pairs: Sequence[tuple[str, str]], progress: str | None = None) -> np.ndarray:
+        return np.mean([m.split_proba(pairs, progress and f"{progress} (member {i + 1} of {len(self.members)})")
+                        for i, m in enumerate(self.members)], axis=0)  # (N, K)
 
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
@@ -320,8 +325,8 @@ class BlendedClassifier:
 
     predict = Classifier.predict
 
-    def split_proba(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        return self._mix(self.ours.split_proba(pairs), [t for t, _ in pairs])
+    def split_proba(self, pairs: Sequence[tuple[str, str]], progress: str | None = None) -> np.ndarray:
+        return self._mix(self.ours.split_proba(pairs, progress), [t for t, _ in pairs])
 
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
                  name: str = "eval", meta: dict | None = None) -> dict[str, Any]:
