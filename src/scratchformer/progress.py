@@ -8,8 +8,11 @@ import sys
 from typing import Callable
 
 
-def progress_bar(total: int, desc: str, unit: str) -> tuple[Callable[[int], None], Callable[[], None]]:
-    """`(update, close)`: `update(n)` after n more of `total` items are done; `close()` at the end."""
+def progress_bar(total: int, desc: str | None, unit: str) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """`(update, close)`: `update(n)` after n more of `total` items are done; `close()` at the end.
+    `desc` None: the caller asked for no display, and both do nothing."""
+    if desc is None:
+        return (lambda n: None), (lambda: None)
     if sys.stderr.isatty():
         from tqdm import tqdm
 

@@ -52,7 +52,8 @@ def teacher_probabilities(run_dir: str | Path, pairs, labels: list[str], log=pri
     if teacher.labels != labels:
         raise UserError(f"teacher {run_dir} was trained on the labels {teacher.labels[:5]}, this run has "
                         f"{labels[:5]}: the teacher must be trained on the same data set")
-    probs = cross_fitted(teacher, run_dir, pairs) if teacher.recipe.cross_fit else teacher.split_proba(pairs, "teacher scoring the training texts")
+    probs = (cross_fitted(teacher, run_dir, pairs) if teacher.recipe.cross_fit
+             else teacher.split_proba(pairs, "teacher scoring the training texts"))
     members = len(getattr(teacher, "members", ())) or 1
     agree = float((probs.argmax(1) == gold_ids(pairs, labels)).mean()) if pairs else 0.0
     soft = soften(probs, temperature)
@@ -75,7 +76,8 @@ def cross_fitted(teacher, run_dir, pairs) -> np.ndarray:
     probs = np.zeros((len(pairs), len(teacher.labels)))
     for i, m in enumerate(teacher.members):
         idx = np.arange(i, len(pairs), k)
-        probs[idx] = m.split_proba([pairs[j] for j in idx], f"teacher member {i + 1} of {k} scoring its held-out texts")
+        probs[idx] = m.split_proba([pairs[j] for j in idx],
+                                   f"teacher member {i + 1} of {k} scoring its held-out texts")
     return probs
 
 

@@ -181,7 +181,7 @@ class Classifier:
         as in evaluation). `progress`: a name to show the texts scored under (long splits)."""
         split = self._split(pairs)
         out = np.zeros((len(pairs), len(self.labels)))
-        update, close = progress_bar(len(pairs), progress, "text") if progress else (lambda n: None, lambda: None)
+        update, close = progress_bar(len(pairs), progress, "text")
         for idx, b in zip(split.sampler.epoch_arrays(0), split.batches(0)):
             out[idx] = torch.softmax(self.task_for(b.ids.numel())[0].logits(b).float(), -1).numpy()
             update(len(idx))
