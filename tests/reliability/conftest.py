@@ -12,10 +12,10 @@ import torch  # noqa: E402
 def quick_toy(monkeypatch):
     """Toy runs in milliseconds: one thread (tiny ops spin on a busy machine otherwise) and no
     curve plot (matplotlib costs more than the training)."""
-    from scratchformer.train import trainer as trainer_mod
+    from scratchformer.train import evaluation as evaluation_mod
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    monkeypatch.setattr(trainer_mod, "plot_curves", lambda *a, **k: None)
+    monkeypatch.setattr(evaluation_mod, "plot_curves", lambda *a, **k: None)
     yield
     torch.set_num_threads(threads)

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from train_toy import ToyTask, batch_fn, make_data  # noqa: E402
 
 from scratchformer.train import TrainConfig, Trainer  # noqa: E402
-from scratchformer.train import trainer as trainer_mod  # noqa: E402
+from scratchformer.train import evaluation as evaluation_mod  # noqa: E402
 
 STEPS = 60
 X, Y = make_data(40, seed=1)
@@ -37,7 +37,7 @@ def run_child(run_dir: str, resume: bool, ready) -> None:
 
     tqdm.set_lock(threading.RLock())  # tqdm's default multiprocessing lock would leak when killed
     torch.set_num_threads(1)  # the same arithmetic as the reference run in the test process
-    trainer_mod.plot_curves = lambda *a, **k: None  # a plot per evaluation would dominate
+    evaluation_mod.plot_curves = lambda *a, **k: None  # a plot per evaluation would dominate
     trainer = make_trainer(run_dir, seed=11 if resume else 5)  # resume must overwrite the init
     ready.send("ready")  # a pipe: a killed child leaves no semaphore behind
     trainer.fit(resume=resume, overwrite=not resume)  # killed before its first checkpoint: afresh

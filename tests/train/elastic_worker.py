@@ -18,14 +18,14 @@ import torch  # noqa: E402
 from train_toy import ToyTask, batch_fn, make_data  # noqa: E402
 
 from scratchformer.train import TrainConfig, Trainer  # noqa: E402
-from scratchformer.train import trainer as trainer_mod  # noqa: E402
+from scratchformer.train import evaluation as evaluation_mod  # noqa: E402
 
 STEPS = 10
 
 
 def main(run_dir: str) -> None:
     torch.set_num_threads(1)
-    trainer_mod.plot_curves = lambda *a, **k: None
+    evaluation_mod.plot_curves = lambda *a, **k: None
     x, y = make_data(64, seed=1)
     cfg = TrainConfig(lr=0.02, max_steps=STEPS, save_every=1, seed=3, schedule="cosine", warmup_steps=2,
                       log_every=1, progress=False, strategy=os.environ.get("STRATEGY", "ddp"))

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from scratchformer.errors import UserError
 from scratchformer.train import TrainConfig, Trainer
+from scratchformer.train import evaluation as evaluation_mod  # noqa: E402
 from scratchformer.train import trainer as trainer_mod
 from scratchformer.train.checkpoint import load_weights
 from scratchformer.train.checkpoint_store import CheckpointStore
@@ -70,7 +71,7 @@ def _worker(rank: int, port: int, run_dir: str, cfg: dict, resume_at: int | None
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    trainer_mod.plot_curves = lambda *a, **k: None  # a plot per evaluation would dominate
+    evaluation_mod.plot_curves = lambda *a, **k: None  # a plot per evaluation would dominate
     out: dict = {"rank": rank}
     if fast_rank == rank:  # this process's clock gains an hour at every reading; its evaluations differ
         ticks = iter(range(10**9))
@@ -118,7 +119,7 @@ def _max_diff(a: dict, b: dict) -> float:
 
 @pytest.fixture(autouse=True)
 def _no_plots(monkeypatch):
-    monkeypatch.setattr(trainer_mod, "plot_curves", lambda *a, **k: None)
+    monkeypatch.setattr(evaluation_mod, "plot_curves", lambda *a, **k: None)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

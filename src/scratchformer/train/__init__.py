@@ -7,8 +7,10 @@
 Modules: `config` (TrainConfig), `schedules` (learning-rate multipliers), `checkpoint`
 (safetensors weights + trainer state), `checkpoint_store` (a checkpoint as one atomic unit: a
 step directory named by a pointer file), `runfolder` (the run folder's lock, and protection of
-what is in it), `trainer` (Trainer), `device` (the device and precision a run computes in),
-`optim` (AdamW parameter groups: weight decay and per-parameter lr scales), `curves` (plot_curves).
+what is in it), `trainer` (Trainer: the loop), `evaluation` (its validation pass, logs and
+curves), `checkpointing` (its save and resume), `state` (TrainState), `device` (the device and
+precision a run computes in), `optim` (AdamW parameter groups: weight decay and per-parameter
+lr scales), `curves` (plot_curves).
 """
 
 from scratchformer.train import schedules

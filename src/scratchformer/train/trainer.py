@@ -42,13 +42,9 @@ changes the training trajectory. ``fit()`` holds an exclusive lock on ``run_dir`
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import math
 import sys
 import time
-import warnings
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -57,57 +53,27 @@ import torch
 from tqdm import tqdm
 
 from scratchformer.errors import UserError
-from scratchformer.fileio import append_text
-from scratchformer.train.checkpoint import (
-    atomic_write_bytes,
-    load_state,
-    load_weights,
-    read_weights_metadata,
-    state_to_bytes,
-    weights_to_bytes,
-)
 from scratchformer.train.checkpoint_store import CheckpointStore
+from scratchformer.train.checkpointing import CheckpointMixin
 from scratchformer.train.config import TrainConfig
-from scratchformer.train.distributed import Distributed
-from scratchformer.train.optim import adamw, keep_fused, param_groups
 from scratchformer.train.device import resolve_device, resolve_precision
-from scratchformer.train.curves import plot_curves
-from scratchformer.train.rng import (forked_rng, get_rng_state, rng_from_tensors, rng_tensors, seed_everything,
-                                     set_rng_state)
+from scratchformer.train.distributed import Distributed
+from scratchformer.train.evaluation import EvaluationMixin
+from scratchformer.train.optim import adamw, param_groups
+from scratchformer.train.rng import seed_everything, set_rng_state
 from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_files, holds_run, lock_run_folder,
                                            refuse_links)
-from scratchformer.train.run_files import CONFIG, CURVES, METRICS, WEIGHTS, truncate_metrics, write_train_status
+from scratchformer.train.run_files import CONFIG
 from scratchformer.train.schedules import make_lr_lambda
 from scratchformer.train.sharding import ShardedModel
+from scratchformer.train.state import TrainingDiverged, TrainState
+
+__all__ = ["Trainer", "TrainingDiverged", "TrainState"]
 
 _END = object()
 
 
-class TrainingDiverged(UserError):
-    """The loss or the gradients became NaN/Inf. Raised before the bad update is applied."""
-
-
-@dataclass
-class TrainState:
-    """Counters of a run; saved in ``trainer_state.pt`` and restored on resume."""
-
-    step: int = 0  # optimizer steps done
-    epoch: int = 0  # the epoch in progress (0-based); at an epoch boundary, epochs done
-    batch_in_epoch: int = 0  # micro-batches of `epoch` already consumed
-    best_metric: float | None = None
-    best_step: int | None = None
-    bad_evals: int = 0  # evaluations since the last improvement (early stopping)
-    elapsed: float = 0.0  # seconds, summed over resumed runs (for max_minutes)
-    last_eval: dict[str, float] = field(default_factory=dict)
-    last_eval_step: int | None = None
-    stop_reason: str | None = None
-    # the training-loss window not logged yet (kept so logs are continuous across a resume)
-    window_loss: float = 0.0
-    window_count: int = 0
-    window_extras: dict[str, float] = field(default_factory=dict)
-
-
-class Trainer:
+class Trainer(EvaluationMixin, CheckpointMixin):
     """Train ``task.model`` on ``train_batches`` with the settings of ``cfg``.
 
     ``train_batches(epoch)`` returns an iterable of batches, the same for the same epoch;
@@ -471,218 +437,3 @@ class Trainer:
             f"(NaN/Inf inputs or labels); nothing with NaN weights was saved, {kept}"
         )
 
-    # ------------------------------------------------------------------ evaluation and logs
-    def _evaluate(self, bar=None) -> bool:
-        """Evaluate on the validation batches; track the best model. False if there are none."""
-        if self.valid_batches is None:
-            return False
-        cfg, st = self.cfg, self.state
-        self.model.eval()
-        try:
-            with forked_rng(self.device), torch.no_grad(), self._autocast(), self._gathered():
-                raw = self.task.evaluate(b.to(self.device) for b in self.valid_batches())
-        finally:
-            self.model.train()
-        # rank 0's numbers for every process: the best checkpoint and early stopping follow them
-        metrics = self.dist.agree(lambda: {k: float(v) for k, v in raw.items()})
-        if cfg.metric not in metrics:
-            raise UserError(
-                f"metric '{cfg.metric}' is not among task.evaluate's results "
-                f"({', '.join(sorted(metrics))}); set metric to one of them"
-            )
-        value = metrics[cfg.metric]
-        st.last_eval, st.last_eval_step = metrics, st.step
-        best = st.best_metric
-        improved = math.isfinite(value) and (
-            best is None or (value < best if cfg.metric_mode == "min" else value > best)
-        )
-        if improved:
-            st.best_metric, st.best_step, st.bad_evals = value, st.step, 0
-            data = self._weights_bytes(self._position())  # fsdp: every process sends its shard
-            if self.dist.is_main:
-                atomic_write_bytes(self.run_dir / WEIGHTS, data)
-        else:
-            st.bad_evals += 1
-        row = {"step": st.step, "epoch": st.epoch, "split": "valid"}
-        row.update({k: v for k, v in metrics.items() if k not in row})
-        row["elapsed"] = round(self._elapsed(), 3)
-        self._append(row)
-        if bar is not None:
-            bar.set_postfix(self._postfix(), refresh=False)
-        if cfg.progress and self.dist.is_main and not sys.stderr.isatty():
-            # no bar off a terminal (tqdm draws none): a log file or CI sees one line per evaluation
-            train = f", train loss {self._last_train_loss:.4f}" if self._last_train_loss is not None else ""
-            best = f"{st.best_metric:.4f} at step {st.best_step}" if st.best_metric is not None else "none yet"
-            print(f"step {st.step}/{self.total_steps} (epoch {st.epoch}): valid {cfg.metric} {value:.4f}, best "
-                  f"{best}{train}, {self._elapsed():.0f} s", file=sys.stderr, flush=True)
-        self._plot()
-        return True
-
-    def _log_train(self, bar) -> None:
-        st = self.state
-        if st.window_count == 0:
-            return
-        now = time.monotonic()
-        loss = st.window_loss / st.window_count
-        row: dict[str, Any] = {
-            "step": st.step,
-            "epoch": st.epoch,
-            "split": "train",
-            "loss": loss,
-            "lr": self._last_lr,
-            "tokens_per_s": round(self._win_tokens / max(now - self._win_t0, 1e-9), 1),
-            "elapsed": round(self._elapsed(), 3),
-        }
-        for k, v in st.window_extras.items():
-            row.setdefault(k, v / st.window_count)
-        self._append(row)
-        self._last_train_loss = loss
-        self._last_tps = row["tokens_per_s"]
-        st.window_loss, st.window_count, st.window_extras = 0.0, 0, {}
-        self._win_tokens, self._win_t0 = 0, now
-        bar.set_postfix(self._postfix(), refresh=False)
-
-    def _postfix(self) -> dict[str, str]:
-        post = {}
-        if self._last_train_loss is not None:
-            post["loss"] = f"{self._last_train_loss:.4f}"
-        post["lr"] = f"{self._last_lr:.2e}"
-        if self._last_tps is not None:
-            post["tok/s"] = f"{self._last_tps:.0f}"
-        if self.cfg.metric in self.state.last_eval:
-            post[f"val_{self.cfg.metric}"] = f"{self.state.last_eval[self.cfg.metric]:.4f}"
-        return post
-
-    def _append(self, row: dict) -> None:
-        if not self.dist.is_main:
-            return
-        append_text(self.run_dir / METRICS, json.dumps(row) + "\n")
-
-    def _write_status(self, finished: bool) -> None:
-        if self.dist.is_main:
-            write_train_status(self.run_dir, self.state.step, finished, self.state.stop_reason)
-
-    def _plot(self) -> None:
-        if not self.dist.is_main:
-            return
-        try:
-            plot_curves(self.run_dir / METRICS, self.run_dir / CURVES)
-        except Exception as e:  # noqa: BLE001 - a plot must never kill a training run
-            warnings.warn(f"could not draw {self.run_dir / CURVES}: {e}", stacklevel=2)
-
-    def summary(self) -> dict[str, Any]:
-        """Where the run stands: step, epoch, why it stopped, best and last validation metrics."""
-        st = self.state
-        out: dict[str, Any] = {
-            "step": st.step,
-            "epoch": st.epoch,
-            "stop_reason": st.stop_reason,
-            "elapsed": round(self._elapsed(), 3),
-            "train_loss": self._last_train_loss,
-            "metric": self.cfg.metric,
-            "best_metric": st.best_metric,
-            "best_step": st.best_step,
-        }
-        out.update({f"valid_{k}": v for k, v in st.last_eval.items()})
-        return out
-
-    # ------------------------------------------------------------------ checkpoints
-    def _position(self) -> dict[str, str]:
-        """Where in the batch stream the weights are: after `step` optimizer steps, every batch of
-        the epochs before `epoch` and the first `batch_in_epoch` of it (`doctor` counts the tokens
-        those batches held, so it judges a saved model by what it has seen)."""
-        st = self.state
-        return {"step": str(st.step), "epoch": str(st.epoch), "batch_in_epoch": str(st.batch_in_epoch)}
-
-    def _weights_bytes(self, metadata: dict[str, str] | None = None) -> bytes:
-        """The weights as safetensors bytes (b"" on the processes other than rank 0 under fsdp)."""
-        full = self._full_state()
-        if full is None:
-            return b""
-        finite = torch.stack([torch.isfinite(t.detach()).all() for t in full.values() if t.is_floating_point()])
-        if not bool(finite.all()):
-            raise self._diverged(self.state.step, "the weights contain NaN/Inf")
-        return weights_to_bytes(None, metadata, state_dict=full)
-
-    def _save(self) -> None:
-        """Write one atomic checkpoint (and the latest model if there is no validation set)."""
-        st = self.state
-        st.elapsed = self.dist.agree(self._elapsed)  # rank 0's clock, for every process's counters
-        rng = get_rng_state(self.device)
-        ranks_rng = self.dist.gather_tensors(rng_tensors(rng))  # each process's dropout stream
-        data = self._weights_bytes(self._position())
-        optimizer = self._optimizer_state()
-        if not self.dist.is_main:
-            self._saved_step = st.step
-            return
-        state = state_to_bytes({
-            "format": 1,
-            "train": dataclasses.asdict(st),
-            "optimizer": optimizer,
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": rng,
-            "rng_ranks": [rng_from_tensors(parts, rng) for parts in ranks_rng],
-            "strategy": "fsdp" if self.sharded else "ddp",
-            "config": self.cfg.to_dict(),
-        })
-        self.store.save(st.step, data, state)
-        self._saved_step = st.step
-        if self.valid_batches is None:
-            atomic_write_bytes(self.run_dir / WEIGHTS, data)
-
-    def _optimizer_state(self) -> dict | None:
-        """AdamW's state: as `state_dict()` (by parameter number), or under fsdp the full state
-        gathered onto rank 0 (by parameter name; None elsewhere)."""
-        if not self.sharded:
-            return self.optimizer.state_dict()
-        full = self._sharded.full_optimizer_state(self.optimizer)
-        return full if self.dist.is_main else None
-
-    def _load_checkpoint(self) -> dict:
-        """Restore weights, optimizer, schedule, scaler and counters; return the RNG states."""
-        ck = self.store.latest()
-        state = load_state(ck.state)
-        try:
-            train = TrainState(**state["train"])
-            weights_step = read_weights_metadata(ck.weights).get("step")
-            if weights_step != str(train.step) or ck.step not in (None, train.step):
-                raise UserError(
-                    f"the checkpoint in {self.run_dir} is inconsistent: {ck.weights.name} is from step "
-                    f"{weights_step} but {ck.state.name} from step {train.step} (a run of an older "
-                    "version interrupted while saving?); start a fresh run with --overwrite"
-                )
-            saved_by = state.get("strategy", "ddp")
-            if saved_by != ("fsdp" if self.sharded else "ddp"):
-                raise UserError(
-                    f"the checkpoint in {self.run_dir} was written by a {saved_by} run with "
-                    f"{'several processes' if saved_by == 'fsdp' else 'unsharded weights'}; resume it with the "
-                    f"same train.strategy and process count kind (the weights alone load anywhere: model.safetensors)")
-            if self.sharded:
-                self._sharded.load(ck.weights, self.optimizer, state["optimizer"])
-            else:
-                load_weights(self.model, ck.weights)
-                self.optimizer.load_state_dict(state["optimizer"])
-                keep_fused(self.optimizer, self._fused)
-            self.scheduler.load_state_dict(state["scheduler"])
-            if self.scaler.is_enabled() and state.get("scaler"):
-                self.scaler.load_state_dict(state["scaler"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise UserError(
-                f"the checkpoint in {self.run_dir} does not fit this model/config ({e}); "
-                "start a fresh run or use the original settings"
-            ) from None
-        self.state = train
-        self._saved_step = train.step
-        self._truncate_metrics(train.step)
-        ranks = state.get("rng_ranks") or []
-        if len(ranks) == self.dist.world:
-            return ranks[self.dist.rank]
-        if self.dist.rank:  # saved by another number of processes: a fresh stream of this one's own
-            seed_everything(self.cfg.seed + self.dist.rank + 7919 * train.step)
-            return get_rng_state(self.device)
-        return state["rng"]
-
-    def _truncate_metrics(self, step: int) -> None:
-        if self.dist.is_main:
-            truncate_metrics(self.run_dir, step)
