@@ -65,10 +65,14 @@ class CheckpointMixin:
             "rng_ranks": [rng_from_tensors(parts, rng) for parts in ranks_rng],
             "strategy": "fsdp" if self.sharded else "ddp",
             "config": self.cfg.to_dict(),
+            "weight_average": self._average.state_dict() if self._average is not None else None,
         })
         self.store.save(st.step, data, state)
         self._saved_step = st.step
-        if self.valid_batches is None:
+        if self.valid_batches is None:  # no best to keep: the latest (the average under train.ema)
+            if self._average is not None:
+                with self._averaged_weights():
+                    data = self._weights_bytes(self._position())
             atomic_write_bytes(self.run_dir / WEIGHTS, data)
 
     def _optimizer_state(self) -> dict | None:
@@ -105,6 +109,12 @@ class CheckpointMixin:
                 self.optimizer.load_state_dict(state["optimizer"])
                 keep_fused(self.optimizer, self._fused)
             self.scheduler.load_state_dict(state["scheduler"])
+            if self._average is not None:
+                if state.get("weight_average") is None:
+                    raise UserError(
+                        f"the checkpoint in {self.run_dir} holds no weight average (it was trained without "
+                        f"train.ema); resume with ema=0 as it was, or start a fresh run")
+                self._average.load_state_dict(state["weight_average"])
             if self.scaler.is_enabled() and state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
         except (KeyError, TypeError, ValueError) as e:

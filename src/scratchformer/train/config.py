@@ -46,6 +46,8 @@ class TrainConfig(JsonConfig):
     Several processes (torchrun): ``strategy`` 'ddp' keeps the whole model in each process,
     'fsdp' shards weights, gradients and optimizer state across them (FSDP2); one process
     ignores it. See `scratchformer.train.distributed`.
+    ``ema``: in (0, 1), evaluate and keep an exponential moving average of the weights with that
+    decay (e.g. 0.999; `scratchformer.train.weight_average`); 0 = off, the raw weights.
     """
 
     # optimizer (AdamW)
@@ -68,6 +70,7 @@ class TrainConfig(JsonConfig):
     precision: str = "fp32"
     grad_checkpointing: bool = False
     strategy: str = "ddp"
+    ema: float = 0.0
     # evaluation, checkpoints, early stopping
     eval_every: int = 0
     save_every: int = 0
@@ -101,7 +104,7 @@ class TrainConfig(JsonConfig):
                 kind = "an integer" if integer else "a number"
                 raise bad(name, f"must be {kind}" + (" or null" if optional else ""))
 
-        for name in ("lr", "weight_decay", "eps", "min_lr_ratio"):
+        for name in ("lr", "weight_decay", "eps", "min_lr_ratio", "ema"):
             number(name)
         for name in ("warmup_steps", "accumulation", "eval_every", "save_every", "seed", "log_every"):
             number(name, integer=True)
@@ -139,6 +142,8 @@ class TrainConfig(JsonConfig):
             raise bad("max_minutes", "must be positive (or null for no time limit)")
         if self.grad_clip is not None and self.grad_clip < 0:
             raise bad("grad_clip", "must be >= 0 (0 or null disables clipping)")
+        if not 0 <= self.ema < 1:
+            raise bad("ema", "must be in [0, 1): the decay of the weight average (e.g. 0.999; 0 = off)")
         if self.accumulation < 1:
             raise bad("accumulation", "must be >= 1")
         if self.precision not in PRECISIONS:

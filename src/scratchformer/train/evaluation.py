@@ -28,6 +28,10 @@ class EvaluationMixin:
         """Evaluate on the validation batches; track the best model. False if there are none."""
         if self.valid_batches is None:
             return False
+        with self._averaged_weights():  # train.ema: the average is what is judged and kept
+            return self._evaluate_these_weights(bar)
+
+    def _evaluate_these_weights(self, bar) -> bool:
         cfg, st = self.cfg, self.state
         self.model.eval()
         try:
@@ -135,5 +139,7 @@ class EvaluationMixin:
             "best_metric": st.best_metric,
             "best_step": st.best_step,
         }
+        if self.cfg.ema:
+            out["weights"] = f"exponential moving average, decay {self.cfg.ema}"
         out.update({f"valid_{k}": v for k, v in st.last_eval.items()})
         return out

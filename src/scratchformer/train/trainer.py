@@ -67,6 +67,7 @@ from scratchformer.train.run_files import CONFIG
 from scratchformer.train.schedules import make_lr_lambda
 from scratchformer.train.sharding import ShardedModel
 from scratchformer.train.state import TrainingDiverged, TrainState
+from scratchformer.train.weight_average import WeightAverage
 
 __all__ = ["Trainer", "TrainingDiverged", "TrainState"]
 
@@ -114,8 +115,12 @@ class Trainer(EvaluationMixin, CheckpointMixin):
                 )
             self.model.set_gradient_checkpointing(True)
         self.sharded = cfg.strategy == "fsdp" and self.dist.enabled  # one process: nothing to shard
+        if cfg.ema and self.sharded:
+            raise UserError("train.ema does not work with train.strategy=fsdp (the average would need the "
+                            "whole model on each process); use strategy ddp or set ema=0")
         self._sharded = ShardedModel(self.model) if self.sharded else None  # train/sharding.py
         self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self._average = WeightAverage(self.model, cfg.ema) if cfg.ema else None
         if not self._params:
             raise UserError("the model has no trainable parameters")
         groups = param_groups(self.model, cfg.weight_decay)
@@ -206,6 +211,13 @@ class Trainer(EvaluationMixin, CheckpointMixin):
                 "(with only max_minutes, use schedule 'constant' or 'noam')"
             )
         return total
+
+    def _averaged_weights(self):
+        """Inside: ``self.model`` holds the weight average when ``cfg.ema`` is on (evaluation and
+        the kept model), its own weights otherwise."""
+        if self._average is None:
+            return contextlib.nullcontext()
+        return self._average.swapped_into(self.model)
 
     def _autocast(self):
         if self.precision == "fp32":
@@ -419,6 +431,8 @@ class Trainer(EvaluationMixin, CheckpointMixin):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+        if self._average is not None:
+            self._average.update(self.model)
 
         st.window_loss += loss_value
         st.window_count += total
