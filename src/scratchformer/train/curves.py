@@ -1,7 +1,8 @@
 """Plot the training curves of a run from its ``metrics.jsonl``.
 
-Left panel: training loss and validation loss against the step. Right panel (when the
-validation lines carry other numbers, e.g. accuracy or BLEU): those metrics against the step.
+Left panel: training loss and validation loss against the step. Then, when the validation lines
+carry other numbers (accuracy, BLEU, perplexity...), those metrics against the step, one panel per
+scale (`scale_groups`): accuracy (0-1) drawn beside a perplexity of 300 would be a flat line at 0.
 matplotlib is imported only when a plot is drawn, with the non-interactive Agg canvas.
 """
 
@@ -46,9 +47,10 @@ def plot_curves(metrics_jsonl: str | Path, out_png: str | Path) -> Path:
     valid = [r for r in rows if r.get("split") == "valid"]
     extra = sorted({k for r in valid for k, v in r.items() if k not in _NOT_METRICS and _is_num(v)})
 
-    fig = Figure(figsize=(11 if extra else 6, 4), dpi=100)
+    groups = scale_groups({k: [r[k] for r in valid if _is_num(r.get(k))] for k in extra})
+    fig = Figure(figsize=(6 + 5 * len(groups), 4), dpi=100)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 2 if extra else 1, squeeze=False)[0]
+    axes = fig.subplots(1, 1 + len(groups), squeeze=False)[0]
 
     ax = axes[0]
     if train:
@@ -62,13 +64,12 @@ def plot_curves(metrics_jsonl: str | Path, out_png: str | Path) -> Path:
     if train or vl:
         ax.legend()
 
-    if extra:
-        ax = axes[1]
-        for k in extra:
+    for ax, group in zip(axes[1:], groups):
+        for k in group:
             pts = [(r["step"], r[k]) for r in valid if _is_num(r.get(k))]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=k, lw=1.5)
         ax.set_xlabel("step")
-        ax.set_ylabel("validation metric")
+        ax.set_ylabel("validation " + (group[0] if len(group) == 1 else "metric"))
         ax.grid(alpha=0.3)
         ax.legend()
 
@@ -78,6 +79,22 @@ def plot_curves(metrics_jsonl: str | Path, out_png: str | Path) -> Path:
     out = Path(out_png)
     atomic_write_bytes(out, buf.getvalue())
     return out
+
+
+def scale_groups(series: dict[str, list[float]], ratio: float = 10.0, most: int = 3) -> list[list[str]]:
+    """The metrics of `series` grouped so that each panel holds values of one scale: sorted by their
+    largest magnitude, a metric joins the previous panel when that is within `ratio` of the panel's
+    smallest; at most `most` panels (the last takes what is left)."""
+    size = {k: max((abs(v) for v in vs), default=0.0) for k, vs in series.items()}
+    groups: list[list[str]] = []
+    for k in sorted(series, key=lambda k: (size[k], k)):
+        small = size[groups[-1][0]] if groups else None
+        fits = small is not None and size[k] <= ratio * max(small, 1e-12)
+        if groups and (fits or len(groups) == most):
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return [sorted(g) for g in groups]
 
 
 def _is_num(v) -> bool:
