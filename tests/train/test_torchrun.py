@@ -242,14 +242,16 @@ def test_a_malformed_file_under_torchrun_ends_every_process_with_its_line(tmp_pa
     """Rank 0 finds the bad line while preparing; rank 1, waiting for the prepared data, gets
     the same one-line message from it and exits by itself (it never reads the file). Every
     process prints here (SCRATCHFORMER_DIST_VERBOSE=1); a wait without end would meet the
-    subprocess's timeout, the process group's being set far beyond it."""
+    subprocess's timeout, the process group's being set far beyond it. torchrun looks every 10 s:
+    once rank 0 has exited it SIGTERMs whoever is left, and on a loaded machine rank 1 printed its
+    line and was still shutting Python down 3 s later (2026-12-03); a hung rank 1 still meets it."""
     (tmp_path / "w").mkdir()
     bad = tmp_path / "w" / "bad.tsv"
     rows = [f"{t}\t{lab}" for t, lab in headlines(40, seed=2)]
     rows[5] += "\textra"  # line 7 (after the header): three fields
     bad.write_text("text\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
     res, writes = _audited(tmp_path, ["train", "classify", "--data", str(bad), "--out", str(tmp_path / "w" / "run"),
-                                      *ENC_TINY], launcher=("--monitor-interval", "3"),
+                                      *ENC_TINY], launcher=("--monitor-interval", "10"),
                            SCRATCHFORMER_DIST_VERBOSE="1", SCRATCHFORMER_DIST_TIMEOUT_S="600")
     assert res.returncode != 0
     message = f"error: {bad}:7: expected 2 tab-separated fields, found 3"
