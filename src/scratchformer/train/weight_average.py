@@ -22,7 +22,6 @@ class WeightAverage:
     """The moving average of ``model``'s parameters with decay ``ema`` in (0, 1)."""
 
     def __init__(self, model: torch.nn.Module, ema: float) -> None:
-        self.ema = ema
         self.averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(ema), use_buffers=False)
 
     def update(self, model: torch.nn.Module) -> None:
