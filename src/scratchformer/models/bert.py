@@ -137,6 +137,8 @@ class BertConfig(JsonConfig):
 class BertEmbeddings(nn.Module):
     """ids `(B, T)` -> `(B, T, C)`: word + position + token-type embeddings, LayerNorm, dropout."""
 
+    adversarial_input = True  # train.adversarial perturbs this output (train/adversarial.py)
+
     def __init__(self, cfg: BertConfig):
         super().__init__()
         C = cfg.hidden_size

@@ -20,6 +20,8 @@ class Embeddings(nn.Module):
     trigram` (`data.bigrams.pack_ngrams`): one id per position, so the data path is unchanged.
     """
 
+    adversarial_input = True  # train.adversarial perturbs this output (train/adversarial.py)
+
     def __init__(self, vocab_size: int, cfg: TransformerConfig, bigram_buckets: int = 0,
                  pad_id: int = 0, scale: bool = True, trigram_buckets: int = 0):
         super().__init__()

@@ -48,6 +48,9 @@ class TrainConfig(JsonConfig):
     ignores it. See `scratchformer.train.distributed`.
     ``ema``: in (0, 1), evaluate and keep an exponential moving average of the weights with that
     decay (e.g. 0.999; `scratchformer.train.weight_average`); 0 = off, the raw weights.
+    ``adversarial``: > 0, train on clean + adversarial inputs, each example's input embeddings
+    moved by that L2 norm against its gradient (FGM; `scratchformer.train.adversarial`; about 2x
+    the step time); 0 = off.
     """
 
     # optimizer (AdamW)
@@ -71,6 +74,7 @@ class TrainConfig(JsonConfig):
     grad_checkpointing: bool = False
     strategy: str = "ddp"
     ema: float = 0.0
+    adversarial: float = 0.0
     # evaluation, checkpoints, early stopping
     eval_every: int = 0
     save_every: int = 0
@@ -104,7 +108,7 @@ class TrainConfig(JsonConfig):
                 kind = "an integer" if integer else "a number"
                 raise bad(name, f"must be {kind}" + (" or null" if optional else ""))
 
-        for name in ("lr", "weight_decay", "eps", "min_lr_ratio", "ema"):
+        for name in ("lr", "weight_decay", "eps", "min_lr_ratio", "ema", "adversarial"):
             number(name)
         for name in ("warmup_steps", "accumulation", "eval_every", "save_every", "seed", "log_every"):
             number(name, integer=True)
@@ -144,6 +148,8 @@ class TrainConfig(JsonConfig):
             raise bad("grad_clip", "must be >= 0 (0 or null disables clipping)")
         if not 0 <= self.ema < 1:
             raise bad("ema", "must be in [0, 1): the decay of the weight average (e.g. 0.999; 0 = off)")
+        if not self.adversarial >= 0:
+            raise bad("adversarial", "must be >= 0: the L2 norm of each example's embedding perturbation (0 = off)")
         if self.accumulation < 1:
             raise bad("accumulation", "must be >= 1")
         if self.precision not in PRECISIONS:

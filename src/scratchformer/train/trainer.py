@@ -7,7 +7,9 @@ One optimizer step:
      summed gradient is exactly the gradient of the mean loss over the whole step;
   4. stop with `TrainingDiverged` if the loss or the gradient norm is NaN/Inf (before the
      update, so the weights stay finite and no bad checkpoint is ever written);
-  5. clip the global gradient norm, AdamW step, schedule step.
+  5. with ``adversarial`` > 0, the same micro-batches once more with each input embedding moved
+     against its gradient (train/adversarial.py), their gradient added;
+  6. clip the global gradient norm, AdamW step, schedule step.
 
 AdamW decays only parameters with 2 or more dimensions (weight matrices, embedding tables);
 biases and normalisation gains/offsets (1-D) are not decayed.
@@ -53,6 +55,7 @@ import torch
 from tqdm import tqdm
 
 from scratchformer.errors import UserError
+from scratchformer.train.adversarial import EmbeddingAdversary
 from scratchformer.train.checkpoint_store import CheckpointStore
 from scratchformer.train.checkpointing import CheckpointMixin
 from scratchformer.train.config import TrainConfig
@@ -121,6 +124,10 @@ class Trainer(EvaluationMixin, CheckpointMixin):
         self._sharded = ShardedModel(self.model) if self.sharded else None  # train/sharding.py
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._average = WeightAverage(self.model, cfg.ema) if cfg.ema else None
+        if cfg.adversarial and self.sharded:
+            raise UserError("train.adversarial does not work with train.strategy=fsdp (its second pass would "
+                            "need the padding passes too); use strategy ddp or set adversarial=0")
+        self._adversary = EmbeddingAdversary(self.model, cfg.adversarial) if cfg.adversarial else None
         if not self._params:
             raise UserError("the model has no trainable parameters")
         groups = param_groups(self.model, cfg.weight_decay)
@@ -384,20 +391,21 @@ class Trainer(EvaluationMixin, CheckpointMixin):
         loss_total = torch.zeros((), device=self.device, dtype=torch.float64)
         extras: dict[str, float] = {}
         tokens = 0
-        for i, b in enumerate(micro + micro[-1:] * pad):
-            b = b.to(self.device)
-            with self._autocast():
-                out = task.loss_sum(b)
-            loss, extra = out if isinstance(out, tuple) else (out, {})
-            scaled = loss / total
-            if i >= len(micro):  # a padding pass: joins the collectives, adds nothing
-                (scaled * 0.0).backward()
-                continue
-            (self.scaler.scale(scaled) if self.scaler.is_enabled() else scaled).backward()
-            loss_total += loss.detach().double()
-            for k, v in (extra or {}).items():
-                extras[k] = extras.get(k, 0.0) + float(v)
-            tokens += int(task.batch_tokens(b))
+        micro = [b.to(self.device) for b in micro]
+        adversary = self._adversary
+        with adversary.record() if adversary else contextlib.nullcontext():
+            for i, b in enumerate(micro + micro[-1:] * pad):
+                loss, extra = self._backward(b, total, padding=i >= len(micro))
+                if loss is None:
+                    continue
+                loss_total += loss.detach().double()
+                for k, v in (extra or {}).items():
+                    extras[k] = extras.get(k, 0.0) + float(v)
+                tokens += int(task.batch_tokens(b))
+        if adversary:  # the same micro-batches again, each embedding moved against its gradient
+            with adversary.perturb():
+                adversarial = sum(float(self._backward(b, total)[0].detach()) for b in micro)
+            extras["adversarial_loss"] = adversarial
         if self.dist.enabled:
             if not self.sharded:  # fsdp summed them shard by shard during backward
                 self.dist.sum_gradients(self._params)
@@ -439,6 +447,19 @@ class Trainer(EvaluationMixin, CheckpointMixin):
         for k, v in extras.items():
             st.window_extras[k] = st.window_extras.get(k, 0.0) + v
         self._win_tokens += tokens
+
+    def _backward(self, b, total: int, padding: bool = False):
+        """One forward/backward of ``task.loss_sum(b) / total``; returns (loss sum, extras), or
+        (None, {}) for a padding pass (fsdp: joins the collectives, adds nothing)."""
+        with self._autocast():
+            out = self.task.loss_sum(b)
+        loss, extra = out if isinstance(out, tuple) else (out, {})
+        scaled = loss / total
+        if padding:
+            (scaled * 0.0).backward()
+            return None, {}
+        (self.scaler.scale(scaled) if self.scaler.is_enabled() else scaled).backward()
+        return loss, extra
 
     def _diverged(self, step: int, what: str) -> TrainingDiverged:
         if self._saved_step is not None:
