@@ -116,3 +116,28 @@ def test_train_with_candidate_keeps_the_better_on_valid(tmp_path, monkeypatch, e
     else:
         assert kept == "default" and (tmp_path / "run" / "e5" / "model.safetensors").read_text() == "e5"
         assert lines[-1].startswith("adaptive default: today's choice stands (valid 0.8500 against e5's 0.8000)")
+
+
+def test_layer_lr_decay_gives_each_block_its_rate_down_to_the_embeddings():
+    """Top block at encoder_lr_scale, each block below at decay times the one above, embeddings at
+    decay ** L; the head at 1. The optimizer's groups then carry lr * that."""
+    from scratchformer.train import optim
+    bert = BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32,
+                      max_position_embeddings=34, pad_token_id=1, model_type="xlm-roberta", add_pooler=False)
+    model = EncoderClassifier(ClassifierConfig(vocab_size=20, n_classes=3, bert=bert, init="e5", layer_lr_decay=0.5))
+    model.set_encoder_lr_scale(0.2, 0.5)
+    scales = {name: p.lr_scale for name, p in model.named_parameters() if hasattr(p, "lr_scale")}
+    expected = {"bert.encoder.layers.2.": 0.2, "bert.encoder.layers.1.": 0.1, "bert.encoder.layers.0.": 0.05,
+                "bert.embeddings.": 0.025}
+    for name, p in model.named_parameters():
+        want = next((v for k, v in expected.items() if name.startswith(k)), None)
+        if name.startswith("head."):
+            assert not hasattr(p, "lr_scale")
+        else:
+            assert want is not None and abs(scales[name] - want) < 1e-12, name
+    lr_of = {id(p): g["lr_scale"] for g in optim.param_groups(model, 0.01) for p in g["params"]}
+    assert sorted({round(v, 6) for v in lr_of.values()}) == [0.025, 0.05, 0.1, 0.2, 1.0]
+    with pytest.raises(UserError, match="layer_lr_decay scales the layers of a pretrained backbone"):
+        ClassifierConfig(vocab_size=20, n_classes=3, layer_lr_decay=0.8)
+    with pytest.raises(UserError, match="layer_lr_decay must be in"):
+        ClassifierConfig(vocab_size=20, n_classes=3, init="e5", layer_lr_decay=1.5)

@@ -47,6 +47,9 @@ class ClassifierConfig(JsonConfig):
     prune_vocab: bool | None = None
     vocab_margin: int = 20000
     encoder_lr_scale: float = 1.0  # lr of the pretrained part = train.lr * this (with init)
+    # layer-wise lr decay (with init): the top block at encoder_lr_scale, each block below at this
+    # times the one above, the embeddings at this ** n_layers (1 = one rate for the whole backbone)
+    layer_lr_decay: float = 1.0
     # keep only the checkpoint's lowest N layers (None: all): a smaller, faster backbone
     init_layers: int | None = None
     bert: BertConfig | None = None  # set (from the checkpoint) when the backbone is BERT
@@ -70,6 +73,11 @@ class ClassifierConfig(JsonConfig):
             raise UserError(f"token_dropout must be in [0, 1), got {self.token_dropout}")
         if not self.encoder_lr_scale > 0:
             raise UserError(f"encoder_lr_scale must be > 0, got {self.encoder_lr_scale}")
+        if not 0 < self.layer_lr_decay <= 1:
+            raise UserError(f"model.layer_lr_decay must be in (0, 1] (1 = off; e.g. 0.85), got {self.layer_lr_decay}")
+        if self.layer_lr_decay != 1 and not self.init:
+            raise UserError("model.layer_lr_decay scales the layers of a pretrained backbone: set model.init "
+                            "(e.g. e5) or leave layer_lr_decay at 1")
         if self.init_layers is not None and (isinstance(self.init_layers, bool) or not isinstance(self.init_layers, int)
                                              or self.init_layers < 1):
             raise UserError(f"model.init_layers must be a whole number >= 1 (or null: all), got {self.init_layers!r}")
@@ -111,12 +119,25 @@ class EncoderClassifier(nn.Module):
         """The modules a pretrained checkpoint fills (everything but the head)."""
         return [self.bert] if self.cfg.bert is not None else [self.embed, self.encoder]
 
-    def set_encoder_lr_scale(self, scale: float) -> None:
+    def set_encoder_lr_scale(self, scale: float, layer_decay: float = 1.0) -> None:
         """Train the backbone at `scale` times the head's learning rate (the Trainer reads
-        each parameter's `lr_scale`)."""
+        each parameter's `lr_scale`). With `layer_decay` < 1 (layer-wise learning-rate decay, as
+        in ELECTRA / ULMFiT): the top block keeps `scale`, block i of L gets `scale * layer_decay **
+        (L - 1 - i)` and the embeddings `scale * layer_decay ** L`, so the lower, more general
+        layers move less."""
         for module in self.backbone():
             for p in module.parameters():
                 p.lr_scale = scale
+        if layer_decay == 1.0:
+            return
+        embeddings, encoder = (self.bert.embeddings, self.bert.encoder) if self.cfg.bert is not None \
+            else (self.embed, self.encoder)
+        depth = len(encoder.layers)
+        for i, block in enumerate(encoder.layers):
+            for p in block.parameters():
+                p.lr_scale = scale * layer_decay ** (depth - 1 - i)
+        for p in embeddings.parameters():
+            p.lr_scale = scale * layer_decay ** depth
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
         (self.bert if self.cfg.bert is not None else self.encoder).set_gradient_checkpointing(enabled)

@@ -107,8 +107,8 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     model = build_classifier(mc)
     if source is not None:
         source.load_into(model)
-    if mc.init and mc.encoder_lr_scale != 1.0:
-        model.set_encoder_lr_scale(mc.encoder_lr_scale)
+    if mc.init and (mc.encoder_lr_scale != 1.0 or mc.layer_lr_decay != 1.0):
+        model.set_encoder_lr_scale(mc.encoder_lr_scale, mc.layer_lr_decay)
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
     task = ClassificationTask(model, recipe, tok, data.labels, given)
     valid_batches = valid.batches(0) if valid else None
