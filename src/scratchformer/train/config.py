@@ -49,7 +49,7 @@ class TrainConfig(JsonConfig):
     ``ema``: in (0, 1), evaluate and keep an exponential moving average of the weights with that
     decay (e.g. 0.999; `scratchformer.train.weight_average`); 0 = off, the raw weights.
     ``adversarial``: > 0, train on clean + adversarial inputs, each example's input embeddings
-    moved by that L2 norm against its gradient (FGM; `scratchformer.train.adversarial`; about 2x
+    moved by that L2 norm against its gradient (FGM; `scratchformer.train.adversarial`; 2-3x
     the step time); 0 = off.
     """
 
