@@ -41,7 +41,8 @@ class EmbeddingAdversary:
         self._mode: str | None = None
         self._grads: list[torch.Tensor | None] = []
         self._next = 0
-        self._handles = [m.register_forward_hook(self._hook) for m in targets]
+        for m in targets:
+            m.register_forward_hook(self._hook)
 
     @contextmanager
     def record(self):
@@ -87,8 +88,3 @@ class EmbeddingAdversary:
         g = g.float()
         norm = g.flatten(1).norm(dim=1).clamp_min(1e-12)  # (B,)
         return self.epsilon * g / norm.view(-1, *([1] * (g.dim() - 1)))  # (B, T, C)
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
