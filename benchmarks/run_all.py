@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 
 from . import (attention, bf16, common, data_pipeline, encoder, generation, long_sequence, mfu, optimizer, serve,
-               translation)
+               sparse_embeddings, translation)
 
-ORDER = ("encoder", "mfu", "attention", "long_sequence", "bf16", "optimizer", "generation", "translation",
-         "data_pipeline", "serve")
+ORDER = ("encoder", "mfu", "attention", "long_sequence", "bf16", "optimizer", "sparse_embeddings", "generation",
+         "translation", "data_pipeline", "serve")
 MODULES = {"encoder": encoder, "attention": attention, "long_sequence": long_sequence, "bf16": bf16,
            "generation": generation, "translation": translation, "data_pipeline": data_pipeline, "mfu": mfu,
-           "serve": serve, "optimizer": optimizer}
+           "serve": serve, "optimizer": optimizer, "sparse_embeddings": sparse_embeddings}
 
 
 def run_all(quick: bool = False, out_dir=None, only=None, log=print) -> dict:

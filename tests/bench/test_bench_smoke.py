@@ -79,6 +79,9 @@ def test_other_schemas(results):
     o = _load(out, "optimizer")
     assert _is_summary(o["speedup_over_single"]["fused"]) and set(o["ms_per_step"]) == {"single", "foreach", "fused"}
     assert o["max_weight_difference_vs_single"]["fused"] < 1e-6  # the same update
+    se = _load(out, "sparse_embeddings")
+    assert _is_summary(se["speedup_over_dense"]) and set(se["ms_per_step"]) == {"dense", "sparse"}
+    assert se["max_weight_difference"] < 1e-6  # the same step
     g = _load(out, "generation")
     assert all(r["same_tokens"] for r in g["by_context"].values())  # cache == full forward
     tr = _load(out, "translation")

@@ -42,6 +42,9 @@ class Embeddings(nn.Module):
                 nn.init.normal_(table.weight, std=cfg.d_model ** -0.5)
                 with torch.no_grad():
                     table.weight[table.padding_idx].zero_()
+        for table in (self.bigrams, self.trigrams):  # hashed: a batch touches <1% of the rows
+            if table is not None:
+                table.sparse_gradient = True  # the trainer's fast path (train/sparse_embeddings.py)
 
     def forward(self, ids: torch.Tensor, bigram_ids: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
         x = self.tokens(ids) * self.scale  # (B, T, C)

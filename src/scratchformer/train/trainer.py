@@ -69,6 +69,7 @@ from scratchformer.train.runfolder import (RUN_MARKERS, claimed, clear_project_f
 from scratchformer.train.run_files import CONFIG
 from scratchformer.train.schedules import make_lr_lambda
 from scratchformer.train.sharding import ShardedModel
+from scratchformer.train.sparse_embeddings import SparseEmbeddings, densify_gradients
 from scratchformer.train.state import TrainingDiverged, TrainState
 from scratchformer.train.weight_average import WeightAverage
 
@@ -128,6 +129,12 @@ class Trainer(EvaluationMixin, CheckpointMixin):
             raise UserError("train.adversarial does not work with train.strategy=fsdp (its second pass would "
                             "need the padding passes too); use strategy ddp or set adversarial=0")
         self._adversary = EmbeddingAdversary(self.model, cfg.adversarial) if cfg.adversarial else None
+        self._sparse = SparseEmbeddings(self.model)
+        if self._sparse.tables and self.sharded:  # fully_shard keeps its gradients dense, shard by shard
+            if self.dist.is_main:
+                print(f"train: dense gradients for the {len(self._sparse.tables)} embedding table(s) marked "
+                      "sparse_gradient: strategy fsdp shards dense gradients only", file=sys.stderr, flush=True)
+            self._sparse.tables = []
         if not self._params:
             raise UserError("the model has no trainable parameters")
         groups = param_groups(self.model, cfg.weight_decay)
@@ -290,7 +297,8 @@ class Trainer(EvaluationMixin, CheckpointMixin):
             disable=None if cfg.progress and self.dist.is_main else True,
         )
         try:
-            reason = self._loop(bar, rng)
+            with self._sparse.active():
+                reason = self._loop(bar, rng)
             st.stop_reason = reason
             if self.valid_batches is not None and st.last_eval_step != st.step:
                 self._evaluate(bar)
@@ -406,6 +414,7 @@ class Trainer(EvaluationMixin, CheckpointMixin):
             with adversary.perturb():
                 adversarial = sum(float(self._backward(b, total)[0].detach()) for b in micro)
             extras["adversarial_loss"] = adversarial
+        densify_gradients(self._params)  # before the all-reduce, clipping and optimizer (sparse_embeddings.py)
         if self.dist.enabled:
             if not self.sharded:  # fsdp summed them shard by shard during backward
                 self.dist.sum_gradients(self._params)

@@ -133,7 +133,9 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
 
     task = ClassificationTask(model, recipe, None, [])
     from ...train.device import resolve_precision
+    from ...train.adversarial import EmbeddingAdversary
     from ...train.optim import adamw, param_groups
+    from ...train.sparse_embeddings import SparseEmbeddings, densify_gradients
 
     tc = recipe.train  # the run's optimizer (fused where it can be), so its time is the run's
     opt, _ = adamw(param_groups(model, tc.weight_decay), tc.lr, tc.betas, tc.eps)
@@ -142,11 +144,24 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     autocast = (lambda: torch.autocast("cpu", dtype=dtype)) if dtype else contextlib.nullcontext
 
-    def step(b) -> float:
-        t0 = time.perf_counter()
+    # the trainer's step exactly: its sparse n-gram gradients and, with train.adversarial, its second pass
+    adversary = EmbeddingAdversary(model, tc.adversarial) if tc.adversarial else None
+    sparse = SparseEmbeddings(model)
+
+    def backward(b) -> None:
         with autocast():
             loss, _ = task.loss_sum(b)
         (loss / len(b.labels)).backward()
+
+    def step(b) -> float:
+        t0 = time.perf_counter()
+        with sparse.active():
+            with adversary.record() if adversary else contextlib.nullcontext():
+                backward(b)
+            if adversary:
+                with adversary.perturb():
+                    backward(b)
+        densify_gradients(list(model.parameters()))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
