@@ -192,6 +192,12 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def classifier_line(s: dict) -> str:
+    """The words for the scratch classifier `s` describes (parameters, vocabulary, buckets, sizes)."""
+    return (f"{s['parameters'] / 1e6:.1f}M parameters: vocabulary {s['vocab']:,}, {s['buckets']:,} bigram buckets, "
+            f"d{s['d_model']}, d_ff {s['d_ff']}, {s['layers']} layers")
+
+
 def header_md(title: str, machine: dict, extra: str = "") -> str:
     m = machine
     return (f"# {title}\n\n"

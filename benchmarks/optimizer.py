@@ -80,9 +80,7 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
 def to_markdown(res: dict) -> str:
     s = res["settings"]
     parts = [common.header_md(res["title"], res["machine"],
-                              f"{s['parameters'] / 1e6:.1f}M parameters: vocabulary {s['vocab']:,}, "
-                              f"{s['buckets']:,} bigram buckets, d{s['d_model']}, d_ff {s['d_ff']}, "
-                              f"{s['layers']} layers; weight decay {s['weight_decay']}. "
+                              f"{common.classifier_line(s)}; weight decay {s['weight_decay']}. "
                               f"{res['reps']} interleaved repetitions, median (min–max); "
                               "speed-up per repetition.")]
     parts.append("## Targets\n\n" + common.targets_md(res["targets"]))

@@ -117,9 +117,7 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
 def to_markdown(res: dict) -> str:
     s = res["settings"]
     parts = [common.header_md(res["title"], res["machine"],
-                              f"{s['parameters'] / 1e6:.1f}M parameters: vocabulary {s['vocab']:,}, "
-                              f"{s['buckets']:,} bigram buckets, d{s['d_model']}, d_ff {s['d_ff']}, "
-                              f"{s['layers']} layers; a batch of {s['batch']} × {s['length']} tokens, "
+                              f"{common.classifier_line(s)}; a batch of {s['batch']} × {s['length']} tokens, "
                               f"{s['forward_passes']} forward and {s['backward_passes']} backward passes a step "
                               f"(R-Drop + adversarial), clipping and fused AdamW. {res['reps']} interleaved "
                               "repetitions, median (min–max); speed-up per repetition.")]
