@@ -3,7 +3,7 @@
 A dense embedding backward allocates a zero gradient the size of the whole table and adds the
 few rows a batch used into it; with 200,000 hashed bigram buckets of width 128 that is 100 MB
 filled and then added into ``.grad`` on every backward pass, four times a step with R-Drop and
-adversarial training, for the ~1,500 rows a batch of 64 headlines touches. With ``sparse=True``
+adversarial training, for the ~1,400 rows a batch of 64 headlines touches. With ``sparse=True``
 torch returns only those rows (indices + values), accumulates them by concatenation, and this
 module turns each such gradient dense once per step, before the all-reduce, the clipping and
 the optimizer, which all see exactly what the dense path gives (up to the order of float sums).

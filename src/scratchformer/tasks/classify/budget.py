@@ -132,8 +132,8 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
     from .task import ClassificationTask
 
     task = ClassificationTask(model, recipe, None, [])
-    from ...train.device import resolve_precision
     from ...train.adversarial import EmbeddingAdversary
+    from ...train.device import resolve_precision
     from ...train.optim import adamw, param_groups
     from ...train.sparse_embeddings import SparseEmbeddings, densify_gradients
 
