@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import sys
@@ -159,9 +160,10 @@ def under_torchrun(args) -> None:
     same command line continues the job (train/distributed.py). Nothing otherwise."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
-    from ..train.distributed import quiet_unless_main, restarted_with_checkpoint
+    from ..train.distributed import leave_process_group, quiet_unless_main, restarted_with_checkpoint
 
     quiet_unless_main()
+    atexit.register(leave_process_group)  # before teardown, so each rank exits with its own code
     if getattr(args, "claims_out", False) and not args.resume and restarted_with_checkpoint(args.out):
         print(f"torchrun restarted the job: resuming from the checkpoint in {args.out}", file=sys.stderr)
         args.resume, args.overwrite = True, False

@@ -75,6 +75,20 @@ def init_process_group(device: torch.device | None = None) -> bool:
     return dist.get_world_size() > 1
 
 
+def leave_process_group() -> None:
+    """Destroy the process group if this process joined one (registered at exit under torchrun).
+
+    Left to interpreter teardown, gloo's threads can be destroyed while still joinable once the
+    peer has already exited (two ranks ending on the same UserError): C++ then calls
+    std::terminate ("terminate called without an active exception") and the rank dies of
+    SIGABRT instead of exiting with its own code."""
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # the group is already broken: nothing left to tidy
+            pass
+
+
 def _attempt_store(timeout: timedelta):
     """Under torchrun's shared agent store, a client of it whose keys are this attempt's alone.
 
