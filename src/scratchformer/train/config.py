@@ -49,8 +49,10 @@ class TrainConfig(JsonConfig):
     ``ema``: in (0, 1), evaluate and keep an exponential moving average of the weights with that
     decay (e.g. 0.999; `scratchformer.train.weight_average`); 0 = off, the raw weights.
     ``adversarial``: > 0, train on clean + adversarial inputs, each example's input embeddings
-    moved by that L2 norm against its gradient (FGM; `scratchformer.train.adversarial`; 2-3x
-    the step time); 0 = off.
+    moved by that L2 norm along its gradient (FGM; `scratchformer.train.adversarial`; 2-3x
+    the step time); 0 = off. ``adversarial_steps``: K >= 1 ascent steps of that size, each
+    projected back onto the norm ball, with every step's gradient kept at weight 1/K (K = 1 is
+    FGM; each further step costs one more forward/backward).
     """
 
     # optimizer (AdamW)
@@ -75,6 +77,7 @@ class TrainConfig(JsonConfig):
     strategy: str = "ddp"
     ema: float = 0.0
     adversarial: float = 0.0
+    adversarial_steps: int = 1
     # evaluation, checkpoints, early stopping
     eval_every: int = 0
     save_every: int = 0
@@ -110,7 +113,8 @@ class TrainConfig(JsonConfig):
 
         for name in ("lr", "weight_decay", "eps", "min_lr_ratio", "ema", "adversarial"):
             number(name)
-        for name in ("warmup_steps", "accumulation", "eval_every", "save_every", "seed", "log_every"):
+        for name in ("warmup_steps", "accumulation", "eval_every", "save_every", "seed", "log_every",
+                     "adversarial_steps"):
             number(name, integer=True)
         for name in ("max_steps", "epochs", "early_stopping_patience", "noam_d_model"):
             number(name, integer=True, optional=True)
@@ -150,6 +154,8 @@ class TrainConfig(JsonConfig):
             raise bad("ema", "must be in [0, 1): the decay of the weight average (e.g. 0.999; 0 = off)")
         if not self.adversarial >= 0:
             raise bad("adversarial", "must be >= 0: the L2 norm of each example's embedding perturbation (0 = off)")
+        if self.adversarial_steps < 1:
+            raise bad("adversarial_steps", "must be >= 1: the ascent steps of the perturbation (1 = FGM)")
         if self.accumulation < 1:
             raise bad("accumulation", "must be >= 1")
         if self.precision not in PRECISIONS:

@@ -7,8 +7,8 @@ One optimizer step:
      summed gradient is exactly the gradient of the mean loss over the whole step;
   4. stop with `TrainingDiverged` if the loss or the gradient norm is NaN/Inf (before the
      update, so the weights stay finite and no bad checkpoint is ever written);
-  5. with ``adversarial`` > 0, the same micro-batches once more with each input embedding moved
-     against its gradient (train/adversarial.py), their gradient added;
+  5. with ``adversarial`` > 0, the same micro-batches ``adversarial_steps`` more times with each
+     input embedding moved along its gradient (train/adversarial.py), their mean gradient added;
   6. clip the global gradient norm, AdamW step, schedule step.
 
 AdamW decays only parameters with 2 or more dimensions (weight matrices, embedding tables);
@@ -128,7 +128,8 @@ class Trainer(EvaluationMixin, CheckpointMixin):
         if cfg.adversarial and self.sharded:
             raise UserError("train.adversarial does not work with train.strategy=fsdp (its second pass would "
                             "need the padding passes too); use strategy ddp or set adversarial=0")
-        self._adversary = EmbeddingAdversary(self.model, cfg.adversarial) if cfg.adversarial else None
+        self._adversary = (EmbeddingAdversary(self.model, cfg.adversarial, cfg.adversarial_steps)
+                           if cfg.adversarial else None)
         self._sparse = SparseEmbeddings(self.model)
         if self._sparse.tables and self.sharded:  # fully_shard keeps its gradients dense, shard by shard
             if self.dist.is_main:
@@ -410,10 +411,11 @@ class Trainer(EvaluationMixin, CheckpointMixin):
                 for k, v in (extra or {}).items():
                     extras[k] = extras.get(k, 0.0) + float(v)
                 tokens += int(task.batch_tokens(b))
-        if adversary:  # the same micro-batches again, each embedding moved against its gradient
-            with adversary.perturb():
-                adversarial = sum(float(self._backward(b, total)[0].detach()) for b in micro)
-            extras["adversarial_loss"] = adversarial
+        if adversary:  # the same micro-batches K more times, each embedding moved along its gradient
+            adversarial = 0.0
+            for _ in adversary.passes():
+                adversarial += sum(float(self._backward(b, total * adversary.steps)[0].detach()) for b in micro)
+            extras["adversarial_loss"] = adversarial / adversary.steps
         densify_gradients(self._params)  # before the all-reduce, clipping and optimizer (sparse_embeddings.py)
         if self.dist.enabled:
             if not self.sharded:  # fsdp summed them shard by shard during backward

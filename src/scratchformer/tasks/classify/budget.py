@@ -144,8 +144,8 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     autocast = (lambda: torch.autocast("cpu", dtype=dtype)) if dtype else contextlib.nullcontext
 
-    # the trainer's step exactly: its sparse n-gram gradients and, with train.adversarial, its second pass
-    adversary = EmbeddingAdversary(model, tc.adversarial) if tc.adversarial else None
+    # the trainer's step exactly: its sparse n-gram gradients and, with train.adversarial, its K more passes
+    adversary = EmbeddingAdversary(model, tc.adversarial, tc.adversarial_steps) if tc.adversarial else None
     sparse = SparseEmbeddings(model)
 
     def backward(b) -> None:
@@ -158,9 +158,8 @@ def measure_step_times(recipe, model: torch.nn.Module, train_batches: list, vali
         with sparse.active():
             with adversary.record() if adversary else contextlib.nullcontext():
                 backward(b)
-            if adversary:
-                with adversary.perturb():
-                    backward(b)
+            for _ in adversary.passes() if adversary else ():
+                backward(b)
         densify_gradients(list(model.parameters()))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
