@@ -2,10 +2,10 @@
 
 The model is `recipes/thucnews100k-scratch.json`'s classifier: d128, 2 layers and 200,000 hashed
 bigram buckets (the recipe's table when this was measured; 600,000 since 2026-12-04), so 25.6M of
-its 26.6M parameters sit in one table. Its step is what the trainer
-runs for that recipe: R-Drop's two forward passes in one loss, a backward, then adversarial
-training's second forward/backward at moved embeddings (train/adversarial.py), clipping and the
-fused AdamW step, on a batch of 64 headlines of 22 characters.
+its 26.6M parameters sit in one table. Its step is what the trainer runs for that recipe: R-Drop's
+two forward passes in one loss, a backward, then adversarial training's second forward/backward at
+moved embeddings (train/adversarial.py), clipping and the fused AdamW step, on a batch of 64
+headlines of 22 characters.
 
 Contenders (same weights, same batch, interleaved, one process):
   - dense: each backward through the bigram table fills a 200,000 × 128 zero gradient and adds
