@@ -13,7 +13,11 @@ against, so they are graded here on small tasks: a tiny copy task (source `a b c
 mask is graded here by its exact values too.
 
 Exit status: 0 every check passed, 1 a check failed (or a TODO is still there), 2 the file could not
-be loaded. The reference pieces here (the copy-task model on `torch.nn.Transformer`, the training
+be loaded (an exception, an `exit()` at import, a loop past the time limit, a process or thread left
+running, a replaced torch function). The command line grades in a child process through the same
+machinery as `scratchformer check` (`scratchformer.check.sandbox` and `.guard`: one grader, not two):
+nothing the learner's file starts outlives the grading, and the grader's reference computes with
+torch's own functions. `grade_file` grades in this process (the tests call it on trusted solutions). The reference pieces here (the copy-task model on `torch.nn.Transformer`, the training
 loop, greedy decoding) are the grader's own: your step 9 is trained by the grader's loop, your
 step 11 trains the grader's model, so one step's bug never hides in another's.
 """
@@ -188,6 +192,7 @@ def _attempt(grade: Grade, path: Path, what: str, fn) -> object | None:
 
 
 def load(path: Path):
+    """Import the learner's file (an `exit()` at import raises SystemExit: `grade_file` says so)."""
     spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # a dataclass in the learner's file looks its module up there
@@ -388,6 +393,10 @@ def grade_file(path: str | Path) -> Grade:
         return grade
     try:
         module = load(path)
+    except SystemExit as e:  # an unguarded `sys.exit(main())`: it would end the grading with their code
+        grade.error = (f"your file called exit({e.code!r}) while being loaded{_where(e, path)}; the grader imports it: "
+                       f"put script code under `if __name__ == \"__main__\":`")
+        return grade
     except Exception as e:
         grade.error = f"importing it raised {type(e).__name__}: {e}{_where(e, path)}"
         return grade
@@ -395,12 +404,83 @@ def grade_file(path: str | Path) -> Grade:
     return grade
 
 
+TIMEOUT_S = 600.0  # step 9 trains 300 steps: a minute or two on a busy core
+
+
+def grade_in_child(path: str | Path, timeout_s: float = TIMEOUT_S) -> Grade:
+    """`grade_file` in a child process under `scratchformer check`'s supervisor and torch guard."""
+    import json
+    import os
+    import tempfile
+
+    from scratchformer.check.child import stopped_line
+    from scratchformer.check.sandbox import run_untrusted
+
+    path = Path(path)
+    with tempfile.TemporaryDirectory(prefix="scratchformer-grade-") as tmp:
+        out, ready = Path(tmp) / "grade.json", Path(tmp) / "ready"
+        env = dict(os.environ)
+        src = str(Path(sys.modules["scratchformer"].__file__).resolve().parents[1])
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        outcome = run_untrusted([sys.executable, str(Path(__file__).resolve()), "--child", str(path.resolve()),
+                                 str(out), str(ready)], timeout_s=timeout_s, ready=ready, env=env,
+                                cwd=str(path.resolve().parent) if path.parent.is_dir() else None)
+        why = stopped_line(outcome, "en", timeout_s)
+        if out.exists() and not outcome.stopped and not outcome.flooded:
+            d = json.loads(out.read_text(encoding="utf-8"))
+            grade = Grade(d["step"], [tuple(r) for r in d["results"]], d["error"])
+            if why and grade.error is None:
+                grade.error = why
+            return grade
+        grade = Grade(path.name)
+        tail = [ln for ln in outcome.output.strip().splitlines() if ln.strip()][-1:]
+        grade.error = why or f"the grading process exited ({outcome.rc}): {tail[0][:200] if tail else 'an os._exit, or a crash'}"
+        return grade
+
+
+def _child(path: str, out: str, ready: str) -> None:
+    """The child's side: limits, the guard, the grading, the result as JSON; then leave at once."""
+    import json
+    import os
+
+    from scratchformer.check.guard import TorchGuard
+    from scratchformer.check.sandbox import leave, limit_self, threads_left
+    from scratchformer.fileio import atomic_write_text
+
+    pid = os.getpid()
+    torch.set_num_threads(1)  # tiny models: one thread is as fast, and fair to a shared machine
+    guard = TorchGuard()
+    limit_self(4096)
+    Path(ready).touch()
+    grade = grade_file(path)
+    if os.getpid() != pid:  # a copy their os.fork() made
+        leave()
+    replaced = guard.replaced()
+    if replaced and grade.error is None:
+        grade.error = (f"your file replaces {', '.join(replaced[:3])}: the grader computes with torch's own "
+                       f"functions; give your function its own name")
+    left = threads_left()
+    if left and grade.error is None:
+        grade.error = f"your code left a thread running ({left[0]}): make it daemon=True, or join it before returning"
+    atomic_write_text(out, json.dumps({"step": grade.step, "results": grade.results, "error": grade.error}))
+    leave()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 4 and argv[0] == "--child":
+        _child(*argv[1:])
     if len(argv) != 1:
         print("usage: python exercises/_grade.py exercises/NN_name.py   (steps 02, 09, 10, 11)")
         return 2
-    grade = grade_file(argv[0])
+    try:
+        import scratchformer  # noqa: F401  (the child machinery lives there)
+    except ImportError:
+        print("scratchformer is not importable from this Python: run `.venv/bin/python exercises/_grade.py ...` "
+              "(or `. .venv/bin/activate` first)")
+        return 2
+    grade = grade_in_child(argv[0])
     print(grade.text())
     return grade.exit_code
 

@@ -1,6 +1,7 @@
 """`check FILE.py`: check a learner's own Transformer against ours and name the bug (thin over scratchformer.check)."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -32,6 +33,12 @@ def parse_map(items: list[str] | None) -> dict:
     return out
 
 
+def positive(flag: str, value: float, unit: str) -> None:
+    """A limit is a finite number above 0: -5, 0, nan and inf would each switch the limit off or stop at once."""
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{flag} {value}: give a finite number above 0 ({unit})")
+
+
 def register(cli) -> None:
     p = cli.verb("check", help="check your own hand-written Transformer (FILE.py) against ours and name the bug")
     p.add_argument("file", type=Path, help="your Python file (it is loaded in a child process, never run as a script)")
@@ -43,7 +50,7 @@ def register(cli) -> None:
     p.add_argument("--map", action="append", metavar="KIND=Name",
                    help="what discovery cannot guess, e.g. --map attention=MyAttn,feed_forward=Block")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds your code may run (default 60)")
-    p.add_argument("--memory-mb", type=int, default=4096, help="memory your code may use (default 4096 MB)")
+    p.add_argument("--memory-mb", type=float, default=4096, help="memory your code may use (default 4096 MB)")
     p.add_argument("--train", action="store_true",
                    help="also train your encoder layer beside ours (same weights, same batches, about a minute)")
     p.add_argument("--train-steps", type=int, default=300, help="--train: steps (default 300)")
@@ -55,18 +62,21 @@ def register(cli) -> None:
 def check(args) -> int:
     from ..check import check_file
 
-    if not args.file.is_file():
-        raise UserError(f"{args.file} does not exist; give the path of your Python file")
-    if args.file.suffix != ".py":
-        raise UserError(f"{args.file} is not a .py file; give the Python file of your Transformer")
+    from ..check.child import not_a_python_file
+
+    why = not_a_python_file(args.file, "en")
+    if why:
+        raise UserError(why.split(" / ")[0])
     lang = args.lang or default_lang()
+    positive("--timeout", args.timeout, "seconds, e.g. --timeout 60")
+    positive("--memory-mb", args.memory_mb, "megabytes, e.g. --memory-mb 4096")
     if args.train and args.train_steps < 10:
         raise UserError(f"--train-steps {args.train_steps}: give at least 10 steps")
     if args.train and args.train_png.suffix.lower() != ".png":
         raise UserError(f"--train-png {args.train_png}: give a .png path")
     timeout = args.timeout + (args.train_steps * 1.0 if args.train else 0)  # a step is ~0.05 s on an idle core
     report = check_file(args.file, lang=lang, mask_convention=args.mask_convention, mapping=parse_map(args.map),
-                        timeout_s=timeout, memory_mb=args.memory_mb,
+                        timeout_s=timeout, memory_mb=max(1, int(args.memory_mb)),
                         train_steps=args.train_steps if args.train else 0,
                         train_png=args.train_png if args.train else None)
     print(report.to_json() if args.json else report.text(lang))
