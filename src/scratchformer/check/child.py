@@ -63,18 +63,19 @@ def not_a_python_file(path: Path, lang: str) -> str | None:
 def stopped_line(outcome, lang: str, timeout_s: float) -> str | None:
     """One line for a run the supervisor had to stop or that left processes behind (None: neither)."""
     left = len(outcome.left)
-    also = _msg(lang, f"；它启动的 {left} 个进程也已结束", f"; the {left} process(es) it started were stopped too") if left else ""
+    zh_also = f"；它启动的 {left} 个进程也已结束" if left else ""
+    en_also = f"; the {left} process(es) it started were stopped too" if left else ""
     if outcome.flooded:
         mb = MAX_OUTPUT // 2**20
         return _msg(lang, f"你的代码输出了超过 {mb} MB（循环里的 print？）：检查已停止它；少打印一些，或放进 "
-                          f"`if __name__ == \"__main__\":`",
+                          f"`if __name__ == \"__main__\":`{zh_also}",
                     f"your code printed more than {mb} MB (a print in a loop?): the check stopped it; print less, "
-                    f"or only under `if __name__ == \"__main__\":`") + also
+                    f"or only under `if __name__ == \"__main__\":`{en_also}")
     if outcome.stopped == "timeout":
         return _msg(lang, f"检查没有在 {timeout_s:g} 秒内结束：文件里有死循环，或者在导入时就开始训练？"
-                          f"把训练代码放进 `if __name__ == \"__main__\":`",
+                          f"把训练代码放进 `if __name__ == \"__main__\":`{zh_also}",
                     f"the check did not finish within {timeout_s:g} s: an endless loop, or training "
-                    f"at import time? put that under `if __name__ == \"__main__\":`") + also
+                    f"at import time? put that under `if __name__ == \"__main__\":`{en_also}")
     if outcome.stopped == "startup":
         return _msg(lang, f"检查进程在 {STARTUP_S:g} 秒内没有启动（导入 torch）：机器太忙？再试一次",
                     f"the checking process did not start within {STARTUP_S:g} s (importing torch): "

@@ -37,7 +37,7 @@ def _guarded_modules() -> dict[str, types.ModuleType]:
 def _classes() -> dict[str, type]:
     import torch
 
-    out = {"torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase}
+    out = {"torch.Tensor": torch.Tensor}  # TensorBase's methods included
     for name, obj in vars(torch.nn).items():
         if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
             out[f"torch.nn.{name}"] = obj
@@ -45,10 +45,20 @@ def _classes() -> dict[str, type]:
     return out
 
 
+def _namespace(ns) -> dict[str, object]:
+    """A module's dict, or what a class resolves each name to (its own, else the first base's along the MRO)."""
+    if not isinstance(ns, type):
+        return dict(vars(ns))
+    out: dict[str, object] = {}
+    for k in reversed(ns.__mro__[:-1]):  # `object` left out
+        out.update(vars(k))
+    return out
+
+
 def _snapshot(namespaces: dict[str, object]) -> dict[str, object]:
     snap = {}
     for prefix, ns in namespaces.items():
-        for name, obj in list(vars(ns).items()):
+        for name, obj in _namespace(ns).items():
             if callable(obj) and not isinstance(obj, types.ModuleType) and not name.startswith("__"):
                 snap[f"{prefix}.{name}"] = obj
     return snap
@@ -65,6 +75,7 @@ class TorchGuard:
 
     def __init__(self) -> None:
         self.attempts: list[str] = []
+        self.swapped: dict[str, type] = {}
         self.modules = _guarded_modules()
         self.before = _snapshot({**self.modules, **_classes()})
         for name, mod in self.modules.items():
@@ -91,9 +102,16 @@ class TorchGuard:
                 super().__delattr__(name)
 
         try:
+            self.swapped[qual] = type(mod)
             mod.__class__ = Guarded
         except TypeError:  # a module type that cannot be swapped: the comparison after still sees it
-            pass
+            self.swapped.pop(qual)
+
+    def release(self) -> None:
+        """Give the modules their own class back (a child never needs to; a test in-process does)."""
+        for qual, cls in self.swapped.items():
+            self.modules[qual].__class__ = cls
+        self.swapped.clear()
 
     def replaced(self) -> list[str]:
         """Names replaced so far (attempted on a module, or changed on a class), in order, once each."""
