@@ -5,6 +5,7 @@ import argparse
 import atexit
 import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -164,6 +165,13 @@ def under_torchrun(args) -> None:
 
     quiet_unless_main()
     atexit.register(leave_process_group)  # before teardown, so each rank exits with its own code
+    # SIGTERM to the torchrun agent reaches every worker: end as an exception, not at once, so a
+    # write in progress removes its temp file (fileio) and no half-written file stays in the run folder
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
     if getattr(args, "claims_out", False) and not args.resume and restarted_with_checkpoint(args.out):
         print(f"torchrun restarted the job: resuming from the checkpoint in {args.out}", file=sys.stderr)
         args.resume, args.overwrite = True, False

@@ -23,6 +23,7 @@ from scratchformer.train.checkpoint import (
 from scratchformer.train.optim import keep_fused
 from scratchformer.train.rng import get_rng_state, rng_from_tensors, rng_tensors, seed_everything
 from scratchformer.train.run_files import WEIGHTS, truncate_metrics
+from scratchformer.train.sharding import optimizer_state_by_name, optimizer_state_by_number
 from scratchformer.train.state import TrainState
 
 
@@ -97,16 +98,16 @@ class CheckpointMixin:
                     "version interrupted while saving?); start a fresh run with --overwrite"
                 )
             saved_by = state.get("strategy", "ddp")
-            if saved_by != ("fsdp" if self.sharded else "ddp"):
-                raise UserError(
-                    f"the checkpoint in {self.run_dir} was written by a {saved_by} run with "
-                    f"{'several processes' if saved_by == 'fsdp' else 'unsharded weights'}; resume it with the "
-                    f"same train.strategy and process count kind (the weights alone load anywhere: model.safetensors)")
+            optimizer_state = state["optimizer"]
+            if saved_by == "fsdp" and not self.sharded:  # by name -> by number: resumes in one process too
+                optimizer_state = optimizer_state_by_number(optimizer_state, self.model, self.optimizer)
+            elif saved_by != "fsdp" and self.sharded:
+                optimizer_state = optimizer_state_by_name(optimizer_state, self.model, self.optimizer)
             if self.sharded:
-                self._sharded.load(ck.weights, self.optimizer, state["optimizer"])
+                self._sharded.load(ck.weights, self.optimizer, optimizer_state)
             else:
                 load_weights(self.model, ck.weights)
-                self.optimizer.load_state_dict(state["optimizer"])
+                self.optimizer.load_state_dict(optimizer_state)
                 keep_fused(self.optimizer, self._fused)
             self.scheduler.load_state_dict(state["scheduler"])
             if self._average is not None:

@@ -79,10 +79,51 @@ class ShardedModel:
                                                              set_optimizer_state_dict)
 
         full = load_file(str(weights_path))
-        model_keys = set(self.skeleton.state_dict())
-        missing = sorted(model_keys - set(full))
+        # the model's own order (registration), never a set's: each key is a collective, and a set of
+        # strings iterates in an order that differs between processes (PYTHONHASHSEED): gloo aborts
+        model_keys = list(self.skeleton.state_dict())
+        missing = [k for k in model_keys if k not in full]
         if missing:
             raise ValueError(f"{weights_path.name} lacks {', '.join(missing[:3])}")
         opts = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.model, {k: full[k] for k in model_keys}, options=opts)
         set_optimizer_state_dict(self.model, optimizer, optimizer_state, options=opts)
+
+
+def _groups_by_name(model: torch.nn.Module, optimizer) -> list[list[str]]:
+    """The optimizer's parameter groups as parameter names, in the optimizer's own order."""
+    name_of = {id(p): n for n, p in model.named_parameters()}  # a tied weight by its first name, as fsdp
+    return [[name_of[id(p)] for p in g["params"]] for g in optimizer.param_groups]
+
+
+def optimizer_state_by_number(state: dict, model: torch.nn.Module, optimizer) -> dict:
+    """An fsdp checkpoint's optimizer state (keyed by parameter name) as `optimizer.load_state_dict`
+    takes it in one process (keyed by number, in the optimizer's order): an fsdp run resumes anywhere."""
+    groups = _groups_by_name(model, optimizer)
+    saved = state["param_groups"]
+    if len(saved) != len(groups) or any(set(a["params"]) != set(b) for a, b in zip(saved, groups)):
+        raise ValueError("its optimizer groups hold other parameters than this model's")
+    out, n = {"state": {}, "param_groups": []}, 0
+    for g, names in zip(saved, groups):
+        out["param_groups"].append({**g, "params": list(range(n, n + len(names)))})
+        for name in names:
+            if name in state["state"]:
+                out["state"][n] = state["state"][name]
+            n += 1
+    return out
+
+
+def optimizer_state_by_name(state: dict, model: torch.nn.Module, optimizer) -> dict:
+    """The reverse: a one-process (or ddp) checkpoint's optimizer state keyed by name, as
+    `ShardedModel.load` takes it, so that run resumes under fsdp."""
+    groups = _groups_by_name(model, optimizer)
+    saved = state["param_groups"]
+    if len(saved) != len(groups) or any(len(a["params"]) != len(b) for a, b in zip(saved, groups)):
+        raise ValueError("its optimizer groups hold other parameters than this model's")
+    out = {"state": {}, "param_groups": []}
+    for g, names in zip(saved, groups):
+        out["param_groups"].append({**g, "params": names})
+        for number, name in zip(g["params"], names):
+            if number in state["state"]:
+                out["state"][name] = state["state"][number]
+    return out
