@@ -19,6 +19,7 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m scratchformer.demo
+	@echo "scratchformer is installed in .venv: in each new shell run '. .venv/bin/activate' first (then 'scratchformer --help'), or call .venv/bin/scratchformer directly"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=25
