@@ -147,7 +147,7 @@ def test_interrupted_and_finished_runs_resume_in_two_processes_and_in_one(runs, 
     assert status == {"finished": True, "step": want, "stop_reason": "max_steps"}
     steps = [json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()
              if json.loads(line)["split"] == "train"]
-    assert steps == list(range(1, want + 1))  # each step once, across the resumes
+    assert steps == sorted(set(steps)) and steps[-1] == want  # each logged step once, across the resumes
     assert _half_written(folder) == []
 
 
