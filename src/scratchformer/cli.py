@@ -32,8 +32,20 @@ COMMAND_MODULES = [
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line too: `error: ...` (exit 2), like a UserError."""
 
+    json_errors = False  # `--json` on the command line: the error goes to stdout as JSON too
+
     def error(self, message: str):
-        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+        line = f"{message} (see `{self.prog} --help`)"
+        if _Parser.json_errors:
+            _json_error(line)
+        self.exit(2, f"error: {line}\n")
+
+
+def _json_error(message: str) -> None:
+    """For a tool reading `--json` output: the error on stdout, one JSON line (stderr keeps its line)."""
+    import json
+
+    print(json.dumps({"error": message, "exit_code": 2}, ensure_ascii=False), flush=True)
 
 
 class CLI:
@@ -90,6 +102,7 @@ def build_cli() -> CLI:
 
 def main(argv: list[str] | None = None) -> int:
     cli = build_cli()
+    _Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args, extra = cli.parser.parse_known_args(argv)
     # argparse stops filling `texts` at the first flag: `predict RUN --json "a" "b"`
     if extra and isinstance(getattr(args, "texts", None), list) and not any(e.startswith("-") for e in extra):
@@ -104,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         with run_folder_guard(args):
             return args.func(args) or 0
     except UserError as e:
+        if getattr(args, "json", False):
+            _json_error(str(e))
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 
 from ..errors import UserError
@@ -74,6 +75,15 @@ def check(args) -> int:
         raise UserError(f"--train-steps {args.train_steps}: give at least 10 steps")
     if args.train and args.train_png.suffix.lower() != ".png":
         raise UserError(f"--train-png {args.train_png}: give a .png path")
+    if args.train:
+        folder = args.train_png.resolve().parent
+        try:  # asked now, not after a minute of training: a failed write would replace the verdict
+            if not folder.is_dir():
+                raise FileNotFoundError("no such folder")
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as e:
+            raise UserError(f"--train-png {args.train_png}: cannot write into {folder} ({e.strerror or e}); "
+                            f"give a path you can write") from None
     timeout = args.timeout + (args.train_steps * 1.0 if args.train else 0)  # a step is ~0.05 s on an idle core
     report = check_file(args.file, lang=lang, mask_convention=args.mask_convention, mapping=parse_map(args.map),
                         timeout_s=timeout, memory_mb=max(1, int(args.memory_mb)),

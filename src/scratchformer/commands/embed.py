@@ -86,6 +86,16 @@ def _prefixes(name: str, tok, prefix: str | None) -> list[str]:
     return [prefixes.get(first, ""), prefixes.get(rest, "")]
 
 
+def _no_folder_as_text(texts: list[str], verb: str) -> None:
+    """`embed RUN_DIR TEXT` would embed the folder's path as a sentence (with minilm, downloaded for it):
+    a text that names a model or run folder is refused, and the line says what was meant."""
+    for t in texts:
+        if len(t) < 4096 and (Path(t) / "config.json").is_file():
+            raise UserError(f"{t!r} is a model or run folder, not a text to embed; to embed with it, put it after "
+                            f"--model: `scratchformer {verb} --model {t} TEXT ...` (a scratchformer run's vectors "
+                            f"come from `scratchformer serve {t}`)")
+
+
 def _read_lines(path: Path) -> list[str]:
     return read_inputs([], None if str(path) == "-" else str(path))
 
@@ -104,6 +114,7 @@ def run_embed(args) -> int:
 
     if not args.texts and not args.file:
         raise UserError("nothing to embed: give texts as arguments or --file")
+    _no_folder_as_text(args.texts, "embed")
     stdin = args.file is not None and str(args.file) == "-"
     if args.file is not None and not stdin:
         _check_file(args.file)
@@ -176,6 +187,7 @@ def _write_npy(f, total: int, embedded) -> None:
 def run_similarity(args) -> int:
     if len(args.texts) < 2:
         raise UserError("similarity needs at least two texts")
+    _no_folder_as_text(args.texts, "similarity")
     import torch
 
     model, tok = _load(args.model)

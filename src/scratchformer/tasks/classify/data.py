@@ -38,7 +38,7 @@ def load_classification(dc) -> ClassificationData:
     train, valid, test = user_splits(lambda p: read_labeled_file(p, dc.text_col, dc.label_col), name, dc)
     labels = sorted({lab for _, lab in train})
     if len(labels) < 2:
-        raise UserError(f"{name} has {len(labels)} distinct label(s); a classifier needs at least 2")
+        raise UserError(too_few_labels(name, len(labels), len(train), dc))
     for split_name, split, path in (("valid", valid, dc.valid_file), ("test", test, dc.test_file)):
         unknown = sorted({lab for _, lab in split or []} - set(labels))
         if unknown:
@@ -49,19 +49,37 @@ def load_classification(dc) -> ClassificationData:
     return ClassificationData(train, valid or [], test or [], labels, meta)
 
 
+def too_few_labels(name: str, n_labels: int, n_train: int, dc) -> str:
+    """Fewer than 2 labels in the training split: say how many rows it got, not only "0 labels"."""
+    msg = (f"{name}: the training split has {n_train} row(s) with {n_labels} distinct label(s); a classifier "
+           f"needs at least 2 labels")
+    if n_train < 10:  # a header and a row or two: the split, not the labels, is what is short
+        split = "" if dc.valid_file or dc.test_file else " (80/10/10 into train/valid/test)"
+        msg += f"; the file has too few rows for its split{split}: give at least a few rows of each label"
+    return msg
+
+
 def hygiene(train, splits: dict[str, Sequence], labels: list[str]) -> dict:
     """What the user's data says about itself, said rather than silent (meta["hygiene"], logged by
     the pipeline): labels that differ only in case (two classes, where one was likely meant), and
     valid/test texts that repeat a training text (`<split>_in_train`, their indices: the reports
     give the accuracy without them). Texts are compared by 64-bit digests held in one numpy
     array, so prepared data of millions of rows is checked in flat memory."""
+    import unicodedata
+
     out: dict = {"hygiene": []}
     by_case: dict[str, list[str]] = {}
-    for lab in labels:
-        by_case.setdefault(lab.casefold(), []).append(lab)
+    for lab in labels:  # NFKC then casefold: "Café" in NFC and in NFD, or "ＡＢ" and "AB", are one key
+        by_case.setdefault(unicodedata.normalize("NFKC", lab).casefold(), []).append(lab)
     for same in (v for v in by_case.values() if len(v) > 1):
-        out["hygiene"].append(f"labels {', '.join(map(repr, same))} differ only in case: they are {len(same)} classes; "
-                              "if one was meant, write it one way in the file")
+        if len({unicodedata.normalize("NFKC", lab) for lab in same}) < len(same):
+            forms = ", ".join(f"{lab!r} ({'NFC' if unicodedata.is_normalized('NFC', lab) else 'not NFC'})" for lab in same)
+            out["hygiene"].append(f"labels {forms} look the same but differ in their Unicode form (NFC/NFD or "
+                                  f"full-width): they are {len(same)} classes; if one was meant, write it one way "
+                                  "in the file (e.g. NFC)")
+        else:
+            out["hygiene"].append(f"labels {', '.join(map(repr, same))} differ only in case: they are {len(same)} "
+                                  "classes; if one was meant, write it one way in the file")
     seen = _text_digests(train)
     seen.sort()  # in place, looked up by binary search (np.isin sorted copies of both: +137 MB at 3M rows)
     for split, pairs in splits.items():
@@ -319,7 +337,7 @@ def _load_prepared(name: str, dc) -> ClassificationData:
         train = whole(rows)
     labels = train.label_names()
     if len(labels) < 2:
-        raise UserError(f"{name} has {len(labels)} distinct label(s); a classifier needs at least 2")
+        raise UserError(too_few_labels(name, len(labels), len(train), dc))
     for split_name, split, path in (("valid", valid, dc.valid_file), ("test", test, dc.test_file)):
         unknown = sorted(set(split.label_names() if split is not None else []) - set(labels))
         if unknown:
