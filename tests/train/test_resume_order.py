@@ -162,4 +162,4 @@ def test_a_second_node_that_never_joins_ends_within_the_join_timeout(tmp_path):
                          capture_output=True, text=True, timeout=TIMEOUT_S, env=_env(tmp_path))
     took = time.monotonic() - t0
     assert res.returncode != 0 and "RendezvousTimeoutError" in res.stderr, res.stderr[-2000:]
-    assert took < 5 + 30  # the documented timeout (and torchrun's own start), not its 600 s default
+X
