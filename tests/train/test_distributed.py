@@ -1,6 +1,7 @@
 """Several processes (torch.distributed, gloo on loopback, forked) against one process: the
 decisions are rank 0's, ddp and fsdp give one process's numbers, an fsdp checkpoint loads into
 one process and resumes bit-exactly. Tiny: an MLP of 8-16-3, a few steps, one thread each."""
+import dataclasses
 import json
 import os
 import socket
@@ -165,10 +166,34 @@ def test_fsdp_resume_continues_bit_exactly(tmp_path):
     whole_w, resumed_w = (torch.load(tmp_path / d / "weights-0.pt") for d in ("whole", "resumed"))
     assert all(torch.equal(whole_w[k], resumed_w[k]) for k in whole_w)
     assert resumed[0]["summary"]["step"] == 6
-    # the checkpoint is a strategy's own: a one-process resume of it is refused in one line
-    with pytest.raises(UserError, match="written by a fsdp run"):
-        Trainer(ToyTask(), batch_fn(X, Y, [2 * B] * 6), None, cfg, tmp_path / "resumed").fit(resume=True)
-    assert CheckpointStore(tmp_path / "resumed").latest().step == 6
+    # the checkpoint resumes anywhere: one process maps the fsdp optimizer state (by name) to its own
+    more = dataclasses.replace(cfg, max_steps=8)
+    with pytest.raises(UserError, match="its optimizer groups hold other parameters than this model's"):
+        Trainer(ToyTask(), batch_fn(X, Y, [2 * B] * 6), None, more, tmp_path / "resumed").fit(resume=True)  # no lr_scale
+    Trainer(_toy(0), batch_fn(X, Y, [B] * 12), None, more, tmp_path / "resumed").fit(resume=True)  # 12 batches read
+    assert CheckpointStore(tmp_path / "resumed").latest().step == 8
+
+
+def test_optimizer_state_by_name_and_by_number_map_each_parameter_to_its_own_moments():
+    """fsdp checkpoints key AdamW's state by parameter name, one process by number: the two maps
+    (train/sharding.py) send each moment to its own parameter, a tied weight under its first name."""
+    from scratchformer.train.sharding import optimizer_state_by_name, optimizer_state_by_number
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 4), torch.nn.Linear(4, 3), torch.nn.Linear(3, 5))
+    model[2].weight = torch.nn.Parameter(torch.randn(5, 3))
+    decay = [model[1].weight, model[2].weight, model[0].weight]  # not the registration order
+    opt = torch.optim.AdamW([{"params": decay}, {"params": [model[1].bias, model[2].bias], "weight_decay": 0.0}])
+    model(torch.tensor([[1, 2]])).sum().backward()
+    opt.step()
+    by_number = opt.state_dict()
+    by_name = optimizer_state_by_name(by_number, model, opt)
+    assert by_name["param_groups"][0]["params"] == ["1.weight", "2.weight", "0.weight"]
+    for name, p in model.named_parameters():
+        assert torch.equal(by_name["state"][name]["exp_avg"], opt.state[p]["exp_avg"])
+    back = optimizer_state_by_number(by_name, model, opt)
+    assert back["param_groups"] == by_number["param_groups"]
+    assert all(torch.equal(back["state"][i]["exp_avg_sq"], by_number["state"][i]["exp_avg_sq"]) for i in by_number["state"])
 
 
 @pytest.mark.parametrize("fast_rank", [0, 1])
