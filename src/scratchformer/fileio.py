@@ -721,10 +721,10 @@ def check_whole(folder: str | Path, name: str, want: dict | None = None, verb: s
         return f"its {name} is damaged"
     if record is None:
         return f"it has no {name} (a {verb} that was cut short)"
+    if record.files is None:
+        return f"its {name} is an older record without file digests"
     if record.version not in (1, RECORD_VERSION) or any(record.meta.get(k) != v for k, v in (want or {}).items()):
         return "it was written by another version"
-    if record.files is None:
-        return f"its {name} lists no files (an older format)"
     try:
         ident = _identity(folder, record.files)
     except OSError:

@@ -192,3 +192,25 @@ def test_non_finite_vectors_are_never_returned():
         model.embeddings.word.weight[4] = float("nan")
     with pytest.raises(UserError, match="not finite"):
         model.embed(["a b", "b"], Tok())
+
+
+@pytest.mark.parametrize("keep_mtime", [True, False])
+def test_damage_inside_the_weights_at_the_same_size_is_found_in_the_same_process(fake_e5, keep_mtime, capsys):
+    """A megabyte of damage inside model.safetensors, same size (and the mtime put back), after
+    this process already checked the folder: the identity (its ctime) changed, so it is hashed."""
+    folder = e5.e5_dir()
+    st = folder / "model.safetensors"
+    before = st.stat()
+    data = bytearray(st.read_bytes())
+    mid = len(data) // 2
+    data[mid:mid + 1 << 20] = bytes(len(data[mid:mid + 1 << 20]))  # zeros over up to a megabyte
+    with open(st, "r+b") as f:  # in place: the same inode
+        f.write(bytes(data))
+    if keep_mtime:
+        os.utime(st, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert st.stat().st_size == before.st_size and st.stat().st_ino == before.st_ino
+    capsys.readouterr()
+    assert e5.e5_dir() == folder and fake_e5.calls["decodes"] == 2
+    assert ("is not whole (model.safetensors does not have the sha256 the decode recorded): decoding it again"
+            in capsys.readouterr().err)
+    assert e5.check_decoded(folder, e5._provenance()) is None
