@@ -87,8 +87,9 @@ class ClassifierConfig(JsonConfig):
         check_buckets("model.trigram_buckets", self.trigram_buckets)
         if self.trigram_buckets and not self.bigram_buckets:
             raise UserError("model.trigram_buckets needs model.bigram_buckets (each position's id packs both)")
-        for knob in ("vocab_size", "bigram_buckets", "trigram_buckets"):  # each a table of d_model columns
-            check_table(f"model.{knob}", getattr(self, knob), self.d_model)
+        for knob in ("bigram_buckets", "trigram_buckets"):  # each a table of d_model columns; the vocabulary
+            check_table(f"model.{knob}", getattr(self, knob), self.d_model)  # comes from the tokenizer (weighed
+        # with the whole model before training, `check_model_memory`, and against the weights on load)
         if self.bert is not None and (self.bigram_buckets or self.token_dropout):
             raise UserError("a BERT backbone uses its own vocabulary: set model.bigram_buckets=0 "
                             "and model.token_dropout=0")

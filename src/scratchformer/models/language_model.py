@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..config import JsonConfig, check_count, check_table
+from ..config import JsonConfig, check_count
 from ..nn import Encoder, KVCache, Linear, TransformerConfig
 from ..nn.fast_linear import projection
 from ..nn.lean import CausalStackStep, lean_blocker
@@ -56,7 +56,6 @@ class LMConfig(JsonConfig):
         if self.init_std < 0:
             raise UserError("model.init_std must be >= 0 (0 keeps torch's default initialisation)")
         check_count("model.vocab_size", self.vocab_size, least=0, hint=" (0: the tokenizer's)")
-        check_table("model.vocab_size", self.vocab_size, self.transformer.d_model)
 
 
 class DecoderLM(nn.Module):

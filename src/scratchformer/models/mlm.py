@@ -51,8 +51,7 @@ class MLMConfig(JsonConfig):
         if self.vocab_size and not self.n_specials <= self.mask_id < self.vocab_size:
             raise UserError(f"model.mask_id={self.mask_id} must be a real id of the vocabulary "
                             f"(in {self.n_specials}..{self.vocab_size - 1}); leave it to the tokenizer")
-        for knob in ("vocab_size", "bigram_buckets"):
-            check_table(f"model.{knob}", getattr(self, knob), self.encoder.d_model)
+        check_table("model.bigram_buckets", self.bigram_buckets, self.encoder.d_model)
 
 
 def mask_tokens(ids: torch.Tensor, mask_id: int, vocab_size: int, n_specials: int = NUM_SPECIALS,

@@ -85,9 +85,9 @@ class Seq2SeqConfig(JsonConfig):
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         check_buckets("model.src_bigram_buckets", self.src_bigram_buckets)
         check_count("model.vocab_margin", self.vocab_margin, least=0)
-        for knob in ("src_vocab_size", "tgt_vocab_size", "src_bigram_buckets"):
+        for knob in ("src_vocab_size", "tgt_vocab_size"):  # from the tokenizers (0: not yet)
             check_count(f"model.{knob}", getattr(self, knob), least=0)
-            check_table(f"model.{knob}", getattr(self, knob), self.transformer.d_model)
+        check_table("model.src_bigram_buckets", self.src_bigram_buckets, self.transformer.d_model)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UserError(
                 f"share_embeddings needs one joint vocabulary, but the source has {self.src_vocab_size} "
