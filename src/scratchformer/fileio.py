@@ -600,7 +600,8 @@ class RecordDamaged(ValueError):
     """A completion record that is neither the current format nor an older one."""
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (the one hashing of files: caches, downloads)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -617,7 +618,7 @@ def folder_digests(folder: str | Path, skip: tuple[str, ...] = ()) -> dict[str, 
     out = {}
     for p in sorted(folder.rglob("*")):
         if p.is_file() and not p.is_symlink() and p.name not in skip and not p.name.endswith(".verified"):
-            out[p.relative_to(folder).as_posix()] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+            out[p.relative_to(folder).as_posix()] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
     return out
 
 
@@ -641,7 +642,7 @@ def write_record(folder: str | Path, name: str, meta: dict, files: dict[str, dic
         raise ValueError(f"completion record of {folder} lists {missing[0]}, which is not there")
     for rel in sorted(listed - set(known)):
         p = folder / rel
-        known[rel] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        known[rel] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
     record = {"record_version": RECORD_VERSION, **meta,
               "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "files": {k: known[k] for k in sorted(known)}}
@@ -738,7 +739,7 @@ def check_whole(folder: str | Path, name: str, want: dict | None = None, verb: s
         size = (folder / rel).stat().st_size
         if size != info["bytes"]:
             return f"{rel} has {size} bytes where the {verb} wrote {info['bytes']}"
-        if _sha256(folder / rel) != info["sha256"]:
+        if file_sha256(folder / rel) != info["sha256"]:
             return f"{rel} does not have the sha256 the {verb} recorded"
     _checked[key] = ident
     if memo:

@@ -107,8 +107,8 @@ def test_a_warm_check_hashes_nothing_and_a_new_process_reads_the_sidecar(tmp_pat
     with fileio.whole_folder(target, ".complete") as stage:
         (stage.path / "a.bin").write_bytes(b"x" * 1000)
     hashed = []
-    real = fileio._sha256
-    monkeypatch.setattr(fileio, "_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    real = fileio.file_sha256
+    monkeypatch.setattr(fileio, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
     fileio._checked.clear()  # a new process: the sidecar written with the folder holds its identity
     assert fileio.check_whole(target, ".complete") is None and hashed == []
     (target / ".complete.verified").unlink()
