@@ -357,12 +357,16 @@ def check_table(where: str, rows: int, width: int, free: int | None = None) -> N
 
 
 def check_model_memory(build: Callable[[], Any], what: str = "the model", free: int | None = None,
-                       per_weight: int = TRAIN_BYTES_PER_WEIGHT) -> None:
-    """`build()` on the meta device (no memory) and weigh it: `per_weight` bytes per weight
-    (training: weights, gradients and the optimizer's moments) must fit in the memory there is;
-    else one line naming the size and the largest tensor (whose name says which knob made it)."""
+                       per_weight: int | None = None) -> None:
+    """`build()` on the meta device (no memory) and weigh it: `per_weight` bytes per weight must
+    fit in the machine's memory; else one line naming the size and the largest tensor (whose name
+    says which knob made it). By default 16 (training on the CPU: weights, gradients and Adam's two
+    moments), or 4 where a GPU is present (the model is built here, then moved; its optimizer state
+    lives on the GPU, sharded or not)."""
     import torch
 
+    if per_weight is None:
+        per_weight = BYTES_PER_WEIGHT if torch.cuda.is_available() else TRAIN_BYTES_PER_WEIGHT
     with torch.device("meta"):
         ghost = build()
     sizes = [(name, tuple(p.shape), p.numel()) for name, p in ghost.named_parameters()]
@@ -371,7 +375,8 @@ def check_model_memory(build: Callable[[], Any], what: str = "the model", free: 
     need = total * per_weight
     if free is not None and need > free and sizes:
         name, shape, n = max(sizes, key=lambda s: s[2])
-        raise UserError(f"{what} has {total:,} weights and needs about {_human(need)} of memory to train "
+        raise UserError(f"{what} has {total:,} weights and needs about {_human(need)} of memory to "
+                        f"{'train' if per_weight == TRAIN_BYTES_PER_WEIGHT else 'build'} "
                         f"({_human(free)} is available); its largest tensor is {name} "
                         f"({' x '.join(f'{d:,}' for d in shape)}): make the setting behind it smaller")
 

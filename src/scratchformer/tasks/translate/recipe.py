@@ -42,8 +42,9 @@ class TranslateDataConfig(JsonConfig):
             raise UserError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.max_len < 2:
             raise UserError("data.max_len must be at least 2")
-        for knob in ("src_vocab_size", "tgt_vocab_size", "min_freq", "bleu_sentences"):
+        for knob in ("src_vocab_size", "tgt_vocab_size", "min_freq"):
             check_count(f"data.{knob}", getattr(self, knob))
+        check_count("data.bleu_sentences", self.bleu_sentences, least=0, hint=" (0: all)")
 
 
 @dataclass
