@@ -65,13 +65,20 @@ def build_prepared(where: Path, rows: int) -> tuple[list[Path], float, int]:
     from scratchformer.data.prepared import LazyPairs, labeled_rows
     from scratchformer.data.prepared_tokens import token_shards, vocab_tokenizer
 
-    os.environ["SCRATCHFORMER_CACHE"] = str(where / "cache")
-    text_bytes = synth_tsv(where / "rows.tsv", rows)
-    t = time.perf_counter()
-    index = labeled_rows(where / "rows.tsv")
-    tok = vocab_tokenizer("char", LazyPairs(index, np.arange(len(index))))
-    shards = token_shards(index, tok)
-    seconds = time.perf_counter() - t
+    before = os.environ.get("SCRATCHFORMER_CACHE")
+    os.environ["SCRATCHFORMER_CACHE"] = str(where / "cache")  # a cache of its own, under `where`
+    try:
+        text_bytes = synth_tsv(where / "rows.tsv", rows)
+        t = time.perf_counter()
+        index = labeled_rows(where / "rows.tsv")
+        tok = vocab_tokenizer("char", LazyPairs(index, np.arange(len(index))))
+        shards = token_shards(index, tok)
+        seconds = time.perf_counter() - t
+    finally:
+        if before is None:
+            os.environ.pop("SCRATCHFORMER_CACHE", None)
+        else:
+            os.environ["SCRATCHFORMER_CACHE"] = before
     (where / "rows.tsv").unlink()  # only the cache is measured
     return [index.folder, shards.folder], seconds, text_bytes
 
