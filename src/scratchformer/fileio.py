@@ -611,17 +611,6 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def folder_digests(folder: str | Path, skip: tuple[str, ...] = ()) -> dict[str, dict]:
-    """Every file below `folder` (by its path there, '/'-separated) with its size and sha256;
-    names in `skip` and this module's sidecars are left out."""
-    folder = Path(folder)
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and not p.is_symlink() and p.name not in skip and not p.name.endswith(".verified"):
-            out[p.relative_to(folder).as_posix()] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
-    return out
-
-
 def write_record(folder: str | Path, name: str, meta: dict, files: dict[str, dict] | None = None,
                  skip: tuple[str, ...] = ()) -> dict:
     """Write the completion record `name` into `folder` (atomically): `meta`, and every file's
@@ -672,6 +661,8 @@ def read_record(folder: str | Path, name: str) -> Record | None:
             isinstance(v, dict) and isinstance(v.get("bytes"), int) and isinstance(v.get("sha256"), str)
             for v in data["files"].values()):
         raise RecordDamaged("no list of files")
+    if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in data["files"]):
+        raise RecordDamaged("a file outside its folder")  # never hashed: a record names files below it
     version = data.get("record_version", 1)
     meta = {k: v for k, v in data.items() if k not in _RESERVED}
     return Record(version if isinstance(version, int) else -1, meta, data["files"])

@@ -100,6 +100,9 @@ def test_a_bare_sha256_record_is_read_but_never_taken_as_whole(tmp_path):
     assert fileio.check_whole(folder, ".complete") == "its .complete is an older record without file digests"
     (folder / ".complete").write_text("{not json")
     assert fileio.check_whole(folder, ".complete") == "its .complete is damaged"
+    outside = {"record_version": 2, "files": {"../secret": {"bytes": 1, "sha256": "0" * 64}}}
+    (folder / ".complete").write_text(json.dumps(outside))  # a record names files below it, never elsewhere
+    assert fileio.check_whole(folder, ".complete") == "its .complete is damaged"
 
 
 def test_a_warm_check_hashes_nothing_and_a_new_process_reads_the_sidecar(tmp_path, monkeypatch):
