@@ -534,30 +534,72 @@ def folder_mode(path: str | Path) -> None:
         os.chmod(path, 0o777 & ~umask)
 
 
+_OWNER = ".pid"  # in a staging folder of `staged_folder(owned=True)`: the pid filling it (exports' name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_stages(target: str | Path) -> None:
+    """The owned staging folders of `target` (`.NAME.partial-*`) whose process is gone (killed):
+    removed, so a rerun cleans up after a killed one."""
+    target = Path(target)
+    with contextlib.suppress(OSError):
+        for p in target.parent.glob(f".{target.name}.partial-*"):
+            try:
+                pid = int((p / _OWNER).read_text())
+            except (OSError, ValueError):
+                pid = -1
+            if pid <= 0 or not _alive(pid):
+                remove(p)
+
+
 @contextlib.contextmanager
-def staged_folder(target: str | Path, replace: bool = False) -> Iterator[Path]:
+def staged_folder(target: str | Path, replace: bool = False, owned: bool = False,
+                  into_empty: bool = False) -> Iterator[Path]:
     """A new temporary folder beside `target` to fill; on a clean exit it is renamed to `target`
     in one step, so readers see no folder or a whole one (`whole_folder` builds on it).
 
     `replace`: an existing `target` is removed first (through `remove`: never a link). Without
     it, a `target` that another process renamed into place first is kept and ours dropped (a
-    folder appears only whole, so one that is there was finished). The temporary folder is gone
-    afterwards either way."""
+    folder appears only whole, so one that is there was finished). `owned`: the staging folder is
+    `.NAME.partial-*` holding this process's pid, and those of dead processes are removed first
+    (`remove_dead_stages`). `into_empty`: an empty folder at `target` (one the user made) is
+    replaced, and a `target` that filled meanwhile is an error, never kept. The temporary folder
+    is gone afterwards either way."""
     import tempfile
 
     target = Path(target)
     make_dirs(target.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    if owned:
+        remove_dead_stages(target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{'partial-' if owned else ''}", dir=target.parent))
     try:
+        if owned:
+            (tmp / _OWNER).write_text(str(os.getpid()))
         yield tmp
+        if owned:
+            os.unlink(tmp / _OWNER)
         folder_mode(tmp)
         if replace:
             remove(target)
+        elif into_empty:
+            remove_empty_dir(target)
         try:
             os.replace(tmp, target)
         except OSError as e:  # another process finished first: keep theirs
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or target.is_symlink() or not target.is_dir():
                 raise
+            if into_empty:
+                raise UserError(f"{target} was filled by another process while this one was written; ours is "
+                                "dropped: give a new folder and run again") from None
     finally:
         remove(tmp)
 
@@ -624,8 +666,9 @@ def write_record(folder: str | Path, name: str, meta: dict, files: dict[str, dic
     if clash:
         raise ValueError(f"completion record metadata may not use the names {clash}")
     known = dict(files or {})
+    ours = {name, _OWNER, _memo_path(folder, name).name, *skip}  # the record, fileio's own files at the top
     listed = {p.relative_to(folder).as_posix() for p in folder.rglob("*")
-              if p.is_file() and not p.is_symlink() and p.name not in (name, *skip) and not p.name.endswith(".verified")}
+              if p.is_file() and not p.is_symlink() and p.relative_to(folder).as_posix() not in ours}
     missing = sorted(set(known) - listed)
     if missing:
         raise ValueError(f"completion record of {folder} lists {missing[0]}, which is not there")
@@ -753,12 +796,13 @@ class Staging:
 
 
 @contextlib.contextmanager
-def whole_folder(target: str | Path, name: str, meta: dict | None = None, replace: bool = False) -> Iterator[Staging]:
+def whole_folder(target: str | Path, name: str, meta: dict | None = None, replace: bool = False,
+                 owned: bool = False, into_empty: bool = False) -> Iterator[Staging]:
     """Fill ``stage.path`` (a folder beside `target`); on a clean exit the completion record
     `name` is written into it (``stage.meta`` and every file's size and sha256) and it becomes
-    `target` in one rename (`staged_folder`: `replace` removes an existing `target` first; without
-    it another process's finished `target` is kept). On a failure nothing appears."""
-    with staged_folder(target, replace=replace) as tmp:
+    `target` in one rename (`staged_folder`, which says what `replace`, `owned` and `into_empty`
+    do; by default another process's finished `target` is kept). On a failure nothing appears."""
+    with staged_folder(target, replace=replace, owned=owned, into_empty=into_empty) as tmp:
         stage = Staging(tmp, dict(meta or {}))
         yield stage
         ours = write_record(tmp, name, stage.meta, stage.files)["files"]

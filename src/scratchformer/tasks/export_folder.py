@@ -20,18 +20,14 @@ as their own exception types (`SafetensorError`, `RuntimeError`) carrying the OS
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import UserError
-from ..fileio import (DiskFull, RecordDamaged, check_whole, disk_full, folder_mode, is_disk_full, link_refused,
-                      make_dirs, read_record, remove, write_record)
+from ..fileio import DiskFull, RecordDamaged, check_whole, disk_full, is_disk_full, link_refused, read_record, whole_folder
 
 COMPLETE = "export_complete.json"
-_PID = ".pid"
 _FULL_WORDS = ("no space left on device", "disk quota exceeded", "storagefull", "enospc", "os error 28")
 
 
@@ -64,62 +60,25 @@ def looks_like_disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _remove_dead_stages(out: Path) -> None:
-    """The staging folders of exports to `out` whose process is gone (killed): removed."""
-    with contextlib.suppress(OSError):
-        for p in out.parent.glob(f".{out.name}.partial-*"):
-            try:
-                pid = int((p / _PID).read_text())
-            except (OSError, ValueError):
-                pid = -1
-            if pid <= 0 or not _alive(pid):
-                remove(p)
-
-
 @contextlib.contextmanager
 def staged_export(out_dir: str | Path, fmt: str, source_run: str | Path) -> Iterator[Path]:
-    """A staging folder to write the export of `source_run` into; on a clean exit it gets its
-    completion record and becomes `out_dir` in one rename. On any failure it is removed and
-    `out_dir` is left as it was (absent, or the empty folder it was); a full disk is `DiskFull`."""
+    """A staging folder to write the export of `source_run` into (`fileio.whole_folder`: owned,
+    so a rerun removes the stages of killed exports); on a clean exit it gets its completion
+    record and becomes `out_dir` in one rename. On any failure it is removed and `out_dir` is left
+    as it was (absent, or the empty folder it was); a full disk is `DiskFull`."""
     out = check_out(out_dir)
     try:
-        make_dirs(out.parent)
-        _remove_dead_stages(out)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    except OSError as e:
-        if is_disk_full(e):
+        with whole_folder(out, COMPLETE, {"format": fmt, "source_run": str(source_run)}, owned=True,
+                          into_empty=True) as stage:
+            yield stage.path
+            stage.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            check_out(out)  # still new or empty (another export may have finished first)
+    except (UserError, KeyboardInterrupt):
+        raise
+    except BaseException as e:
+        if looks_like_disk_full(e):
             raise disk_full(out, None) from None
         raise
-    try:
-        try:
-            (stage / _PID).write_text(str(os.getpid()))
-            yield stage
-            (stage / _PID).unlink()
-            write_record(stage, COMPLETE, {"format": fmt, "source_run": str(source_run),
-                                           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-            folder_mode(stage)
-            check_out(out)  # still new or empty (another export may have finished first)
-            if out.is_dir():
-                os.rmdir(out)
-            os.replace(stage, out)
-        except (UserError, KeyboardInterrupt):
-            raise
-        except BaseException as e:
-            if looks_like_disk_full(e):
-                raise disk_full(out, None) from None
-            raise
-    finally:
-        remove(stage)
 
 
 def require_complete(folder: str | Path, backend: str) -> dict:
