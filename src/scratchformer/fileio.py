@@ -797,16 +797,20 @@ class Staging:
 
 @contextlib.contextmanager
 def whole_folder(target: str | Path, name: str, meta: dict | None = None, replace: bool = False,
-                 owned: bool = False, into_empty: bool = False) -> Iterator[Staging]:
+                 owned: bool = False, into_empty: bool = False, memo: bool = True) -> Iterator[Staging]:
     """Fill ``stage.path`` (a folder beside `target`); on a clean exit the completion record
     `name` is written into it (``stage.meta`` and every file's size and sha256) and it becomes
     `target` in one rename (`staged_folder`, which says what `replace`, `owned` and `into_empty`
-    do; by default another process's finished `target` is kept). On a failure nothing appears."""
+    do; by default another process's finished `target` is kept). On a failure nothing appears.
+    `memo`: the check sidecar is written at once (the first use need not hash again); False for
+    folders that hold only what their record lists (exports)."""
     with staged_folder(target, replace=replace, owned=owned, into_empty=into_empty) as tmp:
         stage = Staging(tmp, dict(meta or {}))
         yield stage
         ours = write_record(tmp, name, stage.meta, stage.files)["files"]
     target = Path(target)
+    if not memo:
+        return
     with contextlib.suppress(OSError, RecordDamaged):  # just hashed: the first use need not hash it again
         theirs = read_record(target, name)
         if theirs is not None and theirs.files == ours:  # ours, not another process's kept in its place

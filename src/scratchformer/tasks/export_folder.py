@@ -69,7 +69,7 @@ def staged_export(out_dir: str | Path, fmt: str, source_run: str | Path) -> Iter
     out = check_out(out_dir)
     try:
         with whole_folder(out, COMPLETE, {"format": fmt, "source_run": str(source_run)}, owned=True,
-                          into_empty=True) as stage:
+                          into_empty=True, memo=False) as stage:
             yield stage.path
             stage.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             check_out(out)  # still new or empty (another export may have finished first)
