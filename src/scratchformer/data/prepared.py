@@ -23,9 +23,12 @@ flat arrays, so that training holds only numbers it needs and reads the rest by 
 A folder is keyed by the sha256 of the file's bytes and the settings that shape it (the
 tokenizer's own JSON for tokens), so a changed file or tokenizer gets a new folder and an
 unchanged one is reused. Each folder is filled in a staging folder beside it
-(`fileio.staged_folder`) and renamed into place in one step; `.complete` is written last and
-records every file's size and sha256. A folder without it, or with a file of another size, is
-never read: it is built again (a killed `prepare` leaves only a hidden staging folder).
+(`fileio.whole_folder`) and renamed into place in one step; `.complete` is written last and
+records every file's size and sha256. A folder is verified against it before each use (a file
+is hashed again whenever its size, mtime, ctime or inode changed since it last passed,
+`fileio.check_whole`); one that does not match is never read: it is built again, said in one
+line (a killed `prepare` leaves only a hidden staging folder). Token ids also record their
+largest id, checked against the vocabulary on open and as batches are built.
 
 Reading a big file is parallel and streaming: the file is cut into chunks of about
 `CHUNK_BYTES` at line ends, and processes (`workers`, default the CPU count: this one and a
@@ -57,7 +60,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import UserError
-from ..fileio import atomic_write_text, staged_folder, write_data
+from ..fileio import atomic_write_text, not_whole, read_record, whole, write_data
 from .fetch import cache_dir, sha256_file
 from .file_array import FileArray
 from .prepared_scan import block_texts, scan_chunk
@@ -138,58 +141,43 @@ class _Writer:
         return {"bytes": self.n, "sha256": self.h.hexdigest()}
 
 
-def _complete(folder: Path) -> dict | None:
-    """The completion record of a finished folder, or None (missing, damaged, or a file whose
-    size differs from the record: a half-written folder is never reused)."""
-    try:
-        record = json.loads((folder / ".complete").read_text(encoding="utf-8"))
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if record.get("format_version") != FORMAT_VERSION:
-        return None
-    for name, f in record.get("files", {}).items():
-        try:
-            if (folder / name).stat().st_size != f["bytes"]:
-                return None
-        except OSError:
-            return None
-    return meta
+RECORD = ".complete"  # each folder's completion record (`fileio.whole_folder`'s format)
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
 
 
 def verify(folder: str | Path) -> list[str]:
-    """The files of a prepared folder whose sha256 differs from its `.complete` record."""
+    """The files of a prepared folder whose sha256 differs from its completion record (hashed
+    every time: `_cached` checks the same, but hashes only what changed since it last passed)."""
     folder = Path(folder)
-    record = json.loads((folder / ".complete").read_text(encoding="utf-8"))
-    bad = []
-    for name, f in record["files"].items():
-        if sha256_file(folder / name) != f["sha256"]:
-            bad.append(name)
-    return bad
-
-
-def _build(folder: Path, fill: Callable[[Path, dict], dict], replace: bool = False) -> dict:
-    """Fill a staging folder with `fill(staging, files)` (which records its files in `files`
-    and returns the meta), write meta.json and then `.complete`, rename it to `folder`."""
-    # an incomplete folder (a killed build) is replaced; a complete one that another process
-    # renamed into place meanwhile is kept (staged_folder drops ours): a reader never loses files
-    with staged_folder(folder, replace=replace or (folder.exists() and _complete(folder) is None)) as tmp:
-        files: dict[str, dict] = {}
-        meta = fill(tmp, files)
-        meta = {"format_version": FORMAT_VERSION, **meta}
-        atomic_write_text(tmp / "meta.json", json.dumps(meta, ensure_ascii=False, indent=1) + "\n")
-        atomic_write_text(tmp / ".complete", json.dumps({"format_version": FORMAT_VERSION, "files": files,
-                                                         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                  time.gmtime())}) + "\n")
-    return meta
+    record = read_record(folder, RECORD)
+    if record is None or record.files is None:
+        raise UserError(f"{folder} has no completion record {RECORD}; delete the folder {folder} and run again")
+    return [name for name, f in record.files.items()
+            if not (folder / name).is_file() or sha256_file(folder / name) != f["sha256"]]
 
 
 def _cached(folder: Path, fill: Callable[[Path, dict], dict], rebuild: bool = False) -> tuple[dict, bool]:
-    """(meta, whether it was built now): the finished `folder`, else built."""
-    meta = None if rebuild else _complete(folder)
-    if meta is not None:
-        return meta, False
-    return _build(folder, fill, replace=rebuild), True
+    """(meta, whether it was built now): `folder` when it is whole (every file's size and sha256
+    as its record says, `fileio.check_whole`), else built: `fill(staging, files)` records the
+    files it hashed while writing in `files` and returns the meta, written to meta.json."""
+
+    def build(stage) -> None:
+        meta = {"format_version": FORMAT_VERSION, **fill(stage.path, stage.files)}
+        atomic_write_text(stage.path / "meta.json", json.dumps(meta, ensure_ascii=False, indent=1) + "\n")
+
+    # a folder that is not whole (a killed build, a file changed since) is replaced; a whole one
+    # that another process renamed into place meanwhile is kept: a reader never loses files
+    built = whole(folder, RECORD, build, want={"format_version": FORMAT_VERSION}, what="prepared data folder",
+                  verb="prepare", log=_say, rebuild=rebuild)
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8")), built
+    except (OSError, ValueError):
+        raise not_whole(folder, "its meta.json cannot be read") from None
 
 
 # ----------------------------------------------------------------------------- chunks and workers

@@ -63,6 +63,10 @@ class TokenStream:
     def __init__(self, folder: Path, meta: dict):
         self.folder, self.meta = folder, meta
         self.ids = memmap_array(folder / meta["ids_file"], np.dtype(meta["dtype"]), (int(meta["tokens"]),))
+        if meta.get("max_id") is not None and meta["max_id"] >= meta["vocab_size"]:  # recorded, digest-verified
+            from .prepared_tokens import id_out_of_range
+
+            raise id_out_of_range(folder / meta["ids_file"], int(meta["max_id"]), int(meta["vocab_size"]))
 
 
 def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1, workers: int | None = None,
@@ -118,14 +122,15 @@ def char_lm_stream(path: str | Path, valid_frac: float | None, min_freq: int = 1
         t0 = time.monotonic()
         name = f"ids.{'u16' if dtype == np.uint16 else 'u32'}"
         w = _Writer(tmp, name)
-        total = 0
+        total, top = 0, -1
         for arr in run_tasks(_char_encode_task, [(path, ch, state) for ch in chunks], workers):
             w.write(arr.astype(dtype))
             total += len(arr)
+            top = max(top, int(arr.max())) if len(arr) else top
         files[name] = w.close()
         secs = time.monotonic() - t0
         return {"kind": "lm", "source": str(path.absolute()), "content": digest, "tokens": total, "dtype": dtype.name,
-                "ids_file": name, "tokenizer": "char", "vocab_size": tok.vocab_size, "seconds": round(secs, 3),
+                "ids_file": name, "tokenizer": "char", "vocab_size": tok.vocab_size, "max_id": top, "seconds": round(secs, 3),
                 "mb_per_s": round(path.stat().st_size / 1e6 / max(secs, 1e-9), 2)}
 
     meta, built = _cached(folder, fill, rebuild)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import prepared
+from ..errors import UserError
 from .file_array import FileArray
 from .prepared import CHUNK_BYTES, LabeledRows, LazyPairs, _cached, _digest_of, _Writer, default_workers, id_dtype
 from .prepared_scan import char_counts, encode_run, word_counts
@@ -161,6 +162,18 @@ class TokenShards:
         self.ids = FileArray(folder / meta["ids_file"], self.dtype, (total,))
         self.bigrams = (FileArray(folder / meta["bigrams_file"], np.dtype(meta["bigram_dtype"]), (total,))
                         if meta.get("bigrams_file") else None)
+        self.vocab_size = int(meta["vocab_size"])
+        if meta.get("max_id") is not None:  # recorded while written, and verified with the files' digests
+            self.check_ids(meta["max_id"], meta["ids_file"])
+        if meta.get("max_bigram") is not None and meta.get("bigram_limit"):
+            self.check_ids(meta["max_bigram"], meta["bigrams_file"], int(meta["bigram_limit"]))
+
+    def check_ids(self, top: int, name: str | None = None, limit: int | None = None) -> None:
+        """One line (never an IndexError inside the model) when an id `top` is not below the
+        vocabulary's size (`limit`: the bigram buckets')."""
+        limit = self.vocab_size if limit is None else limit
+        if top >= limit:
+            raise id_out_of_range(self.folder / (name or self.meta["ids_file"]), int(top), limit)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -183,7 +196,15 @@ class TokenShards:
 
     def row(self, i: int) -> tuple[list[int], list[int] | None]:
         a, b = (int(x) for x in self.offsets[i:i + 2])
-        return self.ids[a:b].tolist(), None if self.bigrams is None else self.bigrams[a:b].tolist()
+        ids = self.ids[a:b]
+        if len(ids):
+            self.check_ids(int(ids.max()))
+        return ids.tolist(), None if self.bigrams is None else self.bigrams[a:b].tolist()
+
+
+def id_out_of_range(where: Path, top: int, limit: int) -> UserError:
+    return UserError(f"{where} holds the id {top}, outside the vocabulary of {limit} ids (it was changed, or "
+                     f"made for another tokenizer); delete the folder {where.parent} and run again")
 
 
 def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int | None = None,
@@ -205,20 +226,23 @@ def token_shards(rows: LabeledRows, tok, bigram_buckets: int = 0, workers: int |
         w_ids, w_off = _Writer(tmp, ids_file), _Writer(tmp, "offsets.i64")
         w_bi = _Writer(tmp, bi_file) if bigram_buckets else None
         w_off.write(np.zeros(1, np.int64))
-        total = 0
+        total, top, top_bi = 0, -1, -1
         tasks = [(rows, g, state, bigram_buckets) for g in _row_groups(rows, np.arange(rows.n), _rows_per_task(rows))]
         for res in run_tasks(_encode_task, tasks, workers):
             w_ids.write(res["ids"].astype(dtype))
             w_off.write(total + np.cumsum(res["lengths"]))
             total += int(res["lengths"].sum())
+            top = max(top, int(res["ids"].max())) if len(res["ids"]) else top
             if w_bi is not None:
                 w_bi.write(res["bigrams"].astype(bdtype))
+                top_bi = max(top_bi, int(res["bigrams"].max())) if len(res["bigrams"]) else top_bi
         files[ids_file], files["offsets.i64"] = w_ids.close(), w_off.close()
         if w_bi is not None:
             files[bi_file] = w_bi.close()
         secs = time.monotonic() - t0
         return {"kind": "tokens", "source": rows.meta["source"], "content": rows.digest, "rows": rows.n,
                 "tokens": total, "dtype": dtype.name, "ids_file": ids_file, "vocab_size": tok.vocab_size,
+                "max_id": top, "max_bigram": top_bi if bigram_buckets else None, "bigram_limit": largest,
                 "tokenizer": tok.kind, "bigrams_file": bi_file if bigram_buckets else None,
                 "bigram_dtype": bdtype.name, "settings": key, "seconds": round(secs, 3),
                 "mb_per_s": round(rows.meta.get("bytes", 0) / 1e6 / max(secs, 1e-9), 2)}

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import UserError
-from ..fileio import atomic_write_bytes, atomic_write_text, staged_folder
+from ..fileio import atomic_write_bytes, atomic_write_text, check_whole, whole_folder
 from ..progress import progress_bar
 
 # --------------------------------------------------------------------------- the pinned sources
@@ -332,7 +332,8 @@ def write_hf_folder(target: Path, f: E5File, tokenizer_json: bytes, layers: int 
     import torch
     from safetensors.torch import save_file
 
-    with staged_folder(target, replace=True) as tmp:
+    with whole_folder(target, COMPLETE, provenance, replace=True) as stage:
+        tmp = stage.path
         state = {k: torch.from_numpy(v) for k, v in hf_state(f, layers, word_rows, progress).items()}
         vocab = None if word_rows is None else len(word_rows)
         atomic_write_text(tmp / "config.json", json.dumps(hf_config(f.header, layers, vocab), indent=2) + "\n")
@@ -348,55 +349,17 @@ def write_hf_folder(target: Path, f: E5File, tokenizer_json: bytes, layers: int 
         atomic_write_bytes(tmp / "tokenizer.json", tokenizer_json)
         atomic_write_text(tmp / "tokenizer_config.json", json.dumps(tokenizer_config(), indent=2) + "\n")
         atomic_write_text(tmp / "sentence_bert_config.json", json.dumps({"max_seq_length": 512}) + "\n")
-        record = {**(provenance or {}), "files": _file_digests(tmp)}
-        atomic_write_text(tmp / COMPLETE, json.dumps(record, sort_keys=True) + "\n")
     return target
 
 
-COMPLETE = ".complete"
-_VERIFIED: dict[str, tuple] = {}  # folder -> the (name, size, mtime) it had when its digests last matched
-
-
-def _file_digests(folder: Path) -> dict[str, dict]:
-    from ..data.fetch import sha256_file
-
-    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in sorted(folder.iterdir()) if p.is_file() and p.name != COMPLETE}
-
-
-def _stat_key(folder: Path, names) -> tuple:
-    return tuple((n, (folder / n).stat().st_size, (folder / n).stat().st_mtime_ns) for n in sorted(names))
+COMPLETE = ".complete"  # the folder's completion record (`fileio.whole_folder`'s format)
 
 
 def check_decoded(target: Path, want: dict) -> str | None:
     """None when `target` is a whole decode of `want` (every file's size and sha256 as recorded,
-    checked once per process while the files are unchanged); else what is wrong with it."""
-    from ..data.fetch import sha256_file
-
-    try:
-        record = json.loads((target / COMPLETE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return "absent" if not target.exists() else f"it has no {COMPLETE} (a decode that was cut short)"
-    except (OSError, ValueError):
-        return f"its {COMPLETE} is damaged"
-    files = record.pop("files", None) if isinstance(record, dict) else None
-    if record != want or not isinstance(files, dict):
-        return "it was decoded by another version"
-    try:
-        key = _stat_key(target, files)
-    except OSError:
-        missing = [n for n in files if not (target / n).is_file()]
-        return f"{missing[0] if missing else 'a file'} is missing"
-    if _VERIFIED.get(str(target)) == key:
-        return None
-    for name, info in files.items():
-        p = target / name
-        if p.stat().st_size != info.get("bytes"):
-            return f"{name} has {p.stat().st_size} bytes, the decode wrote {info.get('bytes')}"
-        if sha256_file(p) != info.get("sha256"):
-            return f"{name} does not have the sha256 the decode recorded"
-    _VERIFIED[str(target)] = key
-    return None
+    hashed again only when a file's identity changed since it last passed: `fileio.check_whole`);
+    else what is wrong with it."""
+    return check_whole(target, COMPLETE, want, verb="decode")
 
 
 def _provenance() -> dict:
@@ -434,7 +397,7 @@ def e5_dir() -> Path:
     update, close = progress_bar(n_tensors(f), "decoding e5", "tensor")
     try:
         write_hf_folder(target, f, tok_bytes, provenance=want, progress=update)
-    except (DiskFull, PermissionError, OSError) as e:
+    except (DiskFull, OSError) as e:
         reason = ("the disk is full" if isinstance(e, DiskFull) or getattr(e, "errno", None) in (28, 122)
                   else "the cache is read-only" if getattr(e, "errno", None) in (1, 13, 30) else str(e))
         still = f"; delete {target} by hand, " if target.exists() else "; "
@@ -442,7 +405,6 @@ def e5_dir() -> Path:
                         f"{still}or set SCRATCHFORMER_CACHE to a writable folder with room, and run again") from None
     finally:
         close()
-    _VERIFIED[str(target)] = _stat_key(target, [p.name for p in target.iterdir() if p.name != COMPLETE])
     print(f"decoded into {target} ({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
     return target
 

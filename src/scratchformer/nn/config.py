@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import JsonConfig
+from ..config import JsonConfig, check_count
 from ..errors import UserError
 
 __all__ = ["JsonConfig", "TransformerConfig"]
@@ -81,6 +81,9 @@ class TransformerConfig(JsonConfig):
             raise UserError("window must be >= 0")
         if self.window_sink < 0:
             raise UserError("window_sink must be >= 0")
+        check_count("max_len (the longest sequence the position table covers)", self.max_len)
+        if self.n_decoder_layers is not None:
+            check_count("n_decoder_layers", self.n_decoder_layers, least=0, hint=" (or null: n_layers)")
         if self.window_impl not in WINDOW_IMPLS:
             raise UserError(f"window_impl {self.window_impl!r} unknown; choose one of {WINDOW_IMPLS}")
 

@@ -1,7 +1,8 @@
 """Every export (onnx for classify and lm runs, transformers and ctranslate2 for translation
 runs) is whole or absent: it is written into a staging folder beside `--out` and renamed into
-place in one step at the end, with its completion record (`export_complete.json`: the format,
-the source run, every file with its size and sha256) written last inside it.
+place in one step at the end, with its completion record (`export_complete.json`, in
+`fileio.write_record`'s format: the format, the source run, every file with its size and sha256)
+written last inside it; serving checks every file against it (`require_complete`).
 
     with staged_export(out, "onnx", run_dir) as stage:   # `out` checked first: new or empty, no link
         ... write everything into `stage` ...
@@ -19,19 +20,14 @@ as their own exception types (`SafetensorError`, `RuntimeError`) carrying the OS
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import UserError
-from ..fileio import (DiskFull, atomic_write_text, disk_full, folder_mode, is_disk_full, link_refused, make_dirs,
-                      remove)
+from ..fileio import DiskFull, RecordDamaged, check_whole, disk_full, is_disk_full, link_refused, read_record, whole_folder
 
 COMPLETE = "export_complete.json"
-_PID = ".pid"
 _FULL_WORDS = ("no space left on device", "disk quota exceeded", "storagefull", "enospc", "os error 28")
 
 
@@ -64,95 +60,46 @@ def looks_like_disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _remove_dead_stages(out: Path) -> None:
-    """The staging folders of exports to `out` whose process is gone (killed): removed."""
-    with contextlib.suppress(OSError):
-        for p in out.parent.glob(f".{out.name}.partial-*"):
-            try:
-                pid = int((p / _PID).read_text())
-            except (OSError, ValueError):
-                pid = -1
-            if pid <= 0 or not _alive(pid):
-                remove(p)
-
-
-def _files(folder: Path) -> dict[str, dict]:
-    from ..data.fetch import sha256_file
-
-    return {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in (_PID, COMPLETE)}
-
-
 @contextlib.contextmanager
 def staged_export(out_dir: str | Path, fmt: str, source_run: str | Path) -> Iterator[Path]:
-    """A staging folder to write the export of `source_run` into; on a clean exit it gets its
-    completion record and becomes `out_dir` in one rename. On any failure it is removed and
-    `out_dir` is left as it was (absent, or the empty folder it was); a full disk is `DiskFull`."""
+    """A staging folder to write the export of `source_run` into (`fileio.whole_folder`: owned,
+    so a rerun removes the stages of killed exports); on a clean exit it gets its completion
+    record and becomes `out_dir` in one rename. On any failure it is removed and `out_dir` is left
+    as it was (absent, or the empty folder it was); a full disk is `DiskFull`."""
     out = check_out(out_dir)
     try:
-        make_dirs(out.parent)
-        _remove_dead_stages(out)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    except OSError as e:
-        if is_disk_full(e):
+        with whole_folder(out, COMPLETE, {"format": fmt, "source_run": str(source_run)}, owned=True,
+                          into_empty=True, memo=False) as stage:
+            yield stage.path
+            stage.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            check_out(out)  # still new or empty (another export may have finished first)
+    except (UserError, KeyboardInterrupt):
+        raise
+    except BaseException as e:
+        if looks_like_disk_full(e):
             raise disk_full(out, None) from None
         raise
-    try:
-        try:
-            (stage / _PID).write_text(str(os.getpid()))
-            yield stage
-            (stage / _PID).unlink()
-            record = {"format": fmt, "source_run": str(source_run), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                      "files": _files(stage)}
-            atomic_write_text(stage / COMPLETE, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-            folder_mode(stage)
-            check_out(out)  # still new or empty (another export may have finished first)
-            if out.is_dir():
-                os.rmdir(out)
-            os.replace(stage, out)
-        except (UserError, KeyboardInterrupt):
-            raise
-        except BaseException as e:
-            if looks_like_disk_full(e):
-                raise disk_full(out, None) from None
-            raise
-    finally:
-        remove(stage)
 
 
 def require_complete(folder: str | Path, backend: str) -> dict:
-    """The completion record of an export folder, its files there with their sizes; else one line
-    saying the export is unfinished and how to redo it."""
+    """The completion record of an export folder (its metadata and files) when every file it
+    lists has the recorded size and sha256 (`fileio.check_whole`, hashed on every open: an export
+    folder gets no sidecar, serving watches its files); else one line saying what is wrong and
+    how to redo the export."""
     folder = Path(folder)
     redo = (f"export it again (`scratchformer export RUN --format {backend_format(backend)} --out NEW_FOLDER`) "
             "and serve the new folder")
     try:
-        record = json.loads((folder / COMPLETE).read_text(encoding="utf-8"))
-        files = record["files"]
-    except FileNotFoundError:
-        raise UserError(f"{folder} has no {COMPLETE}: it is not a finished export (written by an older version, "
-                        f"or cut short); {redo}") from None
-    except (OSError, ValueError, KeyError, TypeError):
+        record = read_record(folder, COMPLETE)
+    except RecordDamaged:
         raise UserError(f"{folder}/{COMPLETE} is damaged; {redo}") from None
-    for name, info in files.items():
-        p = folder / name
-        try:
-            size = p.stat().st_size
-        except OSError:
-            raise UserError(f"{folder} lacks {name}, which its {COMPLETE} lists; {redo}") from None
-        if size != info.get("bytes"):
-            raise UserError(f"{folder}/{name} has {size} bytes where the export wrote {info.get('bytes')}; {redo}")
-    return record
+    if record is None:
+        raise UserError(f"{folder} has no {COMPLETE}: it is not a finished export (written by an older version, "
+                        f"or cut short); {redo}")
+    why = check_whole(folder, COMPLETE, verb="export", memo=False)
+    if why is not None:
+        raise UserError(f"{folder} is not the folder the export wrote: {why}; delete it, {redo}")
+    return {**record.meta, "files": record.files}
 
 
 def backend_format(backend: str) -> str:

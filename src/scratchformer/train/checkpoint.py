@@ -26,6 +26,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save as safetensors_bytes
 
+from scratchformer.config import available_memory  # lives beside the other size checks; this name stays
 from scratchformer.errors import UserError
 from scratchformer.fileio import atomic_write, atomic_write_bytes
 
@@ -175,18 +176,6 @@ def weights_shapes(path: str | Path) -> dict[str, tuple]:
         if target in shapes:
             shapes[name] = shapes[target]
     return shapes
-
-
-def available_memory() -> int | None:
-    """Bytes of memory the machine can still give (MemAvailable), or None where unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def build_checked(build: Callable[[], torch.nn.Module], path: str | Path, config: str | Path,

@@ -273,6 +273,8 @@ class PreparedSplit:
             return torch.from_numpy(out)
 
         ids = matrix(self.shards.ids, self.pad_id, [i for i, _ in self.encode.prefix])
+        if ids.numel():  # an id out of range is never fed to the model: one line, not an IndexError
+            self.shards.check_ids(int(ids.max()))
         bi = matrix(self.shards.bigrams, 0, [0] * p) if self.bigrams else None
         return ClassifyBatch(ids, torch.from_numpy(self.labels[idx].astype(np.int64)), bi, None, None)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ...config import check_model_memory
 from ...errors import UserError
 from ...fileio import atomic_write_text, inside, remove
 from ...models.classifier import build_classifier
@@ -103,6 +104,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         f"{len(data.labels)} classes, {type(tok).__name__} vocab {tok.vocab_size}, "
         f"<unk> rate on valid {tok.unk_rate([t for t, _ in data.valid[:2000]]):.2%}, "
         f"padding {train.padding_fraction:.1%} of batch tokens (length-bucketed)")
+    check_model_memory(lambda: build_classifier(mc), "the classifier")  # before any allocation (and the seed)
     torch.manual_seed(recipe.train.seed)
     model = build_classifier(mc)
     if source is not None:

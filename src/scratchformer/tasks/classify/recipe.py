@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import JsonConfig
+from ...config import JsonConfig, check_count
 from ...errors import UserError
 from ...models.classifier import ClassifierConfig
 from ...train import TrainConfig
@@ -51,6 +51,8 @@ class ClassifyDataConfig(JsonConfig):
             raise UserError("data.batch_size must be a whole number >= 1, got None")
         if self.max_segments < 1:
             raise UserError(f"data.max_segments must be >= 1, got {self.max_segments}")
+        check_count("data.vocab_size", self.vocab_size)
+        check_count("data.min_freq", self.min_freq)
         if self.max_train is not None and self.max_train < 1:
             raise UserError(f"data.max_train must be >= 1 (or null for all), got {self.max_train}")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ...config import check_model_memory
 from ...data.tokenizers import Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text
@@ -67,6 +68,7 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
         f"{type(tok).__name__} vocab {tok.vocab_size}, {len(train_ids):,} / {len(valid_ids):,} tokens "
         f"({cpt:.2f} chars/token), <unk> rate on valid {unk:.3%}")
     seed = recipe.train.seed
+    check_model_memory(lambda: DecoderLM(recipe.model), "the language model")  # before any allocation
     torch.manual_seed(seed)
     model = DecoderLM(recipe.model)
     n_params = count_parameters(model)

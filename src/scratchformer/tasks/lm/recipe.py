@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import JsonConfig
+from ...config import JsonConfig, check_count
 from ...errors import UserError
 from ...models.language_model import LMConfig
 from ...train import TrainConfig
@@ -39,6 +39,9 @@ class LMDataConfig(JsonConfig):
             raise UserError("data.eval_windows must be >= 1 (or null for all windows)")
         if not 0.0 < self.valid_frac < 1.0:
             raise UserError(f"data.valid_frac must be in (0, 1), got {self.valid_frac}")
+        check_count("data.vocab_size", self.vocab_size)
+        check_count("data.min_freq", self.min_freq)
+        check_count("data.min_length", self.min_length)
 
 
 def _lm_train() -> TrainConfig:

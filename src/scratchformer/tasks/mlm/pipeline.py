@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...config import check_model_memory
 from ...data.batching import LengthBucketSampler
 from ...fileio import atomic_write_text
 from ...data.tokenizers import NUM_SPECIALS, Tokenizer, build_tokenizer, encode_with_bigrams
@@ -78,6 +79,7 @@ def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, l
         fixed = [make_masked_batch(valid, keep[b], mcfg, dc, (seed, -1, k))
                  for k, b in enumerate(vs.epoch_batches(0))]
         valid_batches = lambda: fixed  # noqa: E731  the same masks at every evaluation
+    check_model_memory(lambda: MaskedLM(mcfg), "the masked language model")  # before any allocation
     torch.manual_seed(seed)
     model = MaskedLM(mcfg)
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import JsonConfig
+from ...config import JsonConfig, check_count
 from ...errors import UserError
 from ...models.mlm import MLMConfig
 from ...train import TrainConfig
@@ -37,6 +37,9 @@ class MLMDataConfig(JsonConfig):
         check_tokenizer("data.tokenizer", self.tokenizer, auto=False)
         if self.span < 1 or self.max_len < 2:
             raise UserError("span must be >= 1 and max_len >= 2")
+        check_count("data.vocab_size", self.vocab_size)
+        check_count("data.min_freq", self.min_freq)
+        check_count("data.valid_max_windows", self.valid_max_windows)
         if not 0.0 <= self.valid_frac < 0.5:
             raise UserError(f"valid_frac must be in [0, 0.5), got {self.valid_frac}")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ...config import check_model_memory
 from ...data.tokenizers import Tokenizer
 from ...fileio import atomic_write_bytes, atomic_write_text, remove
 from ...models.seq2seq import Seq2Seq
@@ -65,6 +66,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
         f"{tgt_tok.vocab_size}{' (joint)' if recipe.data.joint_vocab else ''}; "
         f"<unk> rate on valid source {src_tok.unk_rate([s for s, _ in data.valid[:2000]]):.2%}; "
         f"{train.n_tokens / 1e6:.2f}M train tokens, padding {train.sampler.padding_fraction(train.sampler.epoch_batches(0)):.1%}")
+    check_model_memory(lambda: Seq2Seq(recipe.model), "the translation model")  # before any allocation
     torch.manual_seed(seed)
     model = Seq2Seq(recipe.model)
     if encoder is not None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import JsonConfig
+from ...config import JsonConfig, check_count
 from ...errors import UserError
 from ...models.seq2seq import Seq2SeqConfig
 from ...train import TrainConfig
@@ -42,6 +42,9 @@ class TranslateDataConfig(JsonConfig):
             raise UserError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.max_len < 2:
             raise UserError("data.max_len must be at least 2")
+        for knob in ("src_vocab_size", "tgt_vocab_size", "min_freq"):
+            check_count(f"data.{knob}", getattr(self, knob))
+        check_count("data.bleu_sentences", self.bleu_sentences, least=0, hint=" (0: all)")
 
 
 @dataclass
