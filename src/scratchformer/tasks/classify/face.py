@@ -1,7 +1,8 @@
 """The face of classification (see tasks/faces.py): what the house may ask of a classify run."""
 from __future__ import annotations
 
-from ..slots import CLASSIFY, EMBEDDINGS, Export, Face
+from ..slots import Export, Face, TaskCLI
+from . import cli
 from .recipe import ClassifyRecipe
 
 
@@ -66,5 +67,6 @@ FACE = Face(
     train=_train, train_recipe=_train_recipe, load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx, tokenizer.json, preprocess.py, labels.json, export.json, README.md",
                             _onnx_parity)},
-    routes=(CLASSIFY, EMBEDDINGS), prepare=_prepare,
+    cli=TaskCLI("train a text classifier", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
+    prepare=_prepare,
 )

@@ -1,7 +1,8 @@
 """The face of language modelling (see tasks/faces.py): what the house may ask of an lm run."""
 from __future__ import annotations
 
-from ..slots import COMPLETIONS, Export, Face, recipe_from
+from ..slots import Export, Face, TaskCLI, recipe_from
+from . import cli
 from .recipe import LMRecipe
 
 
@@ -60,5 +61,6 @@ FACE = Face(
     train=_train, train_recipe=recipe_from(LMRecipe), load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx: one decoding step, KV cache in and out; tokenizer.json, generate.py, export.json, README.md",
                             _onnx_parity)},
-    routes=(COMPLETIONS,), prepare=_prepare,
+    cli=TaskCLI("train a GPT-style language model on a text", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
+    prepare=_prepare,
 )

@@ -2,7 +2,8 @@
 classifiers from, so it has no inference API, no export and no serve route of its own."""
 from __future__ import annotations
 
-from ..slots import Face, Unavailable, recipe_from
+from ..slots import Face, TaskCLI, Unavailable, recipe_from
+from . import cli
 from .recipe import MLMRecipe
 
 
@@ -23,5 +24,9 @@ FACE = Face(
     train=_train, train_recipe=recipe_from(MLMRecipe),
     load=Unavailable("an mlm run has no inference API of its own: start a classifier from it with "
                      "`scratchformer train classify --init RUN ...`"),
-    inspect=_inspect, exports={}, routes=(),
+    inspect=_inspect, exports={},
+    cli=TaskCLI("BERT-style masked language modelling (15%% masked, 80/10/10)", cli.flags, cli.train,
+                evaluate=Unavailable("an mlm run is a backbone, not evaluated by `evaluate`: its valid accuracy is in "
+                                     "its summary; evaluate a classifier trained from it with --init"),
+                verb="pretrain"),
 )

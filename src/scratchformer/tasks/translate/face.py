@@ -1,7 +1,8 @@
 """The face of translation (see tasks/faces.py): what the house may ask of a translate run."""
 from __future__ import annotations
 
-from ..slots import TRANSLATE, Export, Face, recipe_from
+from ..slots import Export, Face, TaskCLI, recipe_from
+from . import cli
 from .recipe import TranslateRecipe
 
 
@@ -56,5 +57,6 @@ FACE = Face(
                               lambda r: _parity_lines([("transformers", r["transformers"]),
                                                        ("ctranslate2", r["ctranslate2"])] if r else [])),
     },
-    routes=(TRANSLATE,), noun="translation",
+    cli=TaskCLI("train an encoder-decoder translator", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
+    noun="translation",
 )
