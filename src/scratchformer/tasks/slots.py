@@ -67,12 +67,13 @@ class TaskCLI:
 class Sweep:
     """What `sweep --task` and the experiments need of a task beyond `train`: `data(name, subset,
     folder, write) -> (train flags {"data": ..., "valid": ...}, a few validation texts)`: a
-    registered data set's flags, or (with `subset`, the first n rows per split) files of those rows
-    written into `folder` through `write(path, text)`; `argv`: extra `train` arguments of every
+    registered data set's flags, or (with `subset`, the first n rows per split, where `subsets`)
+    files of those rows written into `folder` through `write(path, text)`; `argv`: extra `train` arguments of every
     run; `sets(config)`: `--set`s of every run before the sweep's own (`config`: the base recipe
     file or None)."""
 
     data: Callable[..., tuple[dict, list[str]]]
+    subsets: bool = False  # whether `data` writes subsets (else a spec's "subset" is refused)
     argv: tuple[str, ...] = ()
     sets: Callable[[str | None], list[str]] = field(default=lambda config: [])
 

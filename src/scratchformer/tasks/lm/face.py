@@ -1,7 +1,7 @@
 """The face of language modelling (see tasks/faces.py): what the house may ask of an lm run."""
 from __future__ import annotations
 
-from ..slots import Export, Face, TaskCLI, recipe_from
+from ..slots import Export, Face, Sweep, TaskCLI, recipe_from
 from . import cli
 from .recipe import LMRecipe
 
@@ -16,6 +16,29 @@ def _load(run_dir, **options):
     from .inference import LanguageModel
 
     return LanguageModel.load(run_dir, **options)
+
+
+def _params(recipe: dict) -> dict:
+    """The closed form of a decoder-only or encoder stack with its LM head (none when tied)."""
+    from ...models.param_terms import encoder_terms, lm_head
+
+    model = recipe.get("model", {})
+    return lm_head(*encoder_terms(model), model)
+
+
+def _sweep_data(name: str, subset: dict | None, folder, write) -> tuple[dict, list[str]]:
+    """A sweep's text: the registered corpus, or its first n characters for train and m from the
+    held-out tail for valid, as .txt files."""
+    from ...data.registry import load_dataset
+
+    if not subset:
+        return {"data": name}, []
+    text = load_dataset(name)
+    n, m = int(subset["train"]), int(subset.get("valid", subset["train"] // 10))
+    cut = int(len(text) * 0.9)  # validation from the part `train lm` holds out by default
+    write(folder / "train.txt", text[:n])
+    write(folder / "valid.txt", text[cut:cut + m])
+    return {"data": str(folder / "train.txt"), "valid": str(folder / "valid.txt")}, []
 
 
 def _inspect(run_dir):
@@ -61,6 +84,7 @@ FACE = Face(
     train=_train, train_recipe=recipe_from(LMRecipe), load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx: one decoding step, KV cache in and out; tokenizer.json, generate.py, export.json, README.md",
                             _onnx_parity)},
+    params=_params, sweep=Sweep(_sweep_data, subsets=True),
     cli=TaskCLI("train a GPT-style language model on a text", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
     prepare=_prepare,
 )

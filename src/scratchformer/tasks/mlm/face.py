@@ -13,6 +13,14 @@ def _train(recipe, out_dir, resume: bool = False, log=print):
     return pretrain_mlm(recipe, out_dir, resume=resume, log=log)
 
 
+def _params(recipe: dict) -> dict:
+    """The closed form of a decoder-only or encoder stack with its LM head (none when tied)."""
+    from ...models.param_terms import encoder_terms, lm_head
+
+    model = recipe.get("model", {})
+    return lm_head(*encoder_terms(model), model)
+
+
 def _inspect(run_dir):
     from .inspect import load
 
@@ -25,6 +33,7 @@ FACE = Face(
     load=Unavailable("an mlm run has no inference API of its own: start a classifier from it with "
                      "`scratchformer train classify --init RUN ...`"),
     inspect=_inspect, exports={},
+    params=_params,
     cli=TaskCLI("BERT-style masked language modelling (15%% masked, 80/10/10)", cli.flags, cli.train,
                 evaluate=Unavailable("an mlm run is a backbone, not evaluated by `evaluate`: its valid accuracy is in "
                                      "its summary; evaluate a classifier trained from it with --init"),

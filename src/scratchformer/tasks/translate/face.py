@@ -1,7 +1,7 @@
 """The face of translation (see tasks/faces.py): what the house may ask of a translate run."""
 from __future__ import annotations
 
-from ..slots import Export, Face, TaskCLI, recipe_from
+from ..slots import Export, Face, Sweep, TaskCLI, recipe_from
 from . import cli
 from .recipe import TranslateRecipe
 
@@ -10,6 +10,13 @@ def _train(recipe, out_dir, resume: bool = False, log=print):
     from .pipeline import train_translator
 
     return train_translator(recipe, out_dir, resume=resume, log=log)
+
+
+def _params(recipe: dict) -> dict:
+    """The closed form of an encoder-decoder: both stacks, cross-attention, embeddings, output."""
+    from ...models.param_terms import seq2seq_terms
+
+    return seq2seq_terms(recipe.get("model", {}))[0]
 
 
 def _load(run_dir, **options):
@@ -58,5 +65,5 @@ FACE = Face(
                                                        ("ctranslate2", r["ctranslate2"])] if r else [])),
     },
     cli=TaskCLI("train an encoder-decoder translator", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
-    noun="translation",
+    params=_params, sweep=Sweep(lambda name, subset, folder, write: ({"data": name}, [])), noun="translation",
 )
