@@ -93,6 +93,12 @@ def _onnx(run_dir, out_dir, check: bool = True):
     return export_onnx(run_dir, out_dir, check=check)
 
 
+def _onnx_runtime(folder, **options):
+    from .onnx_runtime import OnnxClassifier
+
+    return OnnxClassifier(folder, **options)
+
+
 def _onnx_parity(report) -> list[str]:
     if not report or report.get("max_abs_diff") is None:
         return []
@@ -103,7 +109,7 @@ FACE = Face(
     name="classify", words="a classifier", recipe=ClassifyRecipe, data_form="file",
     train=_train, train_recipe=_train_recipe, load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx, tokenizer.json, preprocess.py, labels.json, export.json, README.md",
-                            _onnx_parity)},
+                            _onnx_parity, runtime=_onnx_runtime, backend="onnxruntime")},
     cli=TaskCLI("train a text classifier", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
     params=_params, sweep=_SWEEP, prepare=_prepare,
 )

@@ -53,6 +53,12 @@ def _onnx(run_dir, out_dir, check: bool = True):
     return export_lm_onnx(run_dir, out_dir, check=check)
 
 
+def _onnx_runtime(folder, **options):
+    from .onnx_runtime import OnnxLanguageModel
+
+    return OnnxLanguageModel(folder, **options)
+
+
 def _onnx_parity(report) -> list[str]:
     if not report:
         return []
@@ -83,7 +89,7 @@ FACE = Face(
     name="lm", words="a language model", recipe=LMRecipe, data_form="file",
     train=_train, train_recipe=recipe_from(LMRecipe), load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx: one decoding step, KV cache in and out; tokenizer.json, generate.py, export.json, README.md",
-                            _onnx_parity)},
+                            _onnx_parity, runtime=_onnx_runtime, backend="onnxruntime")},
     params=_params, sweep=Sweep(_sweep_data, subsets=True),
     cli=TaskCLI("train a GPT-style language model on a text", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
     prepare=_prepare,

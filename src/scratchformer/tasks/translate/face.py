@@ -43,6 +43,12 @@ def _ctranslate2(run_dir, out_dir, check: bool = True):
     return export_ctranslate2(run_dir, out_dir, check=check)
 
 
+def _ct2_runtime(folder, **options):
+    from .ct2_runtime import Ct2Translator
+
+    return Ct2Translator(folder, **options)
+
+
 def _parity_lines(parts) -> list[str]:
     lines = []
     for name, r in parts:
@@ -62,7 +68,8 @@ FACE = Face(
                                lambda r: _parity_lines([("transformers", r)] if r else [])),
         "ctranslate2": Export(_ctranslate2, "CTranslate2 model.bin, vocabularies, tokenizer files, export.json",
                               lambda r: _parity_lines([("transformers", r["transformers"]),
-                                                       ("ctranslate2", r["ctranslate2"])] if r else [])),
+                                                       ("ctranslate2", r["ctranslate2"])] if r else []),
+                              runtime=_ct2_runtime, backend="ctranslate2"),
     },
     cli=TaskCLI("train an encoder-decoder translator", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
     params=_params, sweep=Sweep(lambda name, subset, folder, write: ({"data": name}, [])), noun="translation",
