@@ -93,11 +93,23 @@ class SweepSpec:
 
         return face(self.task).sweep
 
+    def _has(self, key: str) -> bool:
+        """Whether the task's recipe has the dotted option `key` (a sweep sets `train.seed` in every
+        recipe, the quieter `train.progress` where there is one)."""
+        from ..tasks.faces import face
+
+        hints = face(self.task).recipe.hints()
+        for part in key.split("."):
+            if part not in hints:
+                return False
+            hints = hints[part].hints() if hasattr(hints[part], "hints") else {}
+        return True
+
     def cell_sets(self, cell: Cell, seed: int | None = None) -> list[str]:
         """The `--set` overrides of the run `seed` of `cell` (None: of every run, the seed aside)."""
         sets = self._sweep().sets(self.config) + list(self.sets) + list(cell.sets)
         if seed is not None:
-            sets += [f"train.seed={seed}", "train.progress=false"]
+            sets += [f"train.seed={seed}"] + (["train.progress=false"] if self._has("train.progress") else [])
         if self.time_budget:
             sets.append(f"train.max_minutes={self.time_budget}")
         return sets
