@@ -20,13 +20,14 @@ import ast
 from pathlib import Path
 
 import scratchformer
+from scratchformer.tasks.faces import _PACKAGES
 
 PKG = Path(scratchformer.__file__).parent
 FLOOR = {"errors": 0, "fileio": 1, "progress": 1, "config": 2, "fonts": 2, "data": 2, "nn": 3, "train": 3, "check": 3, "models": 4,
          "interop": 5, "tasks": 6, "diagnostics": 7, "experiments": 8, "serve": 8, "commands": 9, "cli": 10,
          "demo": 10, "__init__": 11}
 UP_ON_PURPOSE = {("experiments/child.py", "cli")}
-TASK_NAMES = {"classify", "translate", "lm", "mlm", "embed"}
+TASK_NAMES = set(_PACKAGES)  # the built-in tasks: a new one is named here by the registry itself
 # export formats and the engines that run them (a `choices=` naming one is a hand-kept list)
 REGISTRY_WORDS = TASK_NAMES | {"onnx", "transformers", "ctranslate2", "onnxruntime"}
 

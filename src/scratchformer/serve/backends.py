@@ -315,7 +315,7 @@ def _open_export(spec: ModelSpec, backend: str | None, compute_type: str | None,
         raise UserError(f"{path} holds a {fmt!r} export of {face.words}, which serve does not run; serve runs "
                         f"run folders and the exports {', '.join(engines)}")
     if backend not in (None, export.backend):
-        raise UserError(f"{path} is a {fmt} export of {face.words}, which runs under --backend {export.backend}, "
+        raise UserError(f"{path} is the {fmt} export of {face.words}, which runs under --backend {export.backend}, "
                         f"not {backend}: leave --backend out or give --backend {export.backend}")
     if compute_type is not None or quantize not in (None, "none"):
         given = f"--compute-type {compute_type}" if compute_type is not None else f"--quantize {quantize}"
