@@ -47,6 +47,16 @@ class Served:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         raise NotImplementedError
 
+    def tokenize(self, texts: list[str]) -> tuple[list[str], list[int]]:
+        """(the texts as the batch will read them, their token counts) for the input limit. A
+        model that can carry its ids gives texts holding them (`Tokenized`), so a request is
+        tokenized once, here; the others count now and tokenize again in the batch."""
+        tokenize = getattr(self.model, "tokenize", None)
+        if tokenize is not None:
+            carried = tokenize(texts)
+            return carried, [t.n_tokens for t in carried]
+        return texts, self.count_tokens(texts)
+
     def truncate(self, text: str, limit: int) -> str:
         """The longest prefix of `text` with at most `limit` tokens (binary search over
         characters through `count_tokens`, so it holds for every tokenizer)."""
