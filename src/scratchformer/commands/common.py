@@ -128,10 +128,10 @@ def run_folder_guard(args) -> Iterator[None]:
 
 
 def _face(args):
-    """The face of a train verb's task: `train TASK`, or `pretrain OBJECTIVE` (`pretrain mlm`)."""
+    """The face of a train verb's task: `train TASK`, or `pretrain mlm` (cli.py names both `task`)."""
     from ..tasks.faces import face
 
-    return face(getattr(args, "objective", None) or getattr(args, "task", None) or "classify")
+    return face(args.task)
 
 
 def _check_source(option: str, value: str, pairs: bool = False) -> None:
