@@ -320,10 +320,14 @@ def _open_export(spec: ModelSpec, backend: str | None, compute_type: str | None,
     path = Path(spec.source)
     face, fmt, export = exported_by(path)
     if not export.backend:
-        engines = [f"{e.backend} ({g.noun} --format {name})" for g in _all_faces() for name, e in g.exports.items()
-                   if e.backend]
-        raise UserError(f"{path} holds a {fmt!r} export of {face.words}, which serve does not run; serve runs "
-                        f"run folders and the exports {', '.join(engines)}")
+        served: dict[str, list[str]] = {}  # format -> the runs whose export of it serve runs
+        for g in _all_faces():
+            for name, e in g.exports.items():
+                if e.backend:
+                    served.setdefault(name, []).append(g.noun)
+        shown = " and ".join(f"--format {name} ({' and '.join(nouns)} runs)" for name, nouns in served.items())
+        raise UserError(f"{path} holds a {fmt!r} export of {face.words}, which serve does not run (its README.md "
+                        f"says how to load it); serve runs run folders and the exports {shown}")
     if backend not in (None, export.backend):
         raise UserError(f"{path} is the {fmt} export of {face.words}, which runs under --backend {export.backend}, "
                         f"not {backend}: leave --backend out or give --backend {export.backend}")
