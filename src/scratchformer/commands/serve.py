@@ -76,7 +76,7 @@ def register(cli) -> None:
 
 def run_serve(args) -> int:
     from ..serve.state import API_KEY_ENV, ServeConfig, check_api_key
-    from ..serve.backends import parse_specs
+    from ..serve.backends import check_source, parse_specs
     from ..serve.server import serve
 
     if not 0 <= args.port <= 65535:
@@ -96,13 +96,16 @@ def run_serve(args) -> int:
                       reload_interval=args.reload_interval)
     cfg.check()
     specs = parse_specs(args.runs)
+    compute = compute_type(args)
     for s in specs:
         if not Path(s.source).exists() and "/" in s.source:
             raise UserError(f"{s.source} does not exist; pass a run directory (the --out of a training run)")
+        # an export's task, format, engine and compute type, checked before the server starts
+        check_source(Path(s.source), args.backend, compute, None)
     if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
         print(f"warning: listening on {args.host} without --api-key: anyone who reaches it can use the models",
               flush=True)
-    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute_type(args))
+    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute)
 
 
 def run_export(args) -> int:

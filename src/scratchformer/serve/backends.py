@@ -315,9 +315,25 @@ def _open_export(spec: ModelSpec, backend: str | None, compute_type: str | None,
     A --backend other than the format's engine, or a --compute-type (an export runs as it was
     exported), is refused in one line before anything is loaded."""
     from ..tasks.export_folder import require_complete
-    from ..tasks.faces import exported_by
 
     path = Path(spec.source)
+    face, fmt, export = check_source(path, backend, compute_type, quantize)
+    if face.name not in BACKENDS:
+        raise UserError(f"{path} holds an export of {face.words}, which has no serve routes; serve knows "
+                        f"{', '.join(sorted(BACKENDS))} models")
+    require_complete(path, export.backend)
+    return BACKENDS[face.name](spec.name, path, model=export.runtime(path), engine=export.backend)
+
+
+def check_source(path: Path, backend: str | None, compute_type: str | None, quantize: str | None):
+    """For an export folder, (face, format, Export) once what serve was asked for applies to it: a
+    format serve runs, the --backend of its engine (or none), no --compute-type (an export runs as
+    it was exported); else one line. None for any other source. `serve` checks every argument so
+    before the server starts."""
+    from ..tasks.faces import exported_by
+
+    if not (path / "export.json").is_file():
+        return None
     face, fmt, export = exported_by(path)
     if not export.backend:
         served: dict[str, list[str]] = {}  # format -> the runs whose export of it serve runs
@@ -335,11 +351,7 @@ def _open_export(spec: ModelSpec, backend: str | None, compute_type: str | None,
         given = f"--compute-type {compute_type}" if compute_type is not None else f"--quantize {quantize}"
         raise UserError(f"{given} does not apply to {path}: an export runs as it was exported; leave it out, "
                         "or serve the run folder to choose what it computes in")
-    if face.name not in BACKENDS:
-        raise UserError(f"{path} holds an export of {face.words}, which has no serve routes; serve knows "
-                        f"{', '.join(sorted(BACKENDS))} models")
-    require_complete(path, export.backend)
-    return BACKENDS[face.name](spec.name, path, model=export.runtime(path), engine=export.backend)
+    return face, fmt, export
 
 
 def check_finished(path: Path) -> None:
