@@ -84,6 +84,11 @@ class Served:
     def translate(self, texts: list[str], key: Hashable) -> list[str]:
         raise NotImplementedError
 
+    @property
+    def has_attention_page(self) -> bool:
+        """A run folder of a task with a page, served with torch (the page may still say why not)."""
+        return self.page and self.engine == TORCH
+
     def attention_page(self, text: str) -> str:
         from ..diagnostics.attention_html import page
 
