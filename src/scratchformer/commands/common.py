@@ -1,7 +1,6 @@
 """Helpers shared by the command modules: recipes from --config and --set, text inputs."""
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import os

@@ -2,7 +2,6 @@
 (tasks/lm/cli.py)."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
