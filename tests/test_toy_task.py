@@ -52,6 +52,10 @@ def test_params_counts_and_closes(run, capsys):
 
 def test_sweep(run, tmp_path, capsys):
     rows = write_rows(tmp_path / "rows.tsv")
+    argv = ["sweep", "--task", "toy", "--grid", "train.lr=0.1,0.2", "--data", str(rows), "--out", str(tmp_path / "s")]
+    assert main(argv) == 2  # its cells' own processes would not know a task registered here
+    assert capsys.readouterr().err == ("error: --task toy was registered in this process only: run its cells here "
+                                       "with --in-process\n")
     assert main(["sweep", "--task", "toy", "--grid", "train.lr=0.1,0.2", "--data", str(rows),
                  "--out", str(tmp_path / "sweep"), "--in-process"]) == 0
     for lr in ("0.1", "0.2"):

@@ -58,10 +58,13 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
-        from ..tasks.faces import faces, having
+        from ..tasks.faces import built_in, faces, having
 
         if self.task not in faces() or not faces()[self.task].sweep:
             raise UserError(f"--task {self.task!r}: choose {', '.join(having('sweep'))}")
+        if self.isolate and not built_in(self.task):  # a child process would not know it
+            raise UserError(f"--task {self.task} was registered in this process only: run its cells here "
+                            "with --in-process")
         if self.seeds < 1:
             raise UserError(f"--seeds must be >= 1, got {self.seeds}")
         if self.config and not Path(self.config).is_file():

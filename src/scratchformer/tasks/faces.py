@@ -82,6 +82,12 @@ def unregister(name: str) -> None:
     faces().pop(name, None)
 
 
+def built_in(name: str) -> bool:
+    """Whether task `name` is one of scratchformer's own (every process knows it), not one that
+    `register` added to this process alone."""
+    return name in _PACKAGES
+
+
 def having(slot: str) -> list[str]:
     """The names of the tasks that fill `slot` (the choices a verb offers), in registry order."""
     return [name for name, f in faces().items() if getattr(f, slot)]
