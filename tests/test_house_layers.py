@@ -8,24 +8,34 @@ as tests/nn/test_house.py reads nn/:
 3. No file-level import circle anywhere in the package (a package's `__init__.py` hands names on
    and is not followed, as farm-studio draws it): the task registry (tasks/faces.py) imports the
    task packages' face.py files, and those import only the record (tasks/slots.py).
-4. Commands hold no policy about tasks, and the rooms above tasks/ never dispatch on a task's
-   name: in commands/, serve/, diagnostics/, cli.py and experiments/identity.py no comparison
-   with a task's name, no dict keyed by task names, no `__name__ ==` test and no
-   `import_module(f"...{task}...")`: they ask `task_of(run_dir)` / `face(name)`. commands/ also
-   imports no models/ and no nn/ (no model code and no kernel choice in a verb).
+4. Commands hold no policy about tasks, and no file outside a task's own package and the
+   registry (tasks/<task>/, tasks/faces.py) dispatches on a task's name: no comparison with a
+   task's name, no dict keyed by task names, no list of task names (a choice list), no
+   `choices=` naming a task, an export format or an export engine, no `__name__ ==` test and no
+   `import_module(f"...{task}...")`: they ask `task_of(run_dir)` / `face(name)`, and every list
+   of tasks, formats and engines is made from `faces()`. commands/ also imports no models/ and
+   no nn/ (no model code and no kernel choice in a verb).
 """
 import ast
 from pathlib import Path
 
 import scratchformer
+from scratchformer.tasks.faces import _PACKAGES
 
 PKG = Path(scratchformer.__file__).parent
 FLOOR = {"errors": 0, "fileio": 1, "progress": 1, "config": 2, "fonts": 2, "data": 2, "nn": 3, "train": 3, "check": 3, "models": 4,
          "interop": 5, "tasks": 6, "diagnostics": 7, "experiments": 8, "serve": 8, "commands": 9, "cli": 10,
          "demo": 10, "__init__": 11}
 UP_ON_PURPOSE = {("experiments/child.py", "cli")}
-TASK_NAMES = {"classify", "translate", "lm", "mlm", "embed"}
-NO_NAME_TESTS = ("commands", "serve", "diagnostics", "cli.py", "experiments/identity.py")
+TASK_NAMES = set(_PACKAGES)  # the built-in tasks: a new one is named here by the registry itself
+# export formats and the engines that run them (a `choices=` naming one is a hand-kept list)
+REGISTRY_WORDS = TASK_NAMES | {"onnx", "transformers", "ctranslate2", "onnxruntime"}
+
+
+def outside_the_tasks(path: Path) -> bool:
+    """Every file of the package but a task's own package (tasks/<task>/) and the registry."""
+    rel = path.relative_to(PKG)
+    return not (rel.parts[0] == "tasks" and (len(rel.parts) > 2 or rel.name == "faces.py"))
 
 
 def room(path: Path) -> str:
@@ -141,9 +151,10 @@ def test_serve_imports_no_model_internals():
     assert seen & {"models", "nn", "interop", "train", "data"} == set(), seen
 
 
-def name_tests(path: Path) -> list[str]:
+def name_tests(path: Path, dunder: bool = True) -> list[str]:
     """Where `path` dispatches on a task's name: a comparison with one, a dict keyed by them, a
-    `__name__` test, an import_module of a formatted name."""
+    list of them or a choice list of registry words, a `__name__` test (with `dunder`: the rooms
+    above tasks/, where it would tell our classes apart), an import_module of a formatted name."""
     out = []
     tree = ast.parse(path.read_text(encoding="utf-8"))
 
@@ -152,11 +163,17 @@ def name_tests(path: Path) -> list[str]:
         return {i.value for i in items if isinstance(i, ast.Constant) and i.value in TASK_NAMES}
 
     for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and len(names_in(node)) >= 2:
+            out.append(f"{path.name}:{node.lineno} a list of task names")
+        elif isinstance(node, ast.keyword) and node.arg == "choices" and isinstance(
+                node.value, (ast.List, ast.Tuple, ast.Set)) and any(
+                isinstance(i, ast.Constant) and i.value in REGISTRY_WORDS for i in node.value.elts):
+            out.append(f"{path.name}:{node.lineno} a choice list of tasks, formats or engines")
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             if any(names_in(s) for s in sides):
                 out.append(f"{path.name}:{node.lineno} compares with a task name")
-            if any(isinstance(s, ast.Attribute) and s.attr == "__name__" for s in sides):
+            if dunder and any(isinstance(s, ast.Attribute) and s.attr == "__name__" for s in sides):
                 out.append(f"{path.name}:{node.lineno} tests a __name__")
         elif isinstance(node, ast.Dict):
             if len({k.value for k in node.keys if isinstance(k, ast.Constant) and k.value in TASK_NAMES}) >= 2:
@@ -169,12 +186,12 @@ def name_tests(path: Path) -> list[str]:
     return out
 
 
-def test_the_rooms_above_tasks_never_dispatch_on_a_task_name():
-    found = []
-    for where in NO_NAME_TESTS:
-        target = PKG / where
-        for p in ([target] if target.is_file() else sorted(target.rglob("*.py"))):
-            found += name_tests(p)
+def test_no_file_outside_the_tasks_names_a_task_in_a_condition_a_choice_list_or_a_table():
+    scanned = [p for p in files() if outside_the_tasks(p)]
+    rooms = {room(p) for p in scanned}
+    assert {"cli", "commands", "serve", "diagnostics", "experiments", "tasks", "data", "train"} <= rooms
+    assert not any(p.parent.parent == PKG / "tasks" for p in scanned)  # the task packages are theirs
+    found = [m for p in scanned for m in name_tests(p, dunder=FLOOR[room(p)] > FLOOR["tasks"])]
     assert found == []
 
 
@@ -196,7 +213,9 @@ def test_the_scanners_see_what_they_look_for(tmp_path):
     code = ('from ..models import x\nfrom ..tasks.faces import face\nimport scratchformer.nn.quant\n'
             'def f(t, cls):\n    if t == "classify": pass\n    if t in ("lm", "mlm"): pass\n'
             '    if cls.__name__ == "X": pass\n    k = {"classify": 1, "translate": 2}\n'
-            '    importlib.import_module(f"scratchformer.tasks.{t}.inspect")\n')
+            '    importlib.import_module(f"scratchformer.tasks.{t}.inspect")\n'
+            '    p.add_argument("--task", choices=["classify", "lm"])\n'
+            '    p.add_argument("--format", choices=("onnx",))\n')
     path = tmp_path / "scratchformer" / "commands" / "planted.py"
     path.parent.mkdir(parents=True)
     path.write_text(code)
@@ -204,9 +223,14 @@ def test_the_scanners_see_what_they_look_for(tmp_path):
     saved, PKG = PKG, tmp_path / "scratchformer"
     try:
         assert imported_rooms(path) == {"models", "tasks", "nn"}
-        found = sorted(name_tests(path), key=lambda m: int(m.split(" ", 1)[0].split(":")[1]))
-        assert [m.split(" ", 1)[1] for m in found] == [
-            "compares with a task name", "compares with a task name", "tests a __name__",
-            "a dict keyed by task names", "imports a module by a formatted name"]
+        found = name_tests(path)
+        by_line = {}
+        for m in found:
+            by_line.setdefault(int(m.split(" ", 1)[0].split(":")[1]), set()).add(m.split(" ", 1)[1])
+        assert by_line == {
+            5: {"compares with a task name"}, 6: {"compares with a task name", "a list of task names"},
+            7: {"tests a __name__"}, 8: {"a dict keyed by task names"}, 9: {"imports a module by a formatted name"},
+            10: {"a list of task names", "a choice list of tasks, formats or engines"},
+            11: {"a choice list of tasks, formats or engines"}}
     finally:
         PKG = saved

@@ -1,7 +1,10 @@
 """`scratchformer <verb> ...`: the command-line front door, thin over the Python API.
 
-Each task's verbs live in `scratchformer.commands.<module>`, which exposes
-`register(cli: CLI)`. Errors meant for people (`UserError`) print one line and exit 2.
+The verbs of every task are made from the registry of faces (tasks/faces.py): `train <task>` (or
+the verb a face names, `pretrain mlm`) with the flags every train verb has and the task's own
+(`face.cli.flags`), and `evaluate RUN`, which asks the run's face. The other verbs live in
+`scratchformer.commands.<module>`, which exposes `register(cli: CLI)`. Errors meant for people
+(`UserError`) print one line and exit 2.
 """
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Callable
 
 from .errors import UserError
 
@@ -19,7 +21,6 @@ COMMAND_MODULES = [
     "scratchformer.commands.prepare",
     "scratchformer.commands.classify",
     "scratchformer.commands.embed",
-    "scratchformer.commands.pretrain",
     "scratchformer.commands.translate",
     "scratchformer.commands.lm",
     "scratchformer.commands.diagnostics",
@@ -49,36 +50,53 @@ def _json_error(message: str) -> None:
 
 
 class CLI:
-    """What a command module registers into: top-level verbs, `train <task>` sub-verbs and
-    the per-task handlers of the shared verbs (`evaluate`), chosen by a run's task."""
+    """What a command module registers into: top-level verbs; the task verbs (`train <task>`,
+    `evaluate`) are made here from the faces."""
 
     def __init__(self) -> None:
+        from .commands.common import COMPUTE_TYPES, add_recipe_args
+        from .tasks.faces import faces
+
         self.parser = _Parser(
             prog="scratchformer", description="A Transformer toolkit written from scratch.")
         self.verbs = self.parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-        train = self.verbs.add_parser("train", help="train a model: train {classify,lm,translate} ...")
-        self.train_tasks = train.add_subparsers(dest="task", metavar="TASK", required=True)
-        self.evaluators: dict[str, Callable] = {}
+        groups: dict[str, argparse._SubParsersAction] = {}  # `train`, `pretrain`: the verbs faces name
+        for f in faces().values():
+            if not f.cli:
+                continue
+            if f.cli.verb not in groups:
+                names = [g.name for g in faces().values() if g.cli and g.cli.verb == f.cli.verb]
+                group = self.verbs.add_parser(f.cli.verb, help=f"{f.cli.verb} a model: {f.cli.verb} {{{','.join(names)}}} ...")
+                groups[f.cli.verb] = group.add_subparsers(dest="task", metavar="TASK", required=True)
+            p = groups[f.cli.verb].add_parser(f.name, help=f.cli.help)
+            f.cli.flags(p)
+            add_recipe_args(p)
+            p.set_defaults(func=f.cli.train)
         ev = self.verbs.add_parser("evaluate", help="evaluate a run directory on a split or a file")
         ev.add_argument("run_dir", type=Path)
         ev.add_argument("--split", default="test", choices=["train", "valid", "test"])
         ev.add_argument("--data", help="evaluate on this file instead of a split")
         ev.add_argument("--json", action="store_true", help="print metrics as JSON")
-        ev.add_argument("--compute-type", choices=["auto", "float32", "bfloat16", "int8"], default=None,
+        ev.add_argument("--compute-type", choices=COMPUTE_TYPES, default=None,
                         help="what the evaluation computes in (see `predict --help`); default: the task's")
-        ev.set_defaults(func=self._evaluate)
+        for f in faces().values():
+            if f.cli:
+                f.cli.evaluate_flags(ev)
+        ev.set_defaults(func=_evaluate)
 
     def verb(self, name: str, **kw) -> argparse.ArgumentParser:
         return self.verbs.add_parser(name, **kw)
 
-    def train_task(self, name: str, **kw) -> argparse.ArgumentParser:
-        return self.train_tasks.add_parser(name, **kw)
 
-    def _evaluate(self, args) -> int:
-        task = read_run_task(args.run_dir)
-        if task not in self.evaluators:
-            raise UserError(f"{args.run_dir} holds a {task!r} run, which `evaluate` does not know")
-        return self.evaluators[task](args)
+def _evaluate(args) -> int:
+    """`evaluate RUN`: the run's face evaluates it (a task without `evaluate` says why)."""
+    from .tasks.faces import task_of
+
+    read_run_task(args.run_dir)  # not a run folder: one line saying what to pass
+    face = task_of(args.run_dir)
+    if not face.cli:
+        raise UserError(f"{args.run_dir} holds a {face.name!r} run, which `evaluate` does not know")
+    return face.cli.evaluate(args)
 
 
 def read_run_task(run_dir: Path) -> str:

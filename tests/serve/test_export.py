@@ -76,5 +76,23 @@ def test_export_refuses_a_non_empty_folder_and_a_run_dir_backend(clf_run, export
     assert "is not empty: give a new folder to --out" in capsys.readouterr().err
     from scratchformer.errors import UserError
 
-    with pytest.raises(UserError, match="is not an ONNX export"):
+    with pytest.raises(UserError) as e:
         load_backend(ModelSpec("x", str(clf_run)), "onnxruntime")
+    assert str(e.value) == (f"{clf_run} is not an export for --backend onnxruntime (no export.json): run "
+                            f"`scratchformer export {clf_run} --format onnx --out DIR` and serve DIR (run folders "
+                            "are served without --backend)")
+
+
+def test_a_classifier_export_is_refused_under_another_engine_or_a_compute_type(exported):
+    """Issue 54 rule 6: a classifier export once started under --backend ctranslate2."""
+    from scratchformer.errors import UserError
+
+    for backend, compute, message in (
+            ("ctranslate2", None, f"{exported} is the onnx export of a classifier, which runs under --backend "
+                                  "onnxruntime, not ctranslate2: leave --backend out or give --backend onnxruntime"),
+            (None, "bfloat16", f"--compute-type bfloat16 does not apply to {exported}: an export runs as it was "
+                               "exported; leave it out, or serve the run folder to choose what it computes in")):
+        with pytest.raises(UserError) as e:
+            load_backend(ModelSpec("x", str(exported)), backend, compute)
+        assert str(e.value) == message
+    assert load_backend(ModelSpec("x", str(exported))).describe()["backend"] == "onnxruntime"  # its own engine

@@ -41,3 +41,52 @@ def test_lm_export_decodes_like_ours_with_the_cache(lm_run, tmp_path, capsys):
 def test_export_of_a_translation_run_says_why_not(mt_run, tmp_path, capsys):
     assert main(["export", str(mt_run), "--format", "onnx", "--out", str(tmp_path / "x")]) == 2
     assert "exports classify and lm runs (translation runs: --format transformers or ctranslate2)" in capsys.readouterr().err
+
+
+def test_an_lm_export_is_served_as_an_lm_and_streams_ours_greedy_text(lm_run, tmp_path):
+    """export.json names the task: an LM ONNX export opens through the lm face's runtime and
+    answers /v1/completions with our greedy continuation (it once opened as a classifier)."""
+    import httpx
+
+    from scratchformer.serve.backends import LanguageModelBackend, ModelSpec, load_backend
+    from scratchformer.tasks.lm import LanguageModel
+
+    from conftest import running, start, wait_ready
+
+    out = tmp_path / "lm"
+    assert main(["export", str(lm_run), "--format", "onnx", "--out", str(out), "--no-check"]) == 0
+    served = load_backend(ModelSpec("lmx", str(out)))
+    assert isinstance(served, LanguageModelBackend)
+    assert served.describe()["backend"] == "onnxruntime" and served.describe()["task"] == "lm"
+    want = LanguageModel.load(lm_run).generate("天地", max_new_tokens=10, temperature=0.0)
+    pieces = []
+    assert served.generate("天地", 10, 0.0, None, None, None, pieces.append) == want == "".join(pieces)
+    app, cfg = start([served], max_new_tokens=16)
+    with running(app, cfg) as url:
+        wait_ready(url)
+        r = httpx.post(url + "/v1/completions", json={"model": "lmx", "prompt": "天地", "max_tokens": 10,
+                                                       "temperature": 0}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] == want
+        r = httpx.post(url + "/v1/completions", json={"model": "lmx", "prompt": "天地", "max_tokens": 4,
+                                                       "top_k": 3}, timeout=30)
+        assert r.status_code == 422 and "samples with temperature only: leave out top_k and top_p" in r.text
+
+
+def test_an_export_refuses_a_backend_or_compute_type_that_does_not_apply(lm_run, tmp_path, capsys):
+    """Issue 54 rule 6: an export runs as exported, under its format's engine; anything else is
+    one line before a model is loaded."""
+    out = tmp_path / "lm"
+    assert main(["export", str(lm_run), "--format", "onnx", "--out", str(out), "--no-check"]) == 0
+    capsys.readouterr()
+    for flags, message in (
+            (["--backend", "ctranslate2"], f"error: {out} is the onnx export of a language model, which runs under "
+                                           "--backend onnxruntime, not ctranslate2: leave --backend out or give "
+                                           "--backend onnxruntime"),
+            (["--backend", "torch"], f"error: {out} is the onnx export of a language model, which runs under "
+                                     "--backend onnxruntime, not torch: leave --backend out or give --backend onnxruntime"),
+            (["--compute-type", "int8"], f"error: --compute-type int8 does not apply to {out}: an export runs as it "
+                                         "was exported; leave it out, or serve the run folder to choose what it "
+                                         "computes in")):
+        assert main(["serve", str(out), "--port", "0", *flags]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [message]

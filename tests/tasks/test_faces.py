@@ -1,13 +1,14 @@
 """The registry of faces (tasks/faces.py) is the only way the house finds a task: every face fills
-every slot (or says why not, as a one-line error), the CLI's train verbs and serve's routes agree
-with it, and a run of an unknown task is one line."""
+every slot (or says why not, as a one-line error), the CLI's train verbs, params, sweep, export and
+serve's backends are made from it, and a run of an unknown task is one line."""
 import dataclasses
 import json
 
 import pytest
 
 from scratchformer.errors import UserError
-from scratchformer.tasks.faces import DATA_FORMS, Export, Face, Unavailable, export_of, face, faces, task_of, words
+from scratchformer.tasks.faces import (DATA_FORMS, Export, Face, Sweep, TaskCLI, Unavailable, export_of, face, faces,
+                                       having, task_of, words)
 from scratchformer.tasks.runs import Recipe
 
 SLOTS = {f.name for f in dataclasses.fields(Face)}
@@ -16,49 +17,69 @@ SLOTS = {f.name for f in dataclasses.fields(Face)}
 def test_every_face_fills_every_slot():
     assert set(faces()) == {"classify", "translate", "lm", "mlm", "embed"}
     assert SLOTS == {"name", "words", "recipe", "data_form", "train", "train_recipe", "load", "inspect", "exports",
-                     "routes", "prepare", "noun"}
+                     "cli", "params", "sweep", "prepare", "noun"}
     for name, f in faces().items():
         assert f.name == name and face(name) is f
         assert f.words.startswith(("a ", "an ")) and f.noun, name
         assert f.data_form in DATA_FORMS, name
         assert isinstance(f.recipe, Unavailable) or (isinstance(f.recipe, type) and issubclass(f.recipe, Recipe)), name
-        for slot in ("train", "train_recipe", "load", "inspect", "prepare"):
+        for slot in ("train", "train_recipe", "load", "inspect", "prepare", "params", "cli", "sweep"):
             value = getattr(f, slot)
-            assert value is not None and callable(value), (name, slot)
+            assert value is not None and (callable(value) or isinstance(value, (TaskCLI, Sweep))), (name, slot)
             if isinstance(value, Unavailable):  # a slot not filled says why, in one line, when asked for
                 assert len(value.reason) > 20 and "\n" not in value.reason
                 with pytest.raises(UserError, match="^" + value.reason[:20]):
                     value("anything")
         assert all(isinstance(e, Export) and callable(e.run) and e.files for e in f.exports.values()), name
-        assert isinstance(f.routes, tuple), name
+        assert all(callable(e.runtime) and isinstance(e.backend, str) for e in f.exports.values()), name
     # a task that trains has a recipe and a train_recipe; one that does not has neither
     for f in faces().values():
         assert bool(f.train) == bool(f.recipe) == bool(f.train_recipe), f.name
 
 
-def test_the_faces_routes_are_the_routes_serve_answers():
+def test_serve_has_a_backend_for_every_task_it_can_load_and_none_in_tasks():
     from scratchformer.serve import backends
 
-    served = {backends.CLASSIFY, backends.TRANSLATE, backends.EMBEDDINGS, backends.COMPLETIONS}
-    for f in faces().values():
-        assert set(f.routes) <= served, f.name
-    # every run task with routes has a torch backend answering exactly those routes
-    runs = (backends.ClassifierBackend, backends.TranslatorBackend, backends.LanguageModelBackend)
-    for f in faces().values():
-        if f.routes and f.load and f.inspect:
-            assert [b.routes for b in runs].count(f.routes) == 1, f.name
-    assert backends.PretrainedEmbedder.routes == face("embed").routes
+    # every task with an inference API is served, by its own backend (found by the task's name)
+    assert {n for n, f in faces().items() if f.load} == set(backends.BACKENDS)
+    assert all(b.task == n and b.routes for n, b in backends.BACKENDS.items())
+    assert backends.routes_of("lm") == (backends.COMPLETIONS,) and backends.routes_of("mlm") == ()
+    # every engine an export runs under is a --backend serve offers
+    from scratchformer.tasks.faces import export_backends
+
+    assert export_backends() == ["onnxruntime", "ctranslate2"]
 
 
-def test_the_train_verbs_are_the_faces_that_train():
+def test_the_train_verbs_and_evaluate_are_the_faces():
     from scratchformer.cli import build_cli
 
     cli = build_cli()
     verbs = cli.parser._subparsers._group_actions[0].choices
     train = set(verbs["train"]._subparsers._group_actions[0].choices)
     pretrain = set(verbs["pretrain"]._subparsers._group_actions[0].choices)
-    assert train | pretrain == {f.name for f in faces().values() if f.train}
-    assert set(cli.evaluators) == {f.name for f in faces().values() if f.load and f.recipe}
+    assert train | pretrain == {f.name for f in faces().values() if f.train} == set(having("cli"))
+    assert (train, pretrain) == ({"classify", "translate", "lm"}, {"mlm"})
+    assert not hasattr(cli, "evaluators")
+    flags = verbs["evaluate"]._option_string_actions
+    assert {"--max-len", "--context", "--beam", "--no-blend"} <= set(flags)  # each task's own flags
+
+
+def test_evaluate_on_a_run_whose_task_has_no_evaluate_is_one_line(tmp_path, capsys):
+    from scratchformer.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps({"task": "mlm"}))
+    assert main(["evaluate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: an mlm run is a backbone, not evaluated by `evaluate`")
+
+
+def test_params_and_sweep_choices_come_from_the_faces():
+    from scratchformer.cli import build_cli
+
+    verbs = build_cli().parser._subparsers._group_actions[0].choices
+    assert verbs["params"]._option_string_actions["--task"].choices == having("params") == \
+        ["classify", "translate", "lm", "mlm"]
+    assert verbs["sweep"]._option_string_actions["--task"].choices == having("sweep") == ["classify", "translate", "lm"]
+    assert verbs["export"]._option_string_actions["--format"].choices == ["onnx", "transformers", "ctranslate2"]
 
 
 def test_task_of_reads_the_run_and_names_an_unknown_task(tmp_path):

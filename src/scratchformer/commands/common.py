@@ -1,7 +1,6 @@
 """Helpers shared by the command modules: recipes from --config and --set, text inputs."""
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import os
@@ -11,30 +10,14 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import UserError
+from ..tasks.cli_args import (COMPUTE_TYPES, add_compute_type, compute_type, positive_int,  # noqa: F401  (moved; kept here)
+                              recipe_for_run, say_compute)
 from ..tasks.runs import resolve_recipe
 
 
 def load_recipe(cls, config: str | None, sets: list[str], base=None):
     """The default recipe (or `base`), then the --config file, then each typed --set."""
     return resolve_recipe(cls, config, sets, base=base)
-
-
-def recipe_for_run(cls, args, flags: dict | None = None):
-    """The recipe of a `train` verb, resolved once (see `tasks.runs.resolve_recipe`): on
-    --resume the saved recipe of the run directory is the base; then --config, --set, and
-    the verb's flags (--data/--valid/--test where it has them, plus `flags`: dotted key ->
-    value, None = not given)."""
-    base = None
-    if args.resume and (args.out / "config.json").exists():
-        base = cls.load_json(args.out / "config.json")
-    given = dict(flags or {})
-    fields = cls.hints()["data"].hints() if "data" in cls.hints() else {}
-    if getattr(args, "data", None) and "dataset" in fields:
-        given["data.dataset"] = args.data
-    for name in ("valid", "test"):
-        if getattr(args, name, None):
-            given[f"data.{name}_file"] = getattr(args, name)
-    return resolve_recipe(cls, args.config, args.set, given, base)
 
 
 def read_inputs(texts: list[str], file: str | None) -> list[str]:
@@ -55,48 +38,6 @@ def read_inputs(texts: list[str], file: str | None) -> list[str]:
     if not lines:
         raise UserError("no non-empty input lines")
     return lines
-
-
-COMPUTE_TYPES = ("auto", "float32", "bfloat16", "int8")  # CTranslate2's names (nn/compute.py)
-
-
-def add_compute_type(p, default: str = "float32") -> None:
-    """--compute-type, and the deprecated --quantize that it replaces (skipped where a shared
-    parser already has them)."""
-    if "--compute-type" in p._option_string_actions:  # noqa: SLF001 - argparse has no public query
-        return
-    p.add_argument("--compute-type", choices=COMPUTE_TYPES, default=None,
-                   help=f"what inference computes in (default {default}): float32; bfloat16 (a bf16 copy of "
-                        "the model); int8 (int8 projections, CPU); auto (per batch, what a probe measures "
-                        "faster on this CPU; it says what it chose and why). See docs/speed.md")
-    p.add_argument("--quantize", choices=["none", "int8"], default=None,
-                   help="deprecated: --compute-type int8")
-
-
-def compute_type(args) -> str | None:
-    """--compute-type, or the deprecated --quantize int8 / --precision (a warning on stderr);
-    None: the task's default."""
-    given = getattr(args, "compute_type", None)
-    old = []
-    if getattr(args, "quantize", None) not in (None, "none"):
-        old.append(("--quantize int8", "int8"))
-    precision = getattr(args, "precision", None)
-    if precision is not None:
-        old.append((f"--precision {precision}", {"fp32": "float32", "bf16": "bfloat16", "auto": "auto"}[precision]))
-    for flag, value in old:
-        print(f"warning: {flag} is deprecated; use --compute-type {value}", file=sys.stderr)
-        if given is not None and given != value:
-            raise UserError(f"--compute-type {given} and {flag} disagree; pass --compute-type only")
-        given = value
-    return given
-
-
-def say_compute(model, args) -> None:
-    """With --compute-type auto, what a typical batch computes in and why (on stderr): the
-    loaded model's own answer (`compute_choice`)."""
-    if getattr(args, "compute_type", None) == "auto":
-        kind, why = model.compute_choice()
-        print(f"compute type: {kind} ({why})", file=sys.stderr)
 
 
 STREAM_BLOCK = 64 * 64  # texts per block when a file streams through predict / embed
@@ -142,17 +83,6 @@ def blocks(items: Iterable, size: int) -> Iterator[list]:
             block = []
     if block:
         yield block
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1 (`--top`, `--max-new-tokens`, ...)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
 
 
 def under_torchrun(args) -> None:
@@ -205,10 +135,10 @@ def run_folder_guard(args) -> Iterator[None]:
 
 
 def _face(args):
-    """The face of a train verb's task: `train TASK`, or `pretrain OBJECTIVE` (`pretrain mlm`)."""
+    """The face of a train verb's task: `train TASK`, or `pretrain mlm` (cli.py names both `task`)."""
     from ..tasks.faces import face
 
-    return face(getattr(args, "objective", None) or getattr(args, "task", None) or "classify")
+    return face(args.task)
 
 
 def _check_source(option: str, value: str, pairs: bool = False) -> None:

@@ -57,12 +57,12 @@ def _load(name: str, compute: str | None = None, say: bool = False):
     except (OSError, ValueError, TypeError):
         ours = False
     if ours:
+        from ..serve.backends import EMBEDDINGS, routes_of
         from ..tasks.faces import task_of
-        from ..tasks.slots import EMBEDDINGS
 
         run = task_of(name)  # one of our runs, not a BERT checkpoint: say what gives its vectors
         hint = (f"its sentence embeddings come from `scratchformer serve {name}` (/v1/embeddings) or "
-                f"`Classifier.load({str(name)!r}).embed(texts)`" if EMBEDDINGS in run.routes else
+                f"`Classifier.load({str(name)!r}).embed(texts)`" if EMBEDDINGS in routes_of(run.name) else
                 "embed takes a pretrained encoder (minilm, e5) or a BERT checkpoint folder")
         raise UserError(f"{name} is a scratchformer {run.name} run, not a pretrained encoder; {hint}")
     model, tok = load_hf_bert(name, compute_type=compute)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 
 def register(cli) -> None:
+    from ..tasks.faces import having
+
     p = cli.verb("sweep", help="train every point of a grid x seeds; table, plots, resumable")
-    p.add_argument("--task", default="classify", choices=["classify", "translate", "lm"])
+    p.add_argument("--task", default="classify", choices=having("sweep"))
     p.add_argument("--config", help="base recipe (JSON) of every run, as `train --config`")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one axis of the grid, e.g. --grid model.encoder.n_heads=2,4,8 (repeatable)")
@@ -52,7 +54,7 @@ def register(cli) -> None:
                                 "with the closed form beside")
     p.add_argument("run_dir", nargs="?", type=Path, help="a run folder")
     p.add_argument("--config", type=Path, help="a recipe instead of a run (closed form only)")
-    p.add_argument("--task", choices=["classify", "translate", "lm"], help="the recipe's task (default: its 'task' or classify)")
+    p.add_argument("--task", choices=having("params"), help="the recipe's task (default: its 'task' or classify)")
     p.set_defaults(func=params_cmd)
 
 

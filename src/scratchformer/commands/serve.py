@@ -17,18 +17,25 @@ from .common import add_compute_type, compute_type
 
 
 def register(cli) -> None:
+    from ..serve.backends import TORCH
     from ..serve.state import API_KEY_ENV, ServeConfig
+    from ..tasks.faces import export_backends, export_formats, faces
 
     d = ServeConfig()
+    engines = "; ".join(f"{b}: the {', '.join(dict.fromkeys(fmt for f in faces().values() for fmt, e in f.exports.items() if e.backend == b))}"
+                        f" exports" for b in export_backends())
+    by_format = "; ".join(f"{fmt}: {' and '.join(f.noun for f in faces().values() if fmt in f.exports)} runs"
+                          for fmt in export_formats())
     p = cli.verb("serve", help="serve runs over HTTP (classify, translate, embeddings, completions, a page at /)")
     p.add_argument("runs", nargs="+", metavar="[NAME=]RUN",
                    help="run directories (or ONNX export folders, or a pretrained encoder name such as minilm); "
                         "NAME= sets the model name requests use (default: the folder's name)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--backend", choices=["torch", "onnxruntime", "ctranslate2"], default="torch",
-                   help="onnxruntime: serve folders written by `scratchformer export --format onnx`; "
-                        "ctranslate2: folders written by `scratchformer export --format ctranslate2`")
+    p.add_argument("--backend", choices=[TORCH, *export_backends()], default=None,
+                   help=f"what runs the models (default: each folder's own: {TORCH} for run folders, an export's "
+                        f"engine for export folders, as its export.json says; a backend that does not apply is "
+                        f"refused). {TORCH}: run folders; {engines}")
     add_compute_type(p, "each task's: auto for translation, float32 for the others")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on every route but the probes, the page and the docs "
@@ -59,11 +66,9 @@ def register(cli) -> None:
                    help=f"with --reload-on-change: seconds between looks at the folders (default {d.reload_interval:g})")
     p.set_defaults(func=run_serve)
 
-    e = cli.verb("export", help="export a classify or lm run to ONNX (ONNX Runtime runs it alone), or a "
-                                "translation run to a transformers folder or a CTranslate2 model")
+    e = cli.verb("export", help=f"export a run to a folder another engine runs ({by_format})")
     e.add_argument("run_dir", type=Path)
-    e.add_argument("--format", choices=["onnx", "transformers", "ctranslate2"], required=True,
-                   help="onnx: classify and lm runs; transformers, ctranslate2: translation runs")
+    e.add_argument("--format", choices=export_formats(), required=True, help=by_format)
     e.add_argument("--out", type=Path, required=True, help="a new folder (onnx: or an empty one)")
     e.add_argument("--no-check", action="store_true", help="skip the parity check against our model")
     e.set_defaults(func=run_export)
@@ -71,7 +76,7 @@ def register(cli) -> None:
 
 def run_serve(args) -> int:
     from ..serve.state import API_KEY_ENV, ServeConfig, check_api_key
-    from ..serve.backends import parse_specs
+    from ..serve.backends import check_source, parse_specs
     from ..serve.server import serve
 
     if not 0 <= args.port <= 65535:
@@ -91,13 +96,16 @@ def run_serve(args) -> int:
                       reload_interval=args.reload_interval)
     cfg.check()
     specs = parse_specs(args.runs)
+    compute = compute_type(args)
     for s in specs:
         if not Path(s.source).exists() and "/" in s.source:
             raise UserError(f"{s.source} does not exist; pass a run directory (the --out of a training run)")
+        # an export's task, format, engine and compute type, checked before the server starts
+        check_source(Path(s.source), args.backend, compute, None)
     if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
         print(f"warning: listening on {args.host} without --api-key: anyone who reaches it can use the models",
               flush=True)
-    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute_type(args))
+    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute)
 
 
 def run_export(args) -> int:

@@ -17,8 +17,6 @@ from scratchformer.errors import UserError
 __all__ = ["DatasetInfo", "DATASETS", "get_dataset", "load_dataset", "is_cached",
            "list_datasets", "format_table"]
 
-TASKS = ("classify", "lm", "translate")
-
 
 @dataclass(frozen=True)
 class DatasetInfo:

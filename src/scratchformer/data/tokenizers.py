@@ -532,8 +532,26 @@ __all__ = [
     "PAD", "UNK", "BOS", "EOS", "CLS", "SPECIAL_TOKENS", "NUM_SPECIALS",
     "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "CLS_ID",
     "Tokenizer", "CharTokenizer", "WordTokenizer", "BPETokenizer", "WordPieceTokenizer",
-    "build_tokenizer", "auto_kind", "cjk_fraction",
+    "build_tokenizer", "auto_kind", "cjk_fraction", "Tokenized",
 ]
+
+
+class Tokenized(str):
+    """A text that carries what its reader's tokenizer made of it, so that a served text is
+    tokenized once: the server counts its tokens for the input limit (`n_tokens`) and the batch
+    that reads it later reuses `encoded` when `encoded_by` is that very reader (any other reader,
+    or a text without them, tokenizes as usual). It is a str, so every path that reads the text
+    itself (a TF-IDF baseline, a message) reads it unchanged."""
+
+    encoded: object = None
+    encoded_by: object = None
+    n_tokens: int = 0
+
+    @classmethod
+    def of(cls, text: str, encoded, encoded_by, n_tokens: int) -> "Tokenized":
+        out = cls(text)
+        out.encoded, out.encoded_by, out.n_tokens = encoded, encoded_by, n_tokens
+        return out
 
 
 def encode_with_bigrams(tok: Tokenizer, text: str, bigram_buckets: int) -> tuple[list[int], list[int] | None]:

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
 from ..tasks.runs import refuse_wrong_kind
-from ..nn.config import TransformerConfig
+from ..models.param_terms import Term  # noqa: F401  (the row type callers read)
 
 COMPONENTS = ("embeddings", "attention", "cross-attention", "ffn", "recurrence", "norms", "head", "other")
+
+
+# the first part of an embedding tensor's name in our models (one is `embed`, which is also a
+# task's name: a tensor's, here)
+_EMBEDDING_TENSORS = ("embed", "src_embed", "tgt_embed", "embeddings")
 
 
 def component_of(name: str) -> str:
@@ -38,7 +42,7 @@ def component_of(name: str) -> str:
         return "recurrence"
     if any(p.startswith(("norm", "ln", "layernorm", "LayerNorm")) for p in parts):
         return "norms"
-    if parts[0] in ("embed", "src_embed", "tgt_embed", "embeddings"):
+    if parts[0] in _EMBEDDING_TENSORS:
         return "embeddings"
     if parts[0] in ("head", "out_proj", "lm_head"):
         return "head"
@@ -59,97 +63,17 @@ def shapes_of(path: Path) -> dict[str, list[int]]:
         return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
 
 
-@dataclass
-class Term:
-    value: int
-    formula: str
-
-
-def _block_terms(t: TransformerConfig, L: int, cross: bool) -> dict[str, Term]:
-    d, f, b = t.d_model, t.d_ff, int(t.bias)
-    kvd = t.kv_heads * t.head_dim
-    if kvd == d:
-        attn, attn_f = 4 * d * d + b * 4 * d, "4·d² + 4·d" if b else "4·d²"
-    else:
-        attn = 2 * d * d + 2 * d * kvd + b * (2 * d + 2 * kvd)
-        attn_f = "2·d² + 2·d·k·h_d" + (" + 2·d + 2·k·h_d" if b else "")
-    n_in = 2 * f if t.activation == "swiglu" else f
-    ffn = d * n_in + f * d + b * (n_in + d)
-    ffn_f = ("3·d·f" if t.activation == "swiglu" else "2·d·f") + (
-        (" + 2·f + d" if t.activation == "swiglu" else " + f + d") if b else "")
-    per_norm = 0 if t.ablate_norm else d * (2 if t.norm == "layernorm" and b else 1)
-    n_norms = 3 if cross else 2
-    out = {"attention": Term(L * attn, f"L·({attn_f})"), "ffn": Term(L * ffn, f"L·({ffn_f})"),
-           "norms": Term(L * n_norms * per_norm, f"L·{n_norms}·{_norm_f(per_norm, d)}")}
-    if cross:
-        out["cross-attention"] = Term(L * attn, f"L·({attn_f})")
-    return out
-
-
-def _norm_f(per_norm: int, d: int) -> str:
-    return "2·d" if per_norm == 2 * d else "d" if per_norm else "0 (ablate_norm)"
-
-
-def _add(terms: dict[str, Term], name: str, value: int, formula: str) -> None:
-    if name in terms:
-        terms[name] = Term(terms[name].value + value, f"{terms[name].formula} + {formula}")
-    else:
-        terms[name] = Term(value, formula)
-
-
-def _embedding(t: TransformerConfig, vocab: int, extra: int, label: str) -> tuple[int, str]:
-    value, formula = vocab * t.d_model + extra * t.d_model, f"{label}·d" + (" + buckets·d" if extra else "")
-    if t.position == "learned":
-        value, formula = value + t.max_len * t.d_model, formula + " + max_len·d"
-    return value, formula
-
-
 def closed_form(recipe: dict) -> dict[str, Term]:
-    """Closed-form parameter counts of a classify / lm / translate recipe (a run's config.json)."""
-    task, model = recipe.get("task"), recipe.get("model", {})
-    if task in ("classify", "lm", "mlm"):
-        if model.get("bert"):
-            raise UserError("a BERT-backbone run: its layout is BERT's; only the counted column applies")
-        # the stack's section is "encoder" in older recipes, "transformer" in newer ones
-        t = TransformerConfig.from_dict(model.get("transformer") or model.get("encoder") or {})
-        if model.get("kind") == "lstm":  # models/rnn.py: no positions, no norms
-            t = t.replace(position="none", final_norm=False)
-            h = t.d_model // 2
-            terms = {"recurrence": Term(t.n_layers * 2 * 4 * h * (t.d_model + h + 2), "L·2·4·h·(d + h + 2), h = d/2")}
-        else:
-            terms = _block_terms(t, t.n_layers, cross=False)
-        # hashed bigram and trigram tables: one row of d per bucket each
-        value, formula = _embedding(t, model.get("vocab_size", 0),
-                                    model.get("bigram_buckets", 0) + model.get("trigram_buckets", 0), "V")
-        _add(terms, "embeddings", value, formula)
-        if task == "classify":
-            c = model.get("n_classes", 2)
-            _add(terms, "head", t.d_model * c + c, "d·C + C")
-        elif not model.get("tie_embeddings", True):
-            _add(terms, "head", t.d_model * model.get("vocab_size", 0), "d·V")
-        final = 1
-    elif task == "translate":
-        t = TransformerConfig.from_dict(model.get("transformer", {}))
-        enc = _block_terms(t, t.n_layers, cross=False)
-        dec = _block_terms(t, t.decoder_layers, cross=True)
-        terms = {}
-        for part in (enc, dec):
-            for k, v in part.items():
-                _add(terms, k, v.value, v.formula.replace("L·", "L_enc·" if part is enc else "L_dec·"))
-        value, formula = _embedding(t, model.get("src_vocab_size", 0), model.get("src_bigram_buckets", 0), "V_src")
-        _add(terms, "embeddings", value, formula)
-        if not model.get("share_embeddings", False):
-            value, formula = _embedding(t, model.get("tgt_vocab_size", 0), 0, "V_tgt")
-            _add(terms, "embeddings", value, formula)
-        if not model.get("tie_output", True):
-            _add(terms, "head", t.d_model * model.get("tgt_vocab_size", 0), "d·V_tgt")
-        final = 2  # one norm after each stack
-    else:
-        raise UserError(f"params: task {task!r} unknown; the recipe needs task classify, lm or translate")
-    if t.use_final_norm and not t.ablate_norm:
-        per_norm = t.d_model * (2 if t.norm == "layernorm" and t.bias else 1)
-        _add(terms, "norms", final * per_norm, f"{final}·{_norm_f(per_norm, t.d_model)} (final)")
-    return terms
+    """Closed-form parameter counts of a run's config.json (or a recipe), from its task's face
+    (the `params` slot; models/param_terms.py holds the terms they are written with)."""
+    from ..tasks.faces import face, having
+
+    task = recipe.get("task")
+    f = face(task) if isinstance(task, str) else None
+    if f is None or not f.params:
+        raise UserError(f"params: task {task!r} has no closed form; the recipe needs task "
+                        f"{' or '.join(having('params'))}")
+    return f.params(recipe)
 
 
 def checkpoint_weights(run: Path) -> Path | None:

@@ -58,8 +58,13 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
-        if self.task not in ("classify", "translate", "lm"):
-            raise UserError(f"--task {self.task!r}: choose classify, translate or lm")
+        from ..tasks.faces import built_in, faces, having
+
+        if self.task not in faces() or not faces()[self.task].sweep:
+            raise UserError(f"--task {self.task!r}: choose {', '.join(having('sweep'))}")
+        if self.isolate and not built_in(self.task):  # a child process would not know it
+            raise UserError(f"--task {self.task} was registered in this process only: run its cells here "
+                            "with --in-process")
         if self.seeds < 1:
             raise UserError(f"--seeds must be >= 1, got {self.seeds}")
         if self.config and not Path(self.config).is_file():
@@ -81,20 +86,33 @@ class SweepSpec:
         for flag in ("data", "valid", "test"):
             if getattr(self, flag):
                 argv += [f"--{flag}", str(getattr(self, flag))]
-        # without --config a classify run is the adaptive default, which trains as many seeds as fit:
-        # here the sweep's own seeds are the repeats, so each cell is one run (a --set can still say otherwise)
         for s in self.cell_sets(cell, seed):
             argv += ["--set", s]
-        if self.task == "classify":  # the TF-IDF baseline depends on the split, not the cell: fit it once, not per run
-            argv.append("--no-baseline")
+        argv += list(self._sweep().argv)  # the task's own (classify: no TF-IDF baseline per run)
         return argv + ["--out", str(run_dir)] + (["--resume"] if resume else [])
+
+    def _sweep(self):
+        from ..tasks.faces import face
+
+        return face(self.task).sweep
+
+    def _has(self, key: str) -> bool:
+        """Whether the task's recipe has the dotted option `key` (a sweep sets `train.seed` in every
+        recipe, the quieter `train.progress` where there is one)."""
+        from ..tasks.faces import face
+
+        hints = face(self.task).recipe.hints()
+        for part in key.split("."):
+            if part not in hints:
+                return False
+            hints = hints[part].hints() if hasattr(hints[part], "hints") else {}
+        return True
 
     def cell_sets(self, cell: Cell, seed: int | None = None) -> list[str]:
         """The `--set` overrides of the run `seed` of `cell` (None: of every run, the seed aside)."""
-        one_run = ["ensemble=1"] if self.task == "classify" and not self.config else []
-        sets = one_run + list(self.sets) + list(cell.sets)
+        sets = self._sweep().sets(self.config) + list(self.sets) + list(cell.sets)
         if seed is not None:
-            sets += [f"train.seed={seed}", "train.progress=false"]
+            sets += [f"train.seed={seed}"] + (["train.progress=false"] if self._has("train.progress") else [])
         if self.time_budget:
             sets.append(f"train.max_minutes={self.time_budget}")
         return sets

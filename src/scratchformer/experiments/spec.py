@@ -106,7 +106,7 @@ _GRID = ("an object of one or more axes: {key: [values, ...]} or {name: {label: 
 _TYPES = {
     "name": ("a string", lambda v: isinstance(v, str) and v.strip() != ""),
     "claim": ("an object {zh, en} of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
-    "task": ("one of classify, translate, lm", lambda v: v in ("classify", "translate", "lm")),
+    "task": ("the name of a task that sweeps (a face with `sweep`)", lambda v: v in _sweeping()),
     "data": ("a registered data set name (a string)", lambda v: isinstance(v, str) and v.strip() != ""),
     "config": _OBJECT, "grid": _GRID, "set": _STR_LIST, "seeds": _SEEDS, "subset": _SUBSET,
     "checks": ("a list of objects", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v)),
@@ -116,6 +116,12 @@ _TYPES = {
     "plot": ("null or a list of strings", lambda v: v is None or _STR_LIST[1](v)),
     "quick": _OBJECT,
 }
+def _sweeping() -> list[str]:
+    from ..tasks.faces import having
+
+    return having("sweep")
+
+
 _QUICK = {"set": _STR_LIST, "grid": _GRID, "seeds": _SEEDS, "subset": _SUBSET}
 
 
@@ -155,31 +161,13 @@ class Plan:
 def prepare_data(spec: ExperimentSpec, subset: dict | None, out: Path) -> tuple[dict, list[str]]:
     """The data flags of `train` (`--data/--valid/--test`) and some validation texts (for
     measurements). With a subset, its files are written to `out/data/` first."""
-    from ..data.registry import load_dataset
+    from ..tasks.faces import face
 
-    if spec.task == "lm":
-        text = load_dataset(spec.data)
-        if not subset:
-            return {"data": spec.data}, []
-        folder = make_dirs(out / "data", root=out)  # `data/` linked elsewhere: refused
-        n, m = int(subset["train"]), int(subset.get("valid", subset["train"] // 10))
-        cut = int(len(text) * 0.9)  # validation from the part `train lm` holds out by default
-        atomic_write_text(folder / "train.txt", text[:n], root=out)
-        atomic_write_text(folder / "valid.txt", text[cut:cut + m], root=out)
-        return {"data": str(folder / "train.txt"), "valid": str(folder / "valid.txt")}, []
-    if spec.task != "classify":
-        if subset:
-            raise UserError(f"{spec.path}: 'subset' works for classify and lm specs, not {spec.task}")
-        return {"data": spec.data}, []
-    data = load_dataset(spec.data)
-    texts = [t for t, _ in data.valid[:32]]
-    if not subset:
-        return {"data": spec.data}, texts
-    folder = make_dirs(out / "data", root=out)
-    flags = {}
-    for split in ("train", "valid", "test"):
-        pairs = getattr(data, split)[: int(subset.get(split, len(getattr(data, split))))]
-        rows = "".join(json.dumps({"text": t, "label": lab}, ensure_ascii=False) + "\n" for t, lab in pairs)
-        atomic_write_text(folder / f"{split}.jsonl", rows, root=out)
-        flags["data" if split == "train" else split] = str(folder / f"{split}.jsonl")
-    return flags, texts
+    sweep = face(spec.task).sweep
+    if not sweep:
+        sweep()  # the one line saying why
+    if subset and not sweep.subsets:
+        raise UserError(f"{spec.path}: 'subset' is not written for {spec.task} specs; drop it (the runs read "
+                        f"the registered data set {spec.data!r})")
+    folder = make_dirs(out / "data", root=out) if subset else None  # `data/` linked elsewhere: refused
+    return sweep.data(spec.data, subset, folder, lambda path, text: atomic_write_text(path, text, root=out))

@@ -224,7 +224,7 @@ def _add_inference_routes(app: FastAPI, cfg: ServeConfig, guarded: list) -> None
     async def attention(body: AttentionRequest, request: Request):
         st: ServerState = request.app.state.serve
         st.admit()
-        able = [m for m in st.models.values() if type(m).attention_page is not Served.attention_page]
+        able = [m for m in st.models.values() if m.has_attention_page]
         m = st.models.get(body.model) if body.model else (able[0] if len(able) == 1 else None)
         if m is None or m not in able:
             raise ApiError(400, f"attention pages come from classify or translate runs served with torch; "

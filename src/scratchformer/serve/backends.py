@@ -1,9 +1,13 @@
-"""What the server serves: one `Served` per run (or exported folder), over the tasks' public
-inference API (`Classifier`, `Translator`, `LanguageModel`, `interop.hf_bert`, an ONNX export).
+"""What the server serves: one `Served` per run (or exported folder), over the tasks' inference
+objects, found through the faces (tasks/faces.py): a run folder is opened by its task's `load`,
+an export folder by its task's export `runtime` (export.json names both), a pretrained encoder by
+the embed face's `load`.
 
-A backend says which routes it answers (`routes`), counts tokens (for the input limit and the
-batcher's budget) and computes a whole batch of inputs at once. It knows HTTP not at all; the
-app (app.py) knows no model internals.
+Serve keeps its own table of backends by task name (`BACKENDS`, filled from each backend's
+`task`; `register_backend` adds one for a task registered from outside): a backend says which
+routes it answers (`routes`: HTTP stays here, not in tasks/), counts tokens (for the input limit
+and the batcher's budget) and computes a whole batch of inputs at once. It knows HTTP not at
+all; the app (app.py) knows no model internals.
 """
 from __future__ import annotations
 
@@ -15,21 +19,43 @@ from typing import Any, Callable, Hashable, Sequence
 from ..errors import UserError
 
 CLASSIFY, TRANSLATE, EMBEDDINGS, COMPLETIONS = "/v1/classify", "/v1/translate", "/v1/embeddings", "/v1/completions"
+TORCH = "torch"  # the `--backend` of run folders (our own inference objects)
 
 
 class Served:
-    """Base of every backend. `name` is what requests put in "model"."""
+    """Base of every backend. `name` is what requests put in "model"; `model` is the task's
+    inference object (its face's `load` of a run folder unless given: an export's runtime)."""
 
     task: str = ""
     routes: tuple[str, ...] = ()
+    page: bool = False  # a run folder's backend loads its attention page at start
     weights: dict | None = None  # what /v1/models says of the weights served (weights.identity)
     reopen: Callable[[], "Served"] | None = None  # a fresh load of the same source (reload)
 
-    def __init__(self, name: str, source: str):
-        self.name, self.source = name, source
+    def __init__(self, name: str, source, compute_type: str | None = None, quantize: str | None = None, *,
+                 model: Any = None, engine: str = TORCH):
+        from ..tasks.faces import face
+
+        self.name, self.source, self.engine = name, str(source), engine
+        self._attention: Any = UserError("an export is served without its run's attention page")
+        if model is None:
+            model = face(self.task).load(source, compute_type=compute_type, quantize=quantize)
+            if self.page:
+                self._attention = _inspector(Path(source))
+        self.model = model
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         raise NotImplementedError
+
+    def tokenize(self, texts: list[str]) -> tuple[list[str], list[int]]:
+        """(the texts as the batch will read them, their token counts) for the input limit. A
+        model that can carry its ids gives texts holding them (`Tokenized`), so a request is
+        tokenized once, here; the others count now and tokenize again in the batch."""
+        tokenize = getattr(self.model, "tokenize", None)
+        if tokenize is not None:
+            carried = tokenize(texts)
+            return carried, [t.n_tokens for t in carried]
+        return texts, self.count_tokens(texts)
 
     def truncate(self, text: str, limit: int) -> str:
         """The longest prefix of `text` with at most `limit` tokens (binary search over
@@ -44,8 +70,9 @@ class Served:
         return text[:lo]
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.name, "object": "model", "owned_by": "scratchformer", "task": self.task,
-                "routes": list(self.routes), "source": self.source, "weights": self.weights}
+        out = {"id": self.name, "object": "model", "owned_by": "scratchformer", "task": self.task,
+               "routes": list(self.routes), "source": self.source, "weights": self.weights}
+        return out if self.engine == TORCH else {**out, "backend": self.engine}
 
     # batch entry points (only those of `routes` are called)
     def classify(self, texts: list[str], key: Hashable) -> list[dict]:
@@ -57,8 +84,19 @@ class Served:
     def translate(self, texts: list[str], key: Hashable) -> list[str]:
         raise NotImplementedError
 
+    @property
+    def has_attention_page(self) -> bool:
+        """A run folder of a task with a page, served with torch (the page may still say why not)."""
+        return self.page and self.engine == TORCH
+
     def attention_page(self, text: str) -> str:
-        raise UserError(f"model {self.name!r} has no attention page")
+        from ..diagnostics.attention_html import page
+
+        if isinstance(self._attention, UserError):
+            raise UserError(f"model {self.name!r} has no attention page: {self._attention}")
+        if self._attention is None:
+            raise UserError(f"model {self.name!r} has no attention page")
+        return page(self._attention.attention(text))
 
 
 def _inspector(run_dir: Path):
@@ -72,103 +110,88 @@ def _inspector(run_dir: Path):
         return e
 
 
-class _WithAttention(Served):
-    """A torch backend with the offline attention page of its run (loaded at start)."""
-
-    _attention: Any = None
-
-    def attention_page(self, text: str) -> str:
-        from ..diagnostics.attention_html import page
-
-        if isinstance(self._attention, UserError):
-            raise UserError(f"model {self.name!r} has no attention page: {self._attention}")
-        return page(self._attention.attention(text))
-
-
 def _probs_rows(labels: list[str], probs) -> list[dict]:
     return [{"label": labels[int(p.argmax())], "score": float(p.max()),
              "probs": {lab: float(x) for lab, x in zip(labels, p)}} for p in probs]
 
 
-class ClassifierBackend(_WithAttention):
-    """A classify run: /v1/classify (with the run's blend when it has one) and /v1/embeddings
-    (the pooled encoder output, L2-normalised)."""
+class ClassifierBackend(Served):
+    """A classifier: /v1/classify (with the run's blend when it has one) and /v1/embeddings (the
+    pooled encoder output, L2-normalised)."""
 
-    task, routes = "classify", (CLASSIFY, EMBEDDINGS)
+    task, routes, page = "classify", (CLASSIFY, EMBEDDINGS), True
 
-    def __init__(self, name: str, run_dir: Path, compute_type: str | None = None, quantize: str | None = None):
-        from ..tasks.classify import Classifier
+    @property
+    def clf(self):
+        return self.model
 
-        super().__init__(name, str(run_dir))
-        self.run_dir = run_dir
-        self.clf = Classifier.load(run_dir, compute_type=compute_type, quantize=quantize)
-        self.labels = list(self.clf.labels)
-        self._attention = _inspector(run_dir)
+    @property
+    def labels(self) -> list[str]:
+        return list(self.model.labels)
 
     def count_tokens(self, texts):
-        return self.clf.count_tokens(texts)
+        return self.model.count_tokens(texts)
 
     def classify(self, texts, key):
-        return _probs_rows(self.labels, self.clf.predict_proba(texts, batch_size=max(len(texts), 1)))
+        return _probs_rows(self.labels, self.model.predict_proba(texts, batch_size=max(len(texts), 1)))
 
     def embed(self, texts, key):
-        return self.clf.embed(texts, batch_size=max(len(texts), 1)).tolist()
+        return self.model.embed(texts, batch_size=max(len(texts), 1)).tolist()
 
     def describe(self):
         return {**super().describe(), "labels": self.labels}
 
 
-class TranslatorBackend(_WithAttention):
-    task, routes = "translate", (TRANSLATE,)
+class TranslatorBackend(Served):
+    """A translator: /v1/translate, requests batched together when their decoding settings agree."""
 
-    def __init__(self, name: str, run_dir: Path, compute_type: str | None = None, quantize: str | None = None):
-        from ..tasks.translate import Translator
+    task, routes, page = "translate", (TRANSLATE,), True
 
-        super().__init__(name, str(run_dir))
-        self.run_dir = run_dir
-        self.tr = Translator.load(run_dir, compute_type=compute_type, quantize=quantize)
-        self._attention = _inspector(run_dir)
+    @property
+    def tr(self):
+        return self.model
 
     def count_tokens(self, texts):
-        return self.tr.count_tokens(texts)
+        return self.model.count_tokens(texts)
 
     def decode_key(self, beam: int | None, max_length: int | None) -> tuple:
         """The batch key: requests share a batch only with the same decoding settings. Checked
         here (a bad value is the request's fault, found before it joins a batch)."""
-        cfg = self.tr.decode_config(beam=beam, max_output_len=max_length)
+        cfg = self.model.decode_config(beam=beam, max_output_len=max_length)
         return (cfg.beam, cfg.max_output_len)
 
     def translate(self, texts, key):
         beam, max_len = key
-        return self.tr.translate(texts, beam=beam, max_output_len=max_len)
+        return self.model.translate(texts, beam=beam, max_output_len=max_len)
 
 
 class LanguageModelBackend(Served):
-    """A language-model run: /v1/completions. Generation is not batched across requests; each
+    """A language model: /v1/completions. Generation is not batched across requests; each
     stream runs in its own worker thread, so concurrent streams interleave instead of queueing."""
 
     task, routes = "lm", (COMPLETIONS,)
 
-    def __init__(self, name: str, run_dir: Path, compute_type: str | None = None, quantize: str | None = None):
-        from ..tasks.lm import LanguageModel
-
-        super().__init__(name, str(run_dir))
-        self.lm = LanguageModel.load(run_dir, compute_type=compute_type, quantize=quantize)
+    @property
+    def lm(self):
+        return self.model
 
     def count_tokens(self, texts):
-        return [self.lm.count_tokens(t) for t in texts]
+        return [self.model.count_tokens(t) for t in texts]
 
     def check(self, prompt: str, temperature: float, top_k, top_p, max_tokens: int, seed=None) -> None:
         """Every sampler value range-checked before a stream starts (a UserError: the app's 422)."""
         from ..tasks.lm.sampling import check_sampling
 
         check_sampling(temperature, top_k, top_p, seed=seed, max_new_tokens=max_tokens)
-        self.lm.encode_prompt(prompt)
+        if self.engine != TORCH and (top_k is not None or top_p is not None):
+            raise UserError(f"model {self.name!r} is an {self.engine} export, which samples with temperature only: "
+                            "leave out top_k and top_p")
+        self.model.encode_prompt(prompt)
 
     def generate(self, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed,
                  on_piece: Callable[[str], None]) -> str:
-        return self.lm.generate(prompt, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                                top_p=top_p, seed=seed, stream=on_piece, warn=lambda m: None)
+        return self.model.generate(prompt, max_new_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                                   top_p=top_p, seed=seed, stream=on_piece, warn=lambda m: None)
 
 
 class PretrainedEmbedder(Served):
@@ -177,73 +200,42 @@ class PretrainedEmbedder(Served):
 
     task, routes = "embed", (EMBEDDINGS,)
 
-    def __init__(self, name: str, source: str, compute_type: str | None = None, quantize: str | None = None):
-        from ..tasks.faces import face
-
-        super().__init__(name, source)
-        self.model, self.tok = face("embed").load(source, compute_type=compute_type, quantize=quantize)
+    def __init__(self, name: str, source: str, compute_type: str | None = None, quantize: str | None = None, **kw):
+        super().__init__(name, source, compute_type, quantize, **kw)
+        self.encoder, self.tok = self.model
 
     def count_tokens(self, texts):
         return [len(self.tok.encode(t, add_special_tokens=False)) for t in texts]
 
     def embed(self, texts, key):
-        return self.model.embed(texts, self.tok, batch_size=max(len(texts), 1)).tolist()
+        return self.encoder.embed(texts, self.tok, batch_size=max(len(texts), 1)).tolist()
 
 
-class OnnxClassifierBackend(Served):
-    """A folder written by `scratchformer export RUN --format onnx`, run by ONNX Runtime:
-    /v1/classify and /v1/embeddings, without torch in the loop."""
-
-    task, routes = "classify", (CLASSIFY, EMBEDDINGS)
-
-    def __init__(self, name: str, folder: Path):
-        from ..tasks.classify.onnx_runtime import OnnxClassifier
-
-        super().__init__(name, str(folder))
-        self.model = OnnxClassifier(folder)
-        self.labels = self.model.labels
-
-    def count_tokens(self, texts):
-        return self.model.count_tokens(texts)
-
-    def classify(self, texts, key):
-        return _probs_rows(self.labels, self.model.predict_proba(texts))
-
-    def embed(self, texts, key):
-        return self.model.embed(texts).tolist()
-
-    def describe(self):
-        return {**super().describe(), "labels": self.labels, "backend": "onnxruntime"}
+# task name -> the backend that serves it (from each backend's own `task`: no hand-kept table)
+BACKENDS: dict[str, type[Served]] = {b.task: b for b in (ClassifierBackend, TranslatorBackend,
+                                                          LanguageModelBackend, PretrainedEmbedder)}
 
 
-class Ct2TranslatorBackend(Served):
-    """A folder written by `scratchformer export RUN --format ctranslate2`, run by CTranslate2:
-    /v1/translate, without torch in the loop."""
+def register_backend(cls: type[Served]) -> type[Served]:
+    """Serve a task registered from outside (tasks.faces.register) with `cls` (its `task` names
+    it); usable as a class decorator."""
+    if not (isinstance(cls, type) and issubclass(cls, Served) and cls.task):
+        raise TypeError("register_backend takes a Served subclass with a `task`")
+    BACKENDS[cls.task] = cls
+    return cls
 
-    task, routes = "translate", (TRANSLATE,)
 
-    def __init__(self, name: str, folder: Path):
-        from ..tasks.translate.ct2_runtime import Ct2Translator
+def routes_of(task: str) -> tuple[str, ...]:
+    """The routes a model of `task` answers when served (none: serve has no backend for it)."""
+    return BACKENDS[task].routes if task in BACKENDS else ()
 
-        super().__init__(name, str(folder))
-        self.model = Ct2Translator(folder)
 
-    def count_tokens(self, texts):
-        return self.model.count_tokens(texts)
+def OnnxClassifierBackend(name: str, folder: Path) -> Served:  # noqa: N802 - a class until 0.x; kept as a name
+    """Deprecated: `load_backend(ModelSpec(name, folder))` opens any export through its task."""
+    return _open_export(ModelSpec(name, str(folder)), None, None, None)
 
-    def decode_key(self, beam: int | None, max_length: int | None) -> tuple:
-        if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
-            raise UserError(f"beam must be >= 1, got {beam}")
-        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
-            raise UserError(f"max_length must be >= 1, got {max_length}")
-        return (beam or self.model.decode["beam"], max_length or self.model.decode["max_output_len"])
 
-    def translate(self, texts, key):
-        beam, max_len = key
-        return self.model.translate(texts, beam=beam, max_output_len=max_len)
-
-    def describe(self):
-        return {**super().describe(), "backend": "ctranslate2"}
+Ct2TranslatorBackend = OnnxClassifierBackend  # deprecated likewise: an export is opened by its export.json
 
 
 @dataclass
@@ -269,12 +261,13 @@ def parse_specs(args: Sequence[str]) -> list[ModelSpec]:
     return specs
 
 
-def load_backend(spec: ModelSpec, backend: str = "torch", compute_type: str | None = None,
+def load_backend(spec: ModelSpec, backend: str | None = None, compute_type: str | None = None,
                  quantize: str | None = None, attempts: int = 3) -> Served:
     """The backend for one spec, by the run's task (config.json), an export folder
     (export.json), or a pretrained encoder's name. `compute_type` (auto, float32, bfloat16, int8;
     None: each task's default): what the torch backends load with (the load APIs' `compute_type=`;
-    `quantize="int8"` its deprecated spelling; an export is served as exported).
+    `quantize="int8"` its deprecated spelling; an export is served as exported: a compute type or
+    a `backend` that is not its format's engine is refused). `backend` None: each source's own.
 
     One model per name: the folder's identity (weights.identity) is taken before and after the
     load, and a load during which the folder changed is tried again; the backend records the
@@ -293,40 +286,77 @@ def load_backend(spec: ModelSpec, backend: str = "torch", compute_type: str | No
                     "into it? Serve it once the training has finished")
 
 
-def _open_backend(spec: ModelSpec, backend: str, compute_type: str | None, quantize: str | None) -> Served:
+def _open_backend(spec: ModelSpec, backend: str | None, compute_type: str | None, quantize: str | None) -> Served:
     path = Path(spec.source)
     if (path / "export.json").is_file():
-        from ..tasks.export_folder import require_complete
-
-        meta = json.loads((path / "export.json").read_text(encoding="utf-8"))
-        require_complete(path, "ctranslate2" if meta.get("format") == "ctranslate2" else "onnxruntime")
-        if meta.get("format") == "ctranslate2":
-            return Ct2TranslatorBackend(spec.name, path)
-        if meta.get("format") != "onnx":
-            raise UserError(f"{path} holds a {meta.get('format')!r} export; serve runs ONNX exports "
-                            "(--backend onnxruntime), CTranslate2 exports (--backend ctranslate2) or run directories")
-        return OnnxClassifierBackend(spec.name, path)
-    if backend == "ctranslate2":
-        raise UserError(f"{path} is not a CTranslate2 export (no export.json): run "
-                        f"`scratchformer export {path} --format ctranslate2 --out DIR` and serve DIR")
-    if backend == "onnxruntime":
-        raise UserError(f"{path} is not an ONNX export (no export.json): run "
-                        f"`scratchformer export {path} --format onnx --out DIR` and serve DIR")
+        return _open_export(spec, backend, compute_type, quantize)
+    if backend not in (None, TORCH):
+        formats = [f"--format {fmt}" for f in _all_faces() for fmt, e in f.exports.items() if e.backend == backend]
+        raise UserError(f"{path} is not an export for --backend {backend} (no export.json): run "
+                        f"`scratchformer export {path} {' or '.join(dict.fromkeys(formats)) or '--format ...'} --out DIR` "
+                        "and serve DIR (run folders are served without --backend)")
     if not path.exists() and "/" not in spec.source:
         return PretrainedEmbedder(spec.name, spec.source, compute_type, quantize)  # e.g. `minilm`
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file() and not _is_run(path):
         return PretrainedEmbedder(spec.name, spec.source, compute_type, quantize)  # a Hugging Face BERT folder
-    from ..tasks.faces import faces, task_of
+    from ..tasks.faces import task_of
 
     check_finished(path)
-    face = task_of(path)  # a backend answers routes; the run's face says which routes its task has
-    runs = (ClassifierBackend, TranslatorBackend, LanguageModelBackend)
-    served = [b for b in runs if b.routes == face.routes]
-    if not served:
-        able = [f.name for f in faces().values() if any(b.routes == f.routes for b in runs)]
+    face = task_of(path)
+    if face.name not in BACKENDS:
         raise UserError(f"{path} holds a {face.name!r} run, which has no serve routes; serve knows "
-                        f"{', '.join(able)} runs")
-    return served[0](spec.name, path, compute_type, quantize)
+                        f"{', '.join(sorted(BACKENDS))} runs")
+    return BACKENDS[face.name](spec.name, path, compute_type, quantize)
+
+
+def _all_faces():
+    from ..tasks.faces import faces
+
+    return faces().values()
+
+
+def _open_export(spec: ModelSpec, backend: str | None, compute_type: str | None, quantize: str | None) -> Served:
+    """An export folder, as its export.json says: its task's backend over its format's runtime.
+    A --backend other than the format's engine, or a --compute-type (an export runs as it was
+    exported), is refused in one line before anything is loaded."""
+    from ..tasks.export_folder import require_complete
+
+    path = Path(spec.source)
+    face, fmt, export = check_source(path, backend, compute_type, quantize)
+    if face.name not in BACKENDS:
+        raise UserError(f"{path} holds an export of {face.words}, which has no serve routes; serve knows "
+                        f"{', '.join(sorted(BACKENDS))} models")
+    require_complete(path, export.backend)
+    return BACKENDS[face.name](spec.name, path, model=export.runtime(path), engine=export.backend)
+
+
+def check_source(path: Path, backend: str | None, compute_type: str | None, quantize: str | None):
+    """For an export folder, (face, format, Export) once what serve was asked for applies to it: a
+    format serve runs, the --backend of its engine (or none), no --compute-type (an export runs as
+    it was exported); else one line. None for any other source. `serve` checks every argument so
+    before the server starts."""
+    from ..tasks.faces import exported_by
+
+    if not (path / "export.json").is_file():
+        return None
+    face, fmt, export = exported_by(path)
+    if not export.backend:
+        served: dict[str, list[str]] = {}  # format -> the runs whose export of it serve runs
+        for g in _all_faces():
+            for name, e in g.exports.items():
+                if e.backend:
+                    served.setdefault(name, []).append(g.noun)
+        shown = " and ".join(f"--format {name} ({' and '.join(nouns)} runs)" for name, nouns in served.items())
+        raise UserError(f"{path} holds a {fmt!r} export of {face.words}, which serve does not run (its README.md "
+                        f"says how to load it); serve runs run folders and the exports {shown}")
+    if backend not in (None, export.backend):
+        raise UserError(f"{path} is the {fmt} export of {face.words}, which runs under --backend {export.backend}, "
+                        f"not {backend}: leave --backend out or give --backend {export.backend}")
+    if compute_type is not None or quantize not in (None, "none"):
+        given = f"--compute-type {compute_type}" if compute_type is not None else f"--quantize {quantize}"
+        raise UserError(f"{given} does not apply to {path}: an export runs as it was exported; leave it out, "
+                        "or serve the run folder to choose what it computes in")
+    return face, fmt, export
 
 
 def check_finished(path: Path) -> None:

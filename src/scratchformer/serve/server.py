@@ -112,7 +112,7 @@ def uvicorn_config(app, cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8
 
 
 def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
-                backend: str = "torch", log_level: str = "info", compute_type: str | None = None) -> DrainingServer:
+                backend: str | None = None, log_level: str = "info", compute_type: str | None = None) -> DrainingServer:
     """The app over `specs` under uvicorn (not started). A model that fails to load stops it."""
     holder: list[DrainingServer] = []
 
@@ -126,7 +126,7 @@ def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0
 
 
 def serve(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
-          backend: str = "torch", log_level: str = "info", compute_type: str | None = None) -> int:
+          backend: str | None = None, log_level: str = "info", compute_type: str | None = None) -> int:
     """Serve until SIGTERM/SIGINT. A model that fails to load stops the server with its one-line error."""
     server = make_server(specs, cfg, host, port, backend, log_level, compute_type)
     app = server.scratchformer_app

@@ -148,15 +148,16 @@ class ServerState:
             except UnicodeEncodeError as e:  # JSON can carry a lone surrogate ("\\udcff"); text cannot
                 raise ApiError(422, f"input {i} is not valid Unicode text (a lone surrogate at character "
                                     f"{e.start})") from None
-        tokens = m.count_tokens(texts)
+        texts, tokens = m.tokenize(texts)  # the texts carry their ids to the batch where the model can
+        texts = list(texts)
         for i, n in enumerate(tokens):
             if n > cfg.max_input_tokens:
                 if not truncate:
                     raise ApiError(422, f"input {i} has {n} tokens; the limit is {cfg.max_input_tokens} tokens "
                                         "per input (the server's --max-input-tokens): shorten it, or send "
                                         "\"truncate\": true to cut it")
-                texts[i] = m.truncate(texts[i], cfg.max_input_tokens)
-                tokens[i] = m.count_tokens([texts[i]])[0]
+                cut, counted = m.tokenize([m.truncate(texts[i], cfg.max_input_tokens)])
+                texts[i], tokens[i] = cut[0], counted[0]
         return texts, tokens
 
     def batcher(self, m: Served, route: str) -> Batcher:

@@ -1,6 +1,7 @@
-"""The record a task's face is (the registry that finds faces: tasks/faces.py): its slots, the
-serve routes a face may name, and the two helpers faces are written with. Each task package's
-`face.py` imports this module, and only the registry imports those: no circle."""
+"""The record a task's face is (the registry that finds faces: tasks/faces.py): its slots and the
+helpers faces are written with. Each task package's `face.py` imports this module, and only the
+registry imports those: no circle. Nothing here knows HTTP: serve keeps its routes and its
+backends by task name (serve/backends.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,8 +9,6 @@ from typing import Any, Callable, Mapping
 
 from ..errors import UserError
 
-# the serve routes (the same strings serve/backends.py answers; tests/tasks/test_faces.py checks)
-CLASSIFY, TRANSLATE, EMBEDDINGS, COMPLETIONS = "/v1/classify", "/v1/translate", "/v1/embeddings", "/v1/completions"
 DATA_FORMS = ("file", "pair", "list")
 
 
@@ -26,15 +25,57 @@ class Unavailable:
         return False
 
 
+def _no_runtime(folder, **options):
+    raise UserError(f"{folder} is an export that scratchformer does not run itself: load it with the library "
+                    "it was written for (its README.md says how)")
+
+
 @dataclass(frozen=True)
 class Export:
     """One `export --format` of a task: `run(run_dir, out_dir, check=True) -> report`, the files
-    the folder holds (for the "wrote DIR/ (...)" line) and `parity(report)`: the lines that say how
-    close the export is to our model (none when the check was skipped)."""
+    the folder holds (for the "wrote DIR/ (...)" line), `parity(report)`: the lines that say how
+    close the export is to our model (none when the check was skipped), and how the folder runs
+    again: `runtime(folder) -> the task's inference object` (what `load` gives for a run, as far as
+    the export answers: serve opens an export through it) under the engine named `backend` (the
+    `serve --backend` word; "" for a format scratchformer does not run itself)."""
 
     run: Callable[..., Any]
     files: str
     parity: Callable[[Any], list[str]] = field(default=lambda report: [])
+    runtime: Callable[..., Any] = _no_runtime
+    backend: str = ""
+
+
+@dataclass(frozen=True)
+class TaskCLI:
+    """The task's own part of the command line. `verb` is the word before the task's name
+    (`train lm`, `pretrain mlm`); the front door adds the flags every train verb has (--out,
+    --config, --set, --resume, --overwrite), then `flags(parser)` adds the task's own, and
+    `train(args) -> exit code` runs it. `evaluate_flags(parser)` adds the task's flags to the
+    shared `evaluate` verb (skipping a flag another task already added: `add_flag`), and
+    `evaluate(args) -> exit code` evaluates a run of the task."""
+
+    help: str
+    flags: Callable[[Any], None]
+    train: Callable[[Any], int]
+    evaluate_flags: Callable[[Any], None] = field(default=lambda parser: None)
+    evaluate: Callable[[Any], int] | Unavailable = Unavailable("this task's runs are not evaluated by `evaluate`")
+    verb: str = "train"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What `sweep --task` and the experiments need of a task beyond `train`: `data(name, subset,
+    folder, write) -> (train flags {"data": ..., "valid": ...}, a few validation texts)`: a
+    registered data set's flags, or (with `subset`, the first n rows per split, where `subsets`)
+    files of those rows written into `folder` through `write(path, text)`; `argv`: extra `train` arguments of every
+    run; `sets(config)`: `--set`s of every run before the sweep's own (`config`: the base recipe
+    file or None)."""
+
+    data: Callable[..., tuple[dict, list[str]]]
+    subsets: bool = False  # whether `data` writes subsets (else a spec's "subset" is refused)
+    argv: tuple[str, ...] = ()
+    sets: Callable[[str | None], list[str]] = field(default=lambda config: [])
 
 
 @dataclass(frozen=True)
@@ -48,7 +89,13 @@ class Face:
     load: Callable[..., Any]
     inspect: Callable[..., Any]
     exports: Mapping[str, Export]
-    routes: tuple[str, ...]
+    # the task's own command line (`train <task>` flags, `evaluate`); Unavailable: no train verb
+    cli: TaskCLI | Unavailable = Unavailable("this task has no train verb")
+    # `params(recipe: dict) -> {component: Term}` (models/param_terms.py): the closed-form count
+    # of a run's config.json or a recipe, per component (`scratchformer params`)
+    params: Callable[[dict], dict] | Unavailable = Unavailable(
+        "this task has no closed-form parameter count; `scratchformer params RUN` still counts the run's tensors")
+    sweep: Sweep | Unavailable = Unavailable("this task is not swept by `scratchformer sweep`")
     # `prepare(config, sets, given, log) -> dict`: build the prepared (memory-mapped) data the
     # task's train would read, and say what was built (data/prepared.py; `scratchformer prepare`)
     prepare: Callable[..., Any] | Unavailable = Unavailable(
@@ -69,3 +116,9 @@ def recipe_from(cls) -> Callable[..., Any]:
         return resolve_recipe(cls, config, sets, flags)
 
     return train_recipe
+
+
+def add_flag(parser, flag: str, **kw) -> None:
+    """add_argument that skips a flag another task already put on a shared parser (`evaluate`)."""
+    if flag not in parser._option_string_actions:  # noqa: SLF001 - argparse has no public query
+        parser.add_argument(flag, **kw)

@@ -149,11 +149,23 @@ class DocumentEncoder:
         self.pad_id = tokenizer.pad_id if self.bert else PAD_ID
 
     def __call__(self, text: str) -> list[list[tuple[int, int]]]:
+        if getattr(text, "encoded_by", None) is self:  # tokenized already (a served text: `tokenized`)
+            return self.shape(*text.encoded)
+        return self.shape(*self.encode(text))
+
+    def encode(self, text: str) -> tuple[list[int], list[int] | None]:
+        """A text's ids (no specials) and aligned bigram ids (None without bigrams)."""
         if self.bert:
-            ids, bis = self.tok.encode(text, add_special_tokens=False), None
-        else:
-            ids, bis = encode_with_bigrams(self.tok, text, self.bigram_buckets)
-        return self.shape(ids, bis)
+            return self.tok.encode(text, add_special_tokens=False), None
+        return encode_with_bigrams(self.tok, text, self.bigram_buckets)
+
+    def tokenized(self, text: str):
+        """`text` with its ids (a `Tokenized`): what this encoder reads later without tokenizing
+        again; `n_tokens` counts the ids (`Classifier.count_tokens`)."""
+        from ...data.tokenizers import Tokenized
+
+        encoded = self.encode(text)
+        return Tokenized.of(text, encoded, self, len(encoded[0]))
 
     def shape(self, ids: list[int], bis: list[int] | None) -> list[list[tuple[int, int]]]:
         """A text's ids (and aligned bigram ids) as the segments the model reads (prepared data

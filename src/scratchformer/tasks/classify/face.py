@@ -1,7 +1,8 @@
 """The face of classification (see tasks/faces.py): what the house may ask of a classify run."""
 from __future__ import annotations
 
-from ..slots import CLASSIFY, EMBEDDINGS, Export, Face
+from ..slots import Export, Face, Sweep, TaskCLI
+from . import cli
 from .recipe import ClassifyRecipe
 
 
@@ -37,6 +38,43 @@ def _prepare(config: str | None, sets: list[str], given: dict, log=print) -> dic
     return prepare_classification(recipe, log)
 
 
+def _params(recipe: dict) -> dict:
+    """The closed form of a classifier: its encoder (or LSTM), then the head d·C + C."""
+    from ...models.param_terms import add, encoder_terms, final_norms
+
+    model = recipe.get("model", {})
+    terms, t = encoder_terms(model)
+    c = model.get("n_classes", 2)
+    add(terms, "head", t.d_model * c + c, "d·C + C")
+    return final_norms(terms, t, 1)
+
+
+def _sweep_data(name: str, subset: dict | None, folder, write) -> tuple[dict, list[str]]:
+    """A sweep's data: the registered set, or its first n rows per split as JSONL files; and 32
+    validation texts (the experiments measure on them)."""
+    import json
+
+    from ...data.registry import load_dataset
+
+    data = load_dataset(name)
+    texts = [t for t, _ in data.valid[:32]]
+    if not subset:
+        return {"data": name}, texts
+    flags = {}
+    for split in ("train", "valid", "test"):
+        pairs = getattr(data, split)[: int(subset.get(split, len(getattr(data, split))))]
+        rows = "".join(json.dumps({"text": t, "label": lab}, ensure_ascii=False) + "\n" for t, lab in pairs)
+        write(folder / f"{split}.jsonl", rows)
+        flags["data" if split == "train" else split] = str(folder / f"{split}.jsonl")
+    return flags, texts
+
+
+# a sweep's seeds are its repeats: without --config (the adaptive default trains as many members
+# as fit) each cell is one run; the TF-IDF baseline depends on the split, not the cell: not per run
+_SWEEP = Sweep(_sweep_data, subsets=True, argv=("--no-baseline",),
+               sets=lambda config: [] if config else ["ensemble=1"])
+
+
 def _load(run_dir, **options):
     from .inference import Classifier
 
@@ -55,6 +93,12 @@ def _onnx(run_dir, out_dir, check: bool = True):
     return export_onnx(run_dir, out_dir, check=check)
 
 
+def _onnx_runtime(folder, **options):
+    from .onnx_runtime import OnnxClassifier
+
+    return OnnxClassifier(folder, **options)
+
+
 def _onnx_parity(report) -> list[str]:
     if not report or report.get("max_abs_diff") is None:
         return []
@@ -65,6 +109,7 @@ FACE = Face(
     name="classify", words="a classifier", recipe=ClassifyRecipe, data_form="file",
     train=_train, train_recipe=_train_recipe, load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx, tokenizer.json, preprocess.py, labels.json, export.json, README.md",
-                            _onnx_parity)},
-    routes=(CLASSIFY, EMBEDDINGS), prepare=_prepare,
+                            _onnx_parity, runtime=_onnx_runtime, backend="onnxruntime")},
+    cli=TaskCLI("train a text classifier", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
+    params=_params, sweep=_SWEEP, prepare=_prepare,
 )

@@ -134,6 +134,12 @@ class Classifier:
         return [{"label": self.labels[int(p.argmax())], "score": float(p.max()),
                  "probs": {lab: float(x) for lab, x in zip(self.labels, p)}} for p in probs]
 
+    def tokenize(self, texts: Sequence[str]) -> list:
+        """The texts as `Tokenized` strs carrying their ids (n_tokens: as `count_tokens`), which
+        `predict_proba` and `embed` read without tokenizing again (serve: one tokenization per
+        request, from the limit check to the batch)."""
+        return [self._encode.tokenized(t) for t in texts]
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens each text becomes before truncation or segmentation (what a server limits)."""
         if hasattr(self.tokenizer, "cls_id"):  # a BERT tokenizer
@@ -237,6 +243,9 @@ class EnsembleClassifier:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self.members[0].count_tokens(texts)
+
+    def tokenize(self, texts: Sequence[str]) -> list:
+        return self.members[0].tokenize(texts)  # the other members read the text as text
 
     def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Member 1's embeddings (members do not share a vector space)."""
@@ -344,6 +353,9 @@ class BlendedClassifier:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self.ours.count_tokens(texts)
+
+    def tokenize(self, texts: Sequence[str]) -> list:
+        return self.ours.tokenize(texts)
 
     def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         return self.ours.embed(texts, batch_size)

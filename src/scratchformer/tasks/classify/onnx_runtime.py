@@ -43,10 +43,11 @@ class OnnxClassifier:
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         return self._run(texts)[0]
 
-    def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
+    def predict_proba(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """Class probabilities; the texts run as one batch (`batch_size` is `Classifier`'s word, ignored)."""
         z = self.logits(texts).astype(np.float64)
         z = np.exp(z - z.max(1, keepdims=True))
         return z / z.sum(1, keepdims=True)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
         return self._run(texts)[1]

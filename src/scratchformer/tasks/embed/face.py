@@ -1,9 +1,9 @@
 """The face of sentence embeddings from a pretrained encoder (see tasks/faces.py). There is no
 embed run folder: the encoder is a pretrained checkpoint (`minilm`, or a Hugging Face BERT
-folder), so only `load` and the serve route are filled."""
+folder), so only `load` is filled (serve answers it with its own backend, serve/backends.py)."""
 from __future__ import annotations
 
-from ..slots import EMBEDDINGS, Face, Unavailable
+from ..slots import Face, Unavailable
 
 _TRAIN = ("embeddings come from a pretrained encoder and are not trained here: fine-tune one with "
           "`scratchformer train classify --init minilm ...`")
@@ -21,5 +21,5 @@ FACE = Face(
     train=Unavailable(_TRAIN), train_recipe=Unavailable(_TRAIN), load=_load,
     inspect=Unavailable("attention maps are drawn for run folders; a pretrained encoder has none "
                         "(train a classifier from it with --init and inspect that run)"),
-    exports={}, routes=(EMBEDDINGS,),
+    exports={},
 )

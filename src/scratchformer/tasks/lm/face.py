@@ -1,7 +1,8 @@
 """The face of language modelling (see tasks/faces.py): what the house may ask of an lm run."""
 from __future__ import annotations
 
-from ..slots import COMPLETIONS, Export, Face, recipe_from
+from ..slots import Export, Face, Sweep, TaskCLI, recipe_from
+from . import cli
 from .recipe import LMRecipe
 
 
@@ -17,6 +18,29 @@ def _load(run_dir, **options):
     return LanguageModel.load(run_dir, **options)
 
 
+def _params(recipe: dict) -> dict:
+    """The closed form of a decoder-only or encoder stack with its LM head (none when tied)."""
+    from ...models.param_terms import encoder_terms, lm_head
+
+    model = recipe.get("model", {})
+    return lm_head(*encoder_terms(model), model)
+
+
+def _sweep_data(name: str, subset: dict | None, folder, write) -> tuple[dict, list[str]]:
+    """A sweep's text: the registered corpus, or its first n characters for train and m from the
+    held-out tail for valid, as .txt files."""
+    from ...data.registry import load_dataset
+
+    if not subset:
+        return {"data": name}, []
+    text = load_dataset(name)
+    n, m = int(subset["train"]), int(subset.get("valid", subset["train"] // 10))
+    cut = int(len(text) * 0.9)  # validation from the part `train lm` holds out by default
+    write(folder / "train.txt", text[:n])
+    write(folder / "valid.txt", text[cut:cut + m])
+    return {"data": str(folder / "train.txt"), "valid": str(folder / "valid.txt")}, []
+
+
 def _inspect(run_dir):
     from .inspect import load
 
@@ -27,6 +51,12 @@ def _onnx(run_dir, out_dir, check: bool = True):
     from .export import export_lm_onnx
 
     return export_lm_onnx(run_dir, out_dir, check=check)
+
+
+def _onnx_runtime(folder, **options):
+    from .onnx_runtime import OnnxLanguageModel
+
+    return OnnxLanguageModel(folder, **options)
 
 
 def _onnx_parity(report) -> list[str]:
@@ -59,6 +89,8 @@ FACE = Face(
     name="lm", words="a language model", recipe=LMRecipe, data_form="file",
     train=_train, train_recipe=recipe_from(LMRecipe), load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx: one decoding step, KV cache in and out; tokenizer.json, generate.py, export.json, README.md",
-                            _onnx_parity)},
-    routes=(COMPLETIONS,), prepare=_prepare,
+                            _onnx_parity, runtime=_onnx_runtime, backend="onnxruntime")},
+    params=_params, sweep=Sweep(_sweep_data, subsets=True),
+    cli=TaskCLI("train a GPT-style language model on a text", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
+    prepare=_prepare,
 )

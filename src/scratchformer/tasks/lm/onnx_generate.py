@@ -56,7 +56,8 @@ class ExportedLM:
         res = self.session.run(None, {"input_ids": np.array([ids], dtype=np.int64), **past})
         return res[0][0, -1], dict(zip(past, res[1:]))
 
-    def generate_ids(self, ids, max_new_tokens, temperature=0.0, seed=None):
+    def generate_ids(self, ids, max_new_tokens, temperature=0.0, seed=None, on_token=None):
+        """The new ids; `on_token(id)` is called with each as soon as it is chosen."""
         if not ids:
             raise ValueError("the prompt encodes to no tokens; give some text to continue")
         rng = np.random.default_rng(seed)
@@ -71,6 +72,8 @@ class ExportedLM:
                 token = int(z.argmax()) + self.first_id
             seq.append(token)
             out.append(token)
+            if on_token is not None:
+                on_token(token)
             if step == max_new_tokens - 1:
                 break
             length = next(iter(past.values())).shape[2]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Sequence
 
 from ...errors import UserError
@@ -33,6 +34,17 @@ class Ct2Translator:
         self.src.encode_special_tokens = True  # as ours: "<eos>" typed in a text is text, not the special
         self.translator = ctranslate2.Translator(str(self.folder), device="cpu", intra_threads=threads)
         self.decode = self.meta["decode"]
+
+    def decode_config(self, beam: int | None = None, max_output_len: int | None = None) -> SimpleNamespace:
+        """The decoding settings of a call (`Translator.decode_config`'s answer, as far as an export
+        has them): the export's own where not given; a bad value is one line."""
+        if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
+            raise UserError(f"beam must be >= 1, got {beam}")
+        if max_output_len is not None and (isinstance(max_output_len, bool) or not isinstance(max_output_len, int)
+                                           or max_output_len < 1):
+            raise UserError(f"max_length must be >= 1, got {max_output_len}")
+        return SimpleNamespace(beam=beam or self.decode["beam"],
+                               max_output_len=max_output_len or self.decode["max_output_len"])
 
     def tokens(self, text: str) -> list[str]:
         return self.src.encode(text.strip(), add_special_tokens=False).tokens + [self.meta["source_ends_with"]]

@@ -1,7 +1,8 @@
 """The face of translation (see tasks/faces.py): what the house may ask of a translate run."""
 from __future__ import annotations
 
-from ..slots import TRANSLATE, Export, Face, recipe_from
+from ..slots import Export, Face, Sweep, TaskCLI, recipe_from
+from . import cli
 from .recipe import TranslateRecipe
 
 
@@ -9,6 +10,13 @@ def _train(recipe, out_dir, resume: bool = False, log=print):
     from .pipeline import train_translator
 
     return train_translator(recipe, out_dir, resume=resume, log=log)
+
+
+def _params(recipe: dict) -> dict:
+    """The closed form of an encoder-decoder: both stacks, cross-attention, embeddings, output."""
+    from ...models.param_terms import seq2seq_terms
+
+    return seq2seq_terms(recipe.get("model", {}))[0]
 
 
 def _load(run_dir, **options):
@@ -35,6 +43,12 @@ def _ctranslate2(run_dir, out_dir, check: bool = True):
     return export_ctranslate2(run_dir, out_dir, check=check)
 
 
+def _ct2_runtime(folder, **options):
+    from .ct2_runtime import Ct2Translator
+
+    return Ct2Translator(folder, **options)
+
+
 def _parity_lines(parts) -> list[str]:
     lines = []
     for name, r in parts:
@@ -54,7 +68,9 @@ FACE = Face(
                                lambda r: _parity_lines([("transformers", r)] if r else [])),
         "ctranslate2": Export(_ctranslate2, "CTranslate2 model.bin, vocabularies, tokenizer files, export.json",
                               lambda r: _parity_lines([("transformers", r["transformers"]),
-                                                       ("ctranslate2", r["ctranslate2"])] if r else [])),
+                                                       ("ctranslate2", r["ctranslate2"])] if r else []),
+                              runtime=_ct2_runtime, backend="ctranslate2"),
     },
-    routes=(TRANSLATE,), noun="translation",
+    cli=TaskCLI("train an encoder-decoder translator", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
+    params=_params, sweep=Sweep(lambda name, subset, folder, write: ({"data": name}, [])), noun="translation",
 )

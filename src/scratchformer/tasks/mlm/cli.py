@@ -1,25 +1,21 @@
-"""`pretrain mlm`: masked-language-model pretraining of our encoder on unlabeled text."""
+"""The command line of masked-LM pretraining (its face's `cli`, tasks/slots.py `TaskCLI`):
+`pretrain mlm`, BERT-style pretraining of our encoder on unlabeled text."""
 from __future__ import annotations
 
 import json
 import sys
 
-from .common import add_recipe_args, recipe_for_run
+from ..cli_args import recipe_for_run
 
 
-def register(cli) -> None:
-    pre = cli.verb("pretrain", help="pretrain an encoder on unlabeled text: pretrain mlm ...")
-    kinds = pre.add_subparsers(dest="objective", metavar="OBJECTIVE", required=True)
-    p = kinds.add_parser("mlm", help="BERT-style masked language modelling (15%% masked, 80/10/10)")
+def flags(p) -> None:
     p.add_argument("--data", action="append", default=[],
                    help="registered data set (texts of train+valid, labels unused) or a text file "
                         "(one document per line); repeat or comma-separate for several")
-    add_recipe_args(p)
-    p.set_defaults(func=pretrain)
 
 
-def pretrain(args) -> int:
-    from ..tasks.mlm import MLMRecipe, pretrain_mlm
+def train(args) -> int:
+    from . import MLMRecipe, pretrain_mlm
 
     recipe = recipe_for_run(MLMRecipe, args)
     if args.data:
