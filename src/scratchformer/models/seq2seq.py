@@ -177,9 +177,10 @@ class Seq2Seq(nn.Module):
         """Why `static_step` cannot serve this model (None when it can)."""
         return static_blocker(self.transformer.decoder)
 
-    def static_step(self, capacity: int, banned: tuple[int, ...]) -> StaticDecoderStep:
+    def static_step(self, capacity: int, banned: tuple[int, ...], int8: bool = False) -> StaticDecoderStep:
         """The decode step at fixed shapes for `torch.compile` (`nn/static.py`), for up to
-        `capacity` target positions, the ids `banned` never emitted; tested equal to `decode`."""
+        `capacity` target positions, the ids `banned` never emitted (`int8`: weight-only int8
+        projections); tested equal to `decode`."""
         emb = self.tgt_embed
         table = emb.tokens.weight
         pos = emb.position
@@ -191,7 +192,7 @@ class Seq2Seq(nn.Module):
             positions = pos.embedding.weight
         out = self.out_proj
         return StaticDecoderStep(self.transformer.decoder, table, emb.scale, positions, out.weight,
-                                 getattr(out, "bias", None), banned)
+                                 getattr(out, "bias", None), banned, int8)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""

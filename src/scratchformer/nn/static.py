@@ -30,7 +30,7 @@ from torch import nn
 from .norm import LayerNorm, RMSNorm
 
 __all__ = ["StaticDecoderStep", "CompiledStep", "static_blocker", "bucket", "compiled_step", "compile_disabled",
-           "weights_digest"]
+           "use_compiler", "compiler_on", "weights_digest"]
 
 
 def bucket(n: int, least: int = 1) -> int:
@@ -103,8 +103,10 @@ class StaticDecoderStep(nn.Module):
     `new_caches(rows, cap)` makes the self-attention buffers, `memory_kv(memory)` the cross ones."""
 
     def __init__(self, decoder, table: torch.Tensor, scale: float, positions: torch.Tensor | None,
-                 out_weight: torch.Tensor, out_bias: torch.Tensor | None, banned: tuple[int, ...]):
+                 out_weight: torch.Tensor, out_bias: torch.Tensor | None, banned: tuple[int, ...],
+                 int8: bool = False):
         super().__init__()
+        self.int8 = int8
         self.decoder = decoder
         self.table, self.scale, self.positions = table.detach(), float(scale), positions
         self.banned = list(banned)
@@ -118,13 +120,13 @@ class StaticDecoderStep(nn.Module):
             self.layers.append(dict(
                 block=layer, split=sa.split_sizes, scale=sa.scale or self.D ** -0.5,
                 cross_scale=ca.scale or self.D ** -0.5, act=f.activation,
-                qkv=_t(sa.qkv_proj.weight, sa.qkv_proj.bias), out=_t(sa.out_proj.weight, sa.out_proj.bias),
-                cross_q=_t(ca.qkv_proj.weight[:q_dim], None if cb is None else cb[:q_dim]),
+                qkv=_t(sa.qkv_proj.weight, sa.qkv_proj.bias, int8), out=_t(sa.out_proj.weight, sa.out_proj.bias, int8),
+                cross_q=_t(ca.qkv_proj.weight[:q_dim], None if cb is None else cb[:q_dim], int8),
                 cross_kv=(ca.qkv_proj.weight[q_dim:].detach(), None if cb is None else cb[q_dim:].detach()),
                 cross_split=ca.split_sizes[1:],
-                cross_out=_t(ca.out_proj.weight, ca.out_proj.bias),
-                ffn_in=_t(f.linear_in.weight, f.linear_in.bias), ffn_out=_t(f.linear_out.weight, f.linear_out.bias)))
-        self.out = _t(out_weight, out_bias)
+                cross_out=_t(ca.out_proj.weight, ca.out_proj.bias, int8),
+                ffn_in=_t(f.linear_in.weight, f.linear_in.bias, int8), ffn_out=_t(f.linear_out.weight, f.linear_out.bias, int8)))
+        self.out = _t(out_weight, out_bias, int8)
 
     def new_caches(self, rows: int, cap: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Zeroed self-attention keys and values, per layer `(cap, rows, H, d_k)`."""
@@ -195,9 +197,17 @@ class StaticDecoderStep(nn.Module):
         return best - lse, tok  # and its log-probability
 
 
-def _t(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A projection as `(W^T (in, out) contiguous, bias)`, detached: read by `_mm`."""
-    return weight.detach().t().contiguous(), None if bias is None else bias.detach()
+def _t(weight: torch.Tensor, bias: torch.Tensor | None, int8: bool = False) -> tuple:
+    """A projection as `(W^T (in, out) contiguous, bias)`, detached: read by `_mm`. With `int8`:
+    `(W^T in int8, per-output-channel scale (out,), bias)` (weight-only int8, symmetric: each
+    column's largest magnitude is 127), a quarter of the bytes a batch-1 step reads."""
+    w_t = weight.detach().t().contiguous()
+    b = None if bias is None else bias.detach()
+    if not int8:
+        return w_t, b
+    scale = (w_t.float().abs().amax(0) / 127.0).clamp(min=1e-12)  # (out,)
+    q = torch.round(w_t.float() / scale).clamp(-127, 127).to(torch.int8)  # (in, out)
+    return q, scale.to(weight.dtype), b
 
 
 # Up to this many rows a projection is written as a broadcast product summed over `in`, which
@@ -208,6 +218,13 @@ LOOP_ROWS = 4
 
 def _mm(x: torch.Tensor, wb) -> torch.Tensor:
     """x `(N, in)` times a projection from `_t` -> `(N, out)`."""
+    if len(wb) == 3:  # weight-only int8: the int8 -> float conversion fused into the product
+        q, scale, b = wb
+        if x.shape[0] <= LOOP_ROWS:
+            y = (x[:, :, None] * q.to(x.dtype)).sum(1) * scale  # (N, in, 1) * (in, out) -> (N, out)
+        else:
+            y = torch.mm(x, q.to(x.dtype)) * scale
+        return y if b is None else y + b
     w_t, b = wb
     if x.shape[0] <= LOOP_ROWS:  # a static shape: decided once, when the graph is traced
         y = (x[:, :, None] * w_t).sum(1)  # (N, in, 1) * (in, out) summed over in -> (N, out)
@@ -234,12 +251,30 @@ def weights_digest(module: nn.Module) -> tuple:
 def compiled_step(key: tuple, build) -> "CompiledStep":
     """The `CompiledStep` of `key` = (weights digest, compute type, capacity bucket), made with
     `build()` -> `StaticDecoderStep` the first time."""
+    key = (*key, _use_compiler[0])
     entry = _COMPILED.get(key)
     if entry is None:
         if len(_COMPILED) >= _MAX_ENTRIES:
             _COMPILED.pop(next(iter(_COMPILED)))
         entry = _COMPILED[key] = CompiledStep(build())
     return entry
+
+
+_use_compiler = [True]
+
+
+def use_compiler(enabled: bool = True) -> bool:
+    """Compile the static step (the default), or run the same step eagerly (tests of its logic
+    in seconds; a machine where compiling is not wanted). Returns the previous setting; steps
+    made before keep theirs."""
+    previous = _use_compiler[0]
+    _use_compiler[0] = bool(enabled)
+    return previous
+
+
+def compiler_on() -> bool:
+    """Whether new static steps are compiled (`use_compiler`)."""
+    return _use_compiler[0]
 
 
 def compile_disabled() -> str | None:
@@ -259,8 +294,9 @@ class CompiledStep:
         # default 8 recompiles of one function
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.module = module
-        self.fn = torch.compile(module, dynamic=False, fullgraph=True,
-                                options={"cpp_wrapper": True, "freezing": True})
+        self.compiled = _use_compiler[0]
+        self.fn = module if not self.compiled else torch.compile(
+            module, dynamic=False, fullgraph=True, options={"cpp_wrapper": True, "freezing": True})
         self.compile_seconds: dict = {}
 
     def warm(self, shapes: tuple, *args, greedy: bool) -> bool:
@@ -270,7 +306,7 @@ class CompiledStep:
         import time
         import warnings
 
-        if _disabled:
+        if _disabled and self.compiled:
             return False
         key = (shapes, greedy)
         if key in self.compile_seconds:

@@ -71,6 +71,9 @@ class DecodeConfig(JsonConfig):
     # torch.compile with Inductor's C++ wrapper); falls back to the lean step, with one warning,
     # where a model cannot use it or the compiler fails
     static: bool = False
+    # with `static`: weight-only int8 projections (per-output-channel scales, float activations;
+    # a quarter of the weight bytes a batch-1 step reads)
+    static_int8: bool = False
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -179,7 +182,7 @@ def _stepper(model, src: torch.Tensor, cfg: DecodeConfig, capacity: int, expand:
     Both implement the stepper interface, so the search below is written once for both."""
     if cfg.static and cfg.lean and cfg.use_cache and not hasattr(model, "members") \
             and getattr(model, "static_blocker", lambda: "the model has no static_step")() is None:
-        state = _StaticStepper.make(model, src, capacity, expand=expand)
+        state = _StaticStepper.make(model, src, capacity, expand=expand, int8=cfg.static_int8)
         if state is not None:
             return state
     if cfg.lean and cfg.use_cache:
@@ -262,22 +265,23 @@ class _StaticStepper:
     front (and their cross keys/values when sentences left)."""
 
     @classmethod
-    def make(cls, model, src: torch.Tensor, capacity: int, expand: int = 1) -> "_StaticStepper | None":
+    def make(cls, model, src: torch.Tensor, capacity: int, expand: int = 1,
+             int8: bool = False) -> "_StaticStepper | None":
         """The stepper, or None when the compiler failed here (the lean step serves then)."""
-        if static.compile_disabled() is not None:
+        if static.compiler_on() and static.compile_disabled() is not None:
             return None
-        state = cls(model, src, capacity, expand)
+        state = cls(model, src, capacity, expand, int8)
         return state if state.compiled.warm(state.shapes, *state.args(), greedy=expand == 1) else None
 
-    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1):
+    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, int8: bool = False):
         memory, mask = model.encode(src)  # (B, S, C), (B, S)
         B, S, _ = memory.shape
         K, n = expand, B * expand
         N, cap, Sb = static.bucket(n), static.bucket(capacity, 16), static.bucket(S, 8)
         self.shapes = (N, cap, Sb)
         dtype = memory.dtype
-        key = (static.weights_digest(model), str(dtype), cap)
-        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED))
+        key = (static.weights_digest(model), "int8" if int8 else str(dtype), cap)
+        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8))
         module = self.compiled.module
         self.self_k, self.self_v = module.new_caches(N, cap)  # per layer (cap, N, H, d_k)
         ks, vs = module.memory_kv(memory)  # per layer (S, B, H, d_k): once per sentence
