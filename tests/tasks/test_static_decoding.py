@@ -106,3 +106,18 @@ def test_compiled_static_step_equals_readable_search():
             assert state is not None and state.compiled.compiled, static.compile_disabled()
             _same(decode(model, src, cfg.replace(static=True)), decode(model, src, cfg.replace(lean=False)))
             assert all(s > 0 for s in state.compiled.compile_seconds.values())
+
+
+@pytest.mark.usefixtures("eager_static")
+def test_a_new_model_never_gets_a_freed_models_step(monkeypatch):
+    monkeypatch.setattr(static, "_COMPILED", {})
+    src = _sources(1)
+    with torch.no_grad():
+        first = _StaticStepper(_model(False, 1, 2.0), src, 8).compiled
+        model = _model(False, 2, 2.0)  # may reuse the freed model's id, with the same weight versions
+        second = _StaticStepper(model, src, 8).compiled
+        assert second is not first and second.owner() is model
+        assert _StaticStepper(model, src, 8).compiled is second  # the same model: reused
+        with torch.no_grad():
+            model.out_proj.weight.mul_(2)  # an in-place update: the frozen step is stale
+        assert _StaticStepper(model, src, 8).compiled is not second

@@ -23,6 +23,8 @@ a decoder cannot run here (the lean step then serves it).
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -248,15 +250,17 @@ def weights_digest(module: nn.Module) -> tuple:
     return (id(module), sum(p._version for p in module.parameters()))
 
 
-def compiled_step(key: tuple, build) -> "CompiledStep":
-    """The `CompiledStep` of `key` = (weights digest, compute type, capacity bucket), made with
-    `build()` -> `StaticDecoderStep` the first time."""
+def compiled_step(key: tuple, build, owner: nn.Module) -> "CompiledStep":
+    """The `CompiledStep` of `key` = (weights digest of `owner`, compute type, capacity bucket),
+    made with `build()` -> `StaticDecoderStep` the first time. An entry remembers its owner
+    weakly: a new model that reuses a freed one's `id` (and weight versions) gets its own."""
     key = (*key, _use_compiler[0])
     entry = _COMPILED.get(key)
-    if entry is None:
-        if len(_COMPILED) >= _MAX_ENTRIES:
+    if entry is None or entry.owner() is not owner:
+        if entry is None and len(_COMPILED) >= _MAX_ENTRIES:
             _COMPILED.pop(next(iter(_COMPILED)))
         entry = _COMPILED[key] = CompiledStep(build())
+        entry.owner = weakref.ref(owner)
     return entry
 
 
@@ -298,6 +302,7 @@ class CompiledStep:
         self.fn = module if not self.compiled else torch.compile(
             module, dynamic=False, fullgraph=True, options={"cpp_wrapper": True, "freezing": True})
         self.compile_seconds: dict = {}
+        self.owner = lambda: None  # the model it was built from (a weakref, set by `compiled_step`)
 
     def warm(self, shapes: tuple, *args, greedy: bool) -> bool:
         """Compile for these shapes unless done already (the call writes slot `pos` of the

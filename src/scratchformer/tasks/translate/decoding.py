@@ -281,7 +281,7 @@ class _StaticStepper:
         self.shapes = (N, cap, Sb)
         dtype = memory.dtype
         key = (static.weights_digest(model), "int8" if int8 else str(dtype), cap)
-        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8))
+        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8), model)
         module = self.compiled.module
         self.self_k, self.self_v = module.new_caches(N, cap)  # per layer (cap, N, H, d_k)
         ks, vs = module.memory_kv(memory)  # per layer (S, B, H, d_k): once per sentence
