@@ -300,28 +300,36 @@ class _StaticStepper:
         self.pos = torch.zeros(1, dtype=torch.long, device=src.device)
         self.tokens = torch.zeros(N, dtype=torch.long, device=src.device)
         self.phys = torch.arange(n, device=src.device)  # buffer row of each live row
+        self.full = n == N  # phys is every buffer row in order
         self.beams = K
 
     def args(self) -> tuple:
         return (self.tokens, self.pos, self.self_k, self.self_v, self.cross_k, self.cross_v, self.cross_bias)
 
     def _run(self, prefix: torch.Tensor, greedy: bool):
-        self.tokens[self.phys] = prefix[:, -1]
+        if self.full:  # every buffer row live, in order (batch 1 until it ends): no mapping
+            self.tokens.copy_(prefix[:, -1])
+        else:
+            self.tokens[self.phys] = prefix[:, -1]
         out = self.compiled.fn(*self.args(), greedy=greedy)
         self.pos += 1
         return out
 
+    def _live(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.full else t.index_select(0, self.phys)
+
     def step(self, prefix: torch.Tensor) -> torch.Tensor:
         """prefix `(n, t)` -> log-probs `(n, V)` (beam search)."""
-        return self._run(prefix, False).index_select(0, self.phys)
+        return self._live(self._run(prefix, False))
 
     def best(self, prefix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """prefix `(n, t)` -> the best next token's log-prob `(n,)` and id `(n,)` (greedy)."""
         best, tok = self._run(prefix, True)
-        return best.index_select(0, self.phys), tok.index_select(0, self.phys)
+        return self._live(best), self._live(tok)
 
     def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
         rows = self.phys.index_select(0, index)
+        self.full = False  # greedy: rows left; beam: the hypotheses move to the front
         if self.beams == 1:  # greedy: rows only leave; their buffers stay where they are
             self.phys = rows
             return
@@ -333,6 +341,7 @@ class _StaticStepper:
             for buf in self.cross_k + self.cross_v + [self.cross_bias]:  # (Sb, N, ...)
                 buf[:, :n] = buf[:, rows]
         self.phys = torch.arange(n, device=rows.device)
+        self.full = n == self.tokens.numel()
 
 
 class _ReadableStep:
