@@ -8,17 +8,21 @@ decode touches has a size fixed before its first step (a "bucket"):
 
   - rows `N`: the hypotheses, padded up to a bucket; a row that finished keeps being computed
     (its output is ignored) instead of leaving and changing the shape;
-  - the self-attention keys/values: one buffer `(L, N, Hkv, cap, d_k)` for all layers, written
-    in place at the step's position `pos` (a tensor, so a new position is not a new graph);
+  - the self-attention keys/values: per layer a buffer `(cap, N, H, d_k)`, written in place
+    (`index_put_`) at the step's slot `pos` (a tensor, so a new position is not a new graph);
     the query attends to all `cap` slots with the ones after `pos` masked;
-  - the cross-attention keys/values of the memory: `(L, N, Hkv, S, d_k)`, projected once per
-    sentence (`memory_kv`, eagerly), the source padded to `S` with its padding masked by an
-    additive bias `(N, 1, 1, S)` (0 = attend, -inf = padding).
+  - the cross-attention keys/values of the memory: per layer `(S, N, H, d_k)`, projected once
+    per sentence (`memory_kv`, eagerly), the source padded to `S` with its padding masked by an
+    additive bias `(S, N, 1)` (0 = attend, -inf = padding).
+
+Attention with one query is written out (dot products, softmax, weighted sum) and projections
+of at most `LOOP_ROWS` rows as a broadcast product summed over the inputs, so that Inductor
+generates them as loops fused with what surrounds them instead of calling a library kernel.
 
 `forward` is the step: embedding at `pos` -> blocks -> output projection -> log-probabilities
 with the banned ids at -inf; with `greedy=True` it returns, instead, the best token and its
 log-probability (the max logit minus the logsumexp: no softmax over the vocabulary is written).
-Tested equal to the readable path (tests/nn/test_static.py). `static_blocker(decoder)` says why
+Tested equal to the readable path (tests/tasks/test_static_decoding.py). `static_blocker(decoder)` says why
 a decoder cannot run here (the lean step then serves it).
 """
 from __future__ import annotations
@@ -245,8 +249,8 @@ _disabled: list[str] = []  # why compiling failed here, once: every later decode
 
 
 def weights_digest(module: nn.Module) -> tuple:
-    """Identity and in-place-update count of a module's weights: a compiled step froze the
-    weights it saw (Inductor's `freezing`), so a training step after it needs a new one."""
+    """Identity and in-place-update count of a module's weights: a static step holds copies of
+    the weights it saw (`(in, out)` or int8), so a training step after it needs a new one."""
     return (id(module), sum(p._version for p in module.parameters()))
 
 
@@ -287,8 +291,8 @@ def compile_disabled() -> str | None:
 
 
 class CompiledStep:
-    """A `StaticDecoderStep` under `torch.compile` (Inductor, static shapes, `freezing`: the
-    weights become constants of the graph, the C++ wrapper: no Python per call).
+    """A `StaticDecoderStep` under `torch.compile` (Inductor, static shapes, the C++ wrapper: no
+    Python per op; `freezing` is asked for, but the weights reach the graph as lifted inputs).
     `compile_seconds[shapes]`: the wall time of each bucket's first call (the compile)."""
 
     def __init__(self, module: StaticDecoderStep):
@@ -320,6 +324,8 @@ class CompiledStep:
         try:
             self.fn(*args, greedy=greedy)
         except Exception as e:  # noqa: BLE001  any compiler failure: fall back, say why once
+            if not self.compiled:  # the eager step failing is a bug, not a missing compiler
+                raise
             _disabled.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
             warnings.warn(f"the compiled decoding step is off (torch.compile failed: {_disabled[0]}); "
                           "decoding runs the lean step", RuntimeWarning, stacklevel=2)
