@@ -64,7 +64,7 @@ def test_weight_only_int8_step_stays_close_to_float():
         q = _StaticStepper(model, src, 8, int8=True)
         prefix = torch.full((6, 1), 2)
         a, b = fp.step(prefix), q.step(prefix)
-    assert q.compiled.module.layers[0]["qkv"][0].dtype == torch.int8
+    assert q.compiled.module.layers[0]["qkv"][0].dtype == torch.int8  # (out, in) int8 weights
     finite = torch.isfinite(a)
     assert torch.equal(finite, torch.isfinite(b))
     err = float((a[finite] - b[finite]).abs().max())

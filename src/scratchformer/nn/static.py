@@ -204,21 +204,22 @@ class StaticDecoderStep(nn.Module):
 
 
 def _t(weight: torch.Tensor, bias: torch.Tensor | None, int8: bool = False) -> tuple:
-    """A projection as `(W^T (in, out) contiguous, bias)`, detached: read by `_mm`. With `int8`:
-    `(W^T in int8, per-output-channel scale (out,), bias)` (weight-only int8, symmetric: each
-    column's largest magnitude is 127), a quarter of the bytes a batch-1 step reads."""
-    w_t = weight.detach().t().contiguous()
+    """A projection as `(W (out, in) contiguous, bias)`, detached: read by `_mm`. With `int8`:
+    `(W in int8, per-output-channel scale (out,), bias)` (weight-only int8, symmetric: each
+    row's largest magnitude is 127), a quarter of the bytes a batch-1 step reads."""
+    w = weight.detach().contiguous()
     b = None if bias is None else bias.detach()
     if not int8:
-        return w_t, b
-    scale = (w_t.float().abs().amax(0) / 127.0).clamp(min=1e-12)  # (out,)
-    q = torch.round(w_t.float() / scale).clamp(-127, 127).to(torch.int8)  # (in, out)
+        return w, b
+    scale = (w.float().abs().amax(1) / 127.0).clamp(min=1e-12)  # (out,)
+    q = torch.round(w.float() / scale[:, None]).clamp(-127, 127).to(torch.int8)  # (out, in)
     return q, scale.to(weight.dtype), b
 
 
 # Up to this many rows a projection is written as a broadcast product summed over `in`, which
-# Inductor turns into its own vectorised loop fused with the bias and what follows, instead of a
-# call into the BLAS library (measured: benchmarks/compiled_decode.py); 0 turns it off.
+# Inductor turns into its own vectorised loop (each output a dot product over a contiguous row of
+# the weight) fused with the bias and what follows, instead of a call into the BLAS library
+# (measured: benchmarks/static_decode.py); 0 turns it off.
 LOOP_ROWS = 4
 
 
@@ -227,15 +228,15 @@ def _mm(x: torch.Tensor, wb) -> torch.Tensor:
     if len(wb) == 3:  # weight-only int8: the int8 -> float conversion fused into the product
         q, scale, b = wb
         if x.shape[0] <= LOOP_ROWS:
-            y = (x[:, :, None] * q.to(x.dtype)).sum(1) * scale  # (N, in, 1) * (in, out) -> (N, out)
+            y = (x[:, None, :] * q.to(x.dtype)).sum(-1) * scale  # (N, 1, in) * (out, in) -> (N, out)
         else:
-            y = torch.mm(x, q.to(x.dtype)) * scale
+            y = F.linear(x, q.to(x.dtype)) * scale
         return y if b is None else y + b
-    w_t, b = wb
+    w, b = wb
     if x.shape[0] <= LOOP_ROWS:  # a static shape: decided once, when the graph is traced
-        y = (x[:, :, None] * w_t).sum(1)  # (N, in, 1) * (in, out) summed over in -> (N, out)
+        y = (x[:, None, :] * w).sum(-1)  # (N, 1, in) * (out, in) summed over in -> (N, out)
         return y if b is None else y + b
-    return torch.mm(x, w_t) if b is None else torch.addmm(b, x, w_t)
+    return F.linear(x, w, b)
 
 
 # ---- compiled steps, cached per (model digest, compute type, capacity bucket) -----------------
