@@ -103,8 +103,8 @@ class StaticDecoderStep(nn.Module):
 
     self_k / self_v: per layer `(cap, N, H, d_k)` (slot first: the step writes one slot with an
     in-place `index_put_`); cross_k / cross_v: per layer `(S, N, H, d_k)`; cross_bias `(S, N, 1)`.
-    Holds the decoder's weights as `(in, out)` copies (a product with few rows reads that layout
-    faster, `nn.fast_linear`; made once, so a compiled step is a snapshot of the weights), the
+    Holds the decoder's weights `(out, in)` as they are (a few-row product is a dot product over
+    each contiguous weight row; with `int8`, int8 copies with per-row scales, made once), the
     target embedding table with its scale and position rows, and the output projection.
     `new_caches(rows, cap)` makes the self-attention buffers, `memory_kv(memory)` the cross ones."""
 
@@ -251,7 +251,7 @@ _disabled: list[str] = []  # why compiling failed here, once: every later decode
 
 def weights_digest(module: nn.Module) -> tuple:
     """Identity and in-place-update count of a module's weights: a static step holds copies of
-    the weights it saw (`(in, out)` or int8), so a training step after it needs a new one."""
+    the weights it saw (int8) or was compiled for, so a training step after it needs a new one."""
     return (id(module), sum(p._version for p in module.parameters()))
 
 
