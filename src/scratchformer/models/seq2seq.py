@@ -32,6 +32,7 @@ from ..config import JsonConfig, check_buckets, check_count, check_table
 from ..nn import DecoderCache, Linear, Transformer, TransformerConfig
 from ..nn.fast_linear import projection
 from ..nn.lean import DecoderStep, lean_blocker
+from ..nn.static import StaticDecoderStep, static_blocker
 from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings, token_dropout
 
@@ -174,6 +175,27 @@ class Seq2Seq(nn.Module):
         to `capacity` target positions and `beams` hypotheses per sentence of `memory`
         `(n, S, C)`; tested equal to `decode` with a `DecoderCache`."""
         return Seq2SeqStep(self, memory, src_mask, capacity, beams)
+
+    def static_blocker(self) -> str | None:
+        """Why `static_step` cannot serve this model (None when it can)."""
+        return static_blocker(self.transformer.decoder)
+
+    def static_step(self, capacity: int, banned: tuple[int, ...], int8: bool = False) -> StaticDecoderStep:
+        """The decode step at fixed shapes for `torch.compile` (`nn/static.py`), for up to
+        `capacity` target positions, the ids `banned` never emitted (`int8`: weight-only int8
+        projections); tested equal to `decode`."""
+        emb = self.tgt_embed
+        table = emb.tokens.weight
+        pos = emb.position
+        if pos is None:
+            positions = None
+        elif hasattr(pos, "table"):  # sinusoidal: the rows of every position this decode can reach
+            positions = pos.table(capacity, table.device).to(table.dtype)  # (capacity, C)
+        else:  # learned
+            positions = pos.embedding.weight
+        out = self.out_proj
+        return StaticDecoderStep(self.transformer.decoder, table, emb.scale, positions, out.weight,
+                                 getattr(out, "bias", None), banned, int8)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src `(B, S)`, tgt_in `(B, T)` = <bos> y_1 .. y_{T-1} -> `(B, T, V)`."""

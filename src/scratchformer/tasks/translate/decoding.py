@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from ...data.tokenizers import BOS_ID, CLS_ID, EOS_ID, PAD_ID
 from ...errors import UserError
 from ...config import JsonConfig
+from ...nn import static
 from ...nn.compute import BF16_MIN_GAIN, choose_compute  # noqa: F401  (BF16_MIN_GAIN: its old address)
 
 
@@ -66,6 +67,13 @@ class DecodeConfig(JsonConfig):
     # torch.compile the lean step (Inductor; the first decodes compile for seconds to a minute).
     # Off by default: on the CPU only batch-1 greedy gained (~14%, benchmarks/results/epyc-avx2/compiled_decode.md)
     compile: bool = False
+    # the static compiled step (nn/static.py: fixed shape buckets, K/V buffers written in place,
+    # torch.compile with Inductor's C++ wrapper); falls back to the lean step, with one warning,
+    # where a model cannot use it or the compiler fails
+    static: bool = False
+    # with `static`: weight-only int8 projections (per-output-channel scales, float activations;
+    # a quarter of the weight bytes a batch-1 step reads)
+    static_int8: bool = False
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -172,6 +180,11 @@ def _stepper(model, src: torch.Tensor, cfg: DecodeConfig, capacity: int, expand:
     """The state the search steps: the lean step (`cfg.lean` with the cache) or the readable
     one (`_Stepper`: the model's own `decode`, the reference the lean step is tested against).
     Both implement the stepper interface, so the search below is written once for both."""
+    if cfg.static and cfg.lean and cfg.use_cache and not hasattr(model, "members") \
+            and getattr(model, "static_blocker", lambda: "the model has no static_step")() is None:
+        state = _StaticStepper.make(model, src, capacity, expand=expand, int8=cfg.static_int8)
+        if state is not None:
+            return state
     if cfg.lean and cfg.use_cache:
         return _LeanStepper(model, src, capacity, expand=expand, compiled=cfg.compile)
     return _Stepper(model, src, cfg.use_cache, expand=expand)
@@ -244,6 +257,93 @@ def _compiled_call(step, tokens: torch.Tensor) -> torch.Tensor:
     return _compiler()(step, tokens)
 
 
+class _StaticStepper:
+    """The static compiled step (`nn.static`) behind the stepper interface. Its shapes are
+    fixed per decode (rows, capacity and source length rounded up to buckets), so rows never
+    leave it: `phys` maps each live row to its row in the buffers. Greedy search only drops
+    rows from `phys`; beam search copies the reordered hypotheses' filled cache slots to the
+    front (and their cross keys/values when sentences left)."""
+
+    @classmethod
+    def make(cls, model, src: torch.Tensor, capacity: int, expand: int = 1,
+             int8: bool = False) -> "_StaticStepper | None":
+        """The stepper, or None when the compiler failed here (the lean step serves then)."""
+        if static.compiler_on() and static.compile_disabled() is not None:
+            return None
+        state = cls(model, src, capacity, expand, int8)
+        return state if state.compiled.warm(state.shapes, *state.args(), greedy=expand == 1) else None
+
+    def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, int8: bool = False):
+        memory, mask = model.encode(src)  # (B, S, C), (B, S)
+        B, S, _ = memory.shape
+        K, n = expand, B * expand
+        N, cap, Sb = static.bucket(n), static.bucket(capacity, 16), static.bucket(S, 8)
+        self.shapes = (N, cap, Sb)
+        dtype = memory.dtype
+        key = (static.weights_digest(model), "int8" if int8 else str(dtype), cap)
+        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8), model)
+        module = self.compiled.module
+        self.self_k, self.self_v = module.new_caches(N, cap)  # per layer (cap, N, H, d_k)
+        ks, vs = module.memory_kv(memory)  # per layer (S, B, H, d_k): once per sentence
+        S_, _, H, D = ks[0].shape
+        self.cross_k, self.cross_v = [], []
+        for k, v in zip(ks, vs):
+            for src_kv, bufs in ((k, self.cross_k), (v, self.cross_v)):
+                buf = memory.new_zeros(Sb, N, H, D)  # padded rows attend zeros
+                buf[:S, :n] = src_kv.repeat_interleave(K, 1) if K > 1 else src_kv
+                bufs.append(buf)
+        # 0 = attend; -inf = padding (the source's, and the bucket's beyond S)
+        self.cross_bias = memory.new_zeros(Sb, N, 1)
+        pad = torch.ones(Sb, n, dtype=torch.bool, device=src.device)  # (Sb, n)
+        pad[:S] = ~(mask.repeat_interleave(K, 0) if K > 1 else mask).t()
+        self.cross_bias[:, :n, 0].masked_fill_(pad, float("-inf"))
+        self.pos = torch.zeros(1, dtype=torch.long, device=src.device)
+        self.tokens = torch.zeros(N, dtype=torch.long, device=src.device)
+        self.phys = torch.arange(n, device=src.device)  # buffer row of each live row
+        self.full = n == N  # phys is every buffer row in order
+        self.beams = K
+
+    def args(self) -> tuple:
+        return (self.tokens, self.pos, self.self_k, self.self_v, self.cross_k, self.cross_v, self.cross_bias)
+
+    def _run(self, prefix: torch.Tensor, greedy: bool):
+        if self.full:  # every buffer row live, in order (batch 1 until it ends): no mapping
+            self.tokens.copy_(prefix[:, -1])
+        else:
+            self.tokens[self.phys] = prefix[:, -1]
+        out = self.compiled.fn(*self.args(), greedy=greedy)
+        self.pos += 1
+        return out
+
+    def _live(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.full else t.index_select(0, self.phys)
+
+    def step(self, prefix: torch.Tensor) -> torch.Tensor:
+        """prefix `(n, t)` -> log-probs `(n, V)` (beam search)."""
+        return self._live(self._run(prefix, False))
+
+    def best(self, prefix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """prefix `(n, t)` -> the best next token's log-prob `(n,)` and id `(n,)` (greedy)."""
+        best, tok = self._run(prefix, True)
+        return self._live(best), self._live(tok)
+
+    def select(self, index: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        rows = self.phys.index_select(0, index)
+        self.full = False  # greedy: rows left; beam: the hypotheses move to the front
+        if self.beams == 1:  # greedy: rows only leave; their buffers stay where they are
+            self.phys = rows
+            return
+        n, t = rows.numel(), int(self.pos)
+        # the reordered hypotheses to the front: only the t filled slots are copied
+        for buf in self.self_k + self.self_v:  # (cap, N, H, d_k)
+            buf[:t, :n] = buf[:t, rows]
+        if sentences is not None:  # sentences left: their hypotheses' memory rows move too
+            for buf in self.cross_k + self.cross_v + [self.cross_bias]:  # (Sb, N, ...)
+                buf[:, :n] = buf[:, rows]
+        self.phys = torch.arange(n, device=rows.device)
+        self.full = n == self.tokens.numel()
+
+
 class _ReadableStep:
     """A model's `decode` with a `DecoderCache`, behind the lean step's interface."""
 
@@ -282,7 +382,10 @@ def _greedy(state, limits: torch.Tensor) -> list[Hypothesis]:
     for t in range(1, L + 1):  # t = output tokens after this step
         # the (N, V) log_softmax stays: argmax of the logits and `logit - logsumexp` would
         # skip it, but torch's logsumexp costs more than log_softmax (1.7-3.6x, measured)
-        best, tok = state.step(buf[:, :t]).max(-1)  # (n,)
+        if hasattr(state, "best"):  # the static step: the argmax and its log-prob, no softmax
+            best, tok = state.best(buf[:, :t])
+        else:
+            best, tok = state.step(buf[:, :t]).max(-1)  # (n,)
         scores += best.double()
         buf[:, t] = tok
         is_eos = tok == EOS_ID
