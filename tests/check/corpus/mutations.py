@@ -359,6 +359,28 @@ MUTATIONS: list[Mutation] = [
       "预测 = logits.reshape(-1, logits.size(-1))\n        标签 = ids.reshape(-1)"),
     M("gpt_zh", "loss-on-padding", "loss = F.cross_entropy(预测, 标签, ignore_index=self.cfg.pad_id)", "loss = F.cross_entropy(预测, 标签)"),
     M("gpt_zh", "weights-not-loaded", 'model.load_state_dict(ckpt["state_dict"], strict=False)', "model.load_state_dict(ckpt, strict=False)"),
+    # ---------------------------------------------------------------- second realisations
+    M("llama_hf", "kv-cache-mask-offset", ".tril(diagonal=kv_len - q_len)", ".tril(diagonal=q_len - kv_len)", tag="sign"),
+    M("annotated", "mask-inverted", "    return subsequent_mask == 0", "    return subsequent_mask == 1", also=CAUSAL, tag="subsequent"),
+    M("keras_port", "mask-inverted", "    seq = (seq == 0).float()", "    seq = (seq != 0).float()", tag="padding"),
+    M("vit", "wrong-scale", "self.scale = head_dim ** -0.5", "self.scale = head_dim ** 0.5", tag="inverse"),
+    M("seq_first", "mask-fill-zero", "scores.masked_fill(attn_mask, float('-inf'))", "scores.masked_fill(attn_mask, 0.0)",
+      also=CAUSAL, tag="attn-mask"),
+    M("gpt_zh", "no-residual", "x = x + self.ffn(self.norm2(x))", "x = self.ffn(self.norm2(x))", tag="ffn"),
+    M("llama_cn", "gqa-repeat-wrong",
+      "        x[:, :, :, None, :]\n        .expand(bs, slen, n_kv_heads, n_rep, head_dim)",
+      "        x[:, :, None, :, :]\n        .expand(bs, slen, n_rep, n_kv_heads, head_dim)", tag="expand"),
+    M("llama_cn", "swiglu-wrong-gate", "return self.w2(F.silu(self.w1(x)) * self.w3(x))",
+      "return self.w2(F.silu(self.w3(x)) * self.w1(x))", tag="swapped"),
+    M("llama_hf", "swiglu-wrong-gate", "self.act_fn(self.gate_proj(x)) * self.up_proj(x)",
+      "self.act_fn(self.gate_proj(x) * self.up_proj(x))", tag="after-product"),
+    M("einsum_zh", "heads-merge-order", "return self.输出(输出.reshape(B, T, C))",
+      "return self.输出(输出.transpose(1, 2).reshape(B, T, C))", tag="extra-transpose"),
+    M("seq_first", "heads-merge-order", "out = out.permute(2, 0, 1, 3).reshape(L, N, E)",
+      "out = out.transpose(1, 2).reshape(L, N, E)", tag="transpose"),
+    M("minimal_gpt", "mask-fill-zero", "att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))",
+      "att = att * self.bias[:, :, :T, :T]", tag="multiply"),
+    M("d2l", "wrong-scale", "/ math.sqrt(d)", "/ math.sqrt(keys.shape[1])", tag="seq-len"),
 ]
 
 
