@@ -91,6 +91,41 @@ def test_every_mutant_changes_the_numbers_of_its_file(style, tmp_path):
     assert (same, raised) == ([], [])
 
 
+@pytest.mark.parametrize("variant", PROBES.NUMERIC_TWINS)
+def test_a_variant_that_only_rewrites_its_style_gives_its_numbers(variant, tmp_path):
+    style = VARIANT_PROBE[variant]
+    base = _probe(style, MUT.style_source(style), tmp_path, style)
+    out = _probe(style, (MUT.VARIANTS / f"{variant}.py").read_text(encoding="utf-8"), tmp_path, variant)
+    assert PROBES.close(base, out) == []
+
+
+@pytest.mark.parametrize("style", ["llama_cn", "llama_hf"])
+def test_the_kv_cache_of_a_correct_llama_file_gives_the_full_forward(style, tmp_path):
+    out = _probe(style, MUT.style_source(style), tmp_path, style)
+    torch.testing.assert_close(out["prefill"], out["full"][:, :6], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out["chunk"], out["full"][:, 6:9], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out["step"], out["full"][:, 9:10], atol=1e-5, rtol=1e-4)
+
+
+def test_the_sequence_first_attention_equals_torch_multihead_attention(tmp_path):
+    m, _ = import_source(MUT.style_source("seq_first"), str(tmp_path), "seq_first_ref")
+    torch.manual_seed(0)
+    mine = m.MultiheadAttention(32, 4).eval()
+    ref = torch.nn.MultiheadAttention(32, 4).eval()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([mine.q_proj.weight, mine.k_proj.weight, mine.v_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([mine.q_proj.bias, mine.k_proj.bias, mine.v_proj.bias]))
+        ref.out_proj.weight.copy_(mine.out_proj.weight)
+        ref.out_proj.bias.copy_(mine.out_proj.bias)
+    x = torch.randn(6, 2, 32)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[0, 4:] = True
+    causal = m.generate_square_subsequent_mask(6)
+    torch.testing.assert_close(mine(x, x, x, causal, pad), ref(x, x, x, attn_mask=causal, key_padding_mask=pad)[0],
+                               atol=1e-6, rtol=1e-5)
+    sys.modules.pop(m.__name__, None)
+
+
 def test_an_edit_that_does_not_occur_once_is_refused():
     m = MUT.Mutation("gpt_video", "no-residual", "x = x +", "x =")  # occurs more than once
     with pytest.raises(ValueError, match="occurs 2 times"):

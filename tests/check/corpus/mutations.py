@@ -381,6 +381,38 @@ MUTATIONS: list[Mutation] = [
     M("minimal_gpt", "mask-fill-zero", "att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))",
       "att = att * self.bias[:, :, :T, :T]", tag="multiply"),
     M("d2l", "wrong-scale", "/ math.sqrt(d)", "/ math.sqrt(keys.shape[1])", tag="seq-len"),
+    # ---------------------------------------------------------------- tiny LLaMA2, real cos/sin RoPE, no cache
+    M("llama_tiny", "missing-scale", "scores = torch.matmul(xq, xk.transpose(2, 3)) / math.sqrt(self.head_dim)",
+      "scores = torch.matmul(xq, xk.transpose(2, 3))"),
+    M("llama_tiny", "wrong-scale", "/ math.sqrt(self.head_dim)", "/ math.sqrt(x.shape[-1])"),
+    M("llama_tiny", "softmax-dim", "scores = F.softmax(scores.float(), dim=-1)", "scores = F.softmax(scores.float(), dim=2)"),
+    M("llama_tiny", "no-causal-mask", "        scores = scores + self.mask[:, :, :seqlen, :seqlen]  # (bs, n_local_heads, seqlen, seqlen)\n", ""),
+    M("llama_tiny", "mask-inverted", "mask = torch.triu(mask, diagonal=1)", "mask = torch.tril(mask, diagonal=-1)", also=CAUSAL),
+    M("llama_tiny", "heads-merge-order", "output = output.transpose(1, 2).contiguous().view(bsz, seqlen, -1)",
+      "output = output.contiguous().view(bsz, seqlen, -1)"),
+    M("llama_tiny", "no-residual", "out = h + self.feed_forward.forward(self.ffn_norm(h))", "out = self.feed_forward.forward(self.ffn_norm(h))"),
+    M("llama_tiny", "post-ln-residual",
+      "        h = x + self.attention.forward(self.attention_norm(x), freqs_cos, freqs_sin)\n",
+      "        x = self.attention_norm(x)\n        h = x + self.attention.forward(x, freqs_cos, freqs_sin)\n"),
+    M("llama_tiny", "missing-final-norm", "            h = layer(h, freqs_cos, freqs_sin)\n        h = self.norm(h)\n",
+      "            h = layer(h, freqs_cos, freqs_sin)\n"),
+    M("llama_tiny", "rope-pairing",
+      "    xq_r, xq_i = xq.float().reshape(xq.shape[:-1] + (-1, 2)).unbind(-1)\n"
+      "    xk_r, xk_i = xk.float().reshape(xk.shape[:-1] + (-1, 2)).unbind(-1)\n",
+      "    xq_r, xq_i = xq.float().chunk(2, dim=-1)  # 前一半当实部，后一半当虚部\n"
+      "    xk_r, xk_i = xk.float().chunk(2, dim=-1)\n"),
+    M("llama_tiny", "rmsnorm-eps-outside", "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)",
+      "return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)"),
+    M("llama_tiny", "rmsnorm-mean-not-square", "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)",
+      "return x * torch.rsqrt(x.mean(-1, keepdim=True) ** 2 + self.eps)"),
+    M("llama_tiny", "gqa-repeat-wrong",
+      "        x[:, :, :, None, :]\n        .expand(bs, slen, n_kv_heads, n_rep, head_dim)",
+      "        x[:, :, None, :, :]\n        .expand(bs, slen, n_rep, n_kv_heads, head_dim)"),
+    M("llama_tiny", "swiglu-wrong-gate", "return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))",
+      "return self.dropout(self.w2(F.silu(self.w1(x) * self.w3(x))))"),
+    M("llama_tiny", "ffn-no-activation", "return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))",
+      "return self.dropout(self.w2(self.w1(x) * self.w3(x)))"),
+    M("llama_tiny", "attention-dropout-in-eval", "scores = self.attn_dropout(scores)", "scores = F.dropout(scores, self.dropout)"),
 ]
 
 

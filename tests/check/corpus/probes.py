@@ -309,3 +309,47 @@ VARIANT_PROBE.update({
     "seq_first_float_mask": "seq_first", "seq_first_per_head": "seq_first", "seq_first_sdpa": "seq_first",
     "gpt_zh_manual": "gpt_zh", "gpt_zh_split": "gpt_zh",
 })
+
+# variants that only rewrite their style's code (same parameters, same order): the same numbers
+NUMERIC_TWINS = ("annotated_inf_fill", "d2l_zh", "einsum_zh_bool_mask", "gpt_video_einsum", "gpt_video_sdpa",
+                 "gpt_video_zh", "gpt_zh_manual", "gpt_zh_split", "keras_port_inf", "llama_cn_bool_mask",
+                 "llama_cn_real_rope", "llama_cn_repeat_interleave", "llama_cn_sdpa", "llama_hf_float_mask",
+                 "llama_hf_sdpa", "minimal_gpt_flash", "seq_first_sdpa", "vit_einsum", "vit_sdpa")
+
+
+def close(a, b, atol=1e-5) -> list[str]:
+    """The keys at which two probe results differ beyond float32 rounding."""
+    if isinstance(a, dict):
+        return [f"{k}.{x}" if x else k for k in a for x in (close(a[k], b.get(k), atol) if k in b else ["missing"])]
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape:
+            return [""]
+        if a.is_floating_point():
+            return [] if torch.allclose(a, b, atol=atol, rtol=1e-4, equal_nan=True) else [""]
+        return [] if torch.equal(a, b) else [""]
+    return [] if a == b else [""]
+
+
+def llama_tiny(m):
+    args = m.ModelArgs()  # dropout 0.1 by default
+    out = {}
+    x = _x(2, 6, args.dim, s=3) * 0.3
+    _seed()
+    out["norm"] = m.RMSNorm(args.dim, eps=args.norm_eps)(x)
+    _seed()
+    out["ffn"] = m.FeedForward(args.dim, None, args.multiple_of, 0.0)(x)
+    _seed()
+    model = m.Transformer(args).eval()
+    toks = _tokens(2, 10, args.vocab_size)
+    targets = torch.roll(toks, -1, 1)
+    targets[0, -3:] = -1
+    out["logits"] = model(toks, targets)
+    out["loss"] = model.last_loss
+    out["last"] = model(toks)
+    _seed()
+    blk = m.TransformerBlock(0, args).eval()
+    out["block"] = blk(x, model.freqs_cos[:6], model.freqs_sin[:6])
+    return out
+
+
+PROBES["llama_tiny"] = llama_tiny
