@@ -413,6 +413,12 @@ MUTATIONS: list[Mutation] = [
     M("llama_tiny", "ffn-no-activation", "return self.dropout(self.w2(F.silu(self.w1(x)) * self.w3(x)))",
       "return self.dropout(self.w2(self.w1(x) * self.w3(x)))"),
     M("llama_tiny", "attention-dropout-in-eval", "scores = self.attn_dropout(scores)", "scores = F.dropout(scores, self.dropout)"),
+    # ---------------------------------------------------------------- d2l's decoder block, forward(X, state)
+    M("d2l", "no-causal-mask", "            dec_valid_lens = torch.arange(1, num_steps + 1, device=X.device).repeat(batch_size, 1)",
+      "            dec_valid_lens = None"),
+    M("d2l", "cross-attention-kv", "Y2 = self.attention2(Y, enc_outputs, enc_outputs, enc_valid_lens)",
+      "Y2 = self.attention2(Y, Y, Y, enc_valid_lens)"),
+    M("d2l", "no-residual", "        Z = self.addnorm2(Y, Y2)", "        Z = self.addnorm2(torch.zeros_like(Y), Y2)", tag="decoder"),
 ]
 
 

@@ -159,6 +159,15 @@ def d2l(m):
     pe = m.PositionalEncoding(32, 0.0).eval()
     out["pe"] = pe(torch.zeros(1, 6, 32))
     out["pe_keys"] = _keys(pe)
+    _seed()
+    dec = m.DecoderBlock(32, 32, 32, 32, [32], 32, 64, 4, 0.0, 0)
+    Y = _x(2, 5, 32, s=4)
+    dec.train()  # d2l's decoder masks the future only while training (valid lens 1..T)
+    out["dec_train"], _ = dec(Y, [X, valid_lens, [None]])
+    dec.eval()  # and in prediction, one token at a time against the cached keys
+    state = [X, valid_lens, [None]]
+    steps = [dec(Y[:, t:t + 1], state)[0] for t in range(Y.shape[1])]
+    out["dec_steps"] = torch.cat(steps, dim=1)
     return out
 
 
