@@ -50,10 +50,12 @@ def markdown(f, machine: dict, only: str | None, checker: str) -> str:
     out.append("\n".join(f"- `{c['case']}`: exit {c['exit']}, named {c['named']} {c['error']}".rstrip()
                          for c in f.correct_failing) or "none")
     out.append("\n## Mutants whose id was not named\n")
-    out.append("\n".join(f"- `{m['case']}`: expected {m['expected']}, named {m['named']}, exit {m['exit']} {m['error']}".rstrip()
+    out.append("\n".join(f"- `{m['case']}`: expected {m['expected']}, named {m['named']}, exit {m['exit']} "
+                         f"{m['error']}".rstrip()
                          for m in f.misses) or "none")
     out.append("\n## False findings (a bug id named that is not the planted one)\n")
-    out.append("\n".join(f"- `{x['case']}`: named {x['named']}, expected {x['expected']}" for x in f.false_findings) or "none")
+    out.append("\n".join(f"- `{x['case']}`: named {x['named']}, expected {x['expected']}"
+                         for x in f.false_findings) or "none")
     return "\n".join(out) + "\n"
 
 

@@ -10,16 +10,20 @@ variants, and one mutant per (style, bug id, realisation), in tests/check/corpus
   benchmarks/results/check_corpus.{json,md}."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "corpus"))
-from measure import figures, import_source, load_sibling, run_all  # noqa: E402
-
-sys.path.pop(0)
+CORPUS = Path(__file__).resolve().parent / "corpus"
+_spec = importlib.util.spec_from_file_location("scratchformer_corpus_measure", CORPUS / "measure.py")
+_measure = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _measure  # dataclasses look their module up there
+_spec.loader.exec_module(_measure)
+figures, import_source, load_sibling, run_all = (_measure.figures, _measure.import_source, _measure.load_sibling,
+                                                 _measure.run_all)
 
 MUT = load_sibling("mutations")
 PROBES = load_sibling("probes")
@@ -27,7 +31,8 @@ PROBES = load_sibling("probes")
 # the variants run through the probe of the style whose interface they keep
 VARIANT_PROBE = PROBES.VARIANT_PROBE
 
-ISSUE_51_IDS = {"layernorm-wrong-axis", "eps-outside-sqrt", "post-ln-residual", "extra-final-norm", "missing-final-norm",
+ISSUE_51_IDS = {"layernorm-wrong-axis", "eps-outside-sqrt", "post-ln-residual", "extra-final-norm",
+                "missing-final-norm",
                 "rope-pairing", "rope-wrong-positions", "rmsnorm-eps-outside", "rmsnorm-mean-not-square",
                 "gqa-repeat-wrong", "swiglu-wrong-gate", "kv-cache-mask-offset", "attention-dropout-in-eval",
                 "weights-not-loaded", "target-not-shifted", "loss-on-padding"}
@@ -47,7 +52,8 @@ def _probe(style: str, source: str, tmp_path, stem: str):
 # ---------------------------------------------------------------- the corpus itself (no checker)
 def test_the_corpus_has_its_size():
     styles, variants = MUT.style_names(), MUT.variant_names()
-    assert len(styles) >= 8 and len(variants) >= 30 and len(MUT.MUTATIONS) >= 200, (len(styles), len(variants), len(MUT.MUTATIONS))
+    sizes = (len(styles), len(variants), len(MUT.MUTATIONS))
+    assert sizes[0] >= 8 and sizes[1] >= 30 and sizes[2] >= 200, sizes
     assert len({m.name for m in MUT.MUTATIONS}) == len(MUT.MUTATIONS)
     assert set(PROBES.PROBES) == set(styles)
     assert set(VARIANT_PROBE) == set(variants)
@@ -105,6 +111,11 @@ def test_the_kv_cache_of_a_correct_llama_file_gives_the_full_forward(style, tmp_
     torch.testing.assert_close(out["prefill"], out["full"][:, :6], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(out["chunk"], out["full"][:, 6:9], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(out["step"], out["full"][:, 9:10], atol=1e-5, rtol=1e-4)
+
+
+def test_the_d2l_decoder_block_step_by_step_gives_its_training_forward(tmp_path):
+    out = _probe("d2l", MUT.style_source("d2l"), tmp_path, "d2l")
+    torch.testing.assert_close(out["dec_steps"], out["dec_train"], atol=1e-5, rtol=1e-4)
 
 
 def test_the_sequence_first_attention_equals_torch_multihead_attention(tmp_path):

@@ -316,7 +316,8 @@ VARIANT_PROBE.update({
     "einsum_zh_pre_ln": "einsum_zh", "einsum_zh_fused": "einsum_zh", "einsum_zh_bool_mask": "einsum_zh",
     "vit_separate_qkv": "vit", "vit_sdpa": "vit", "vit_einsum": "vit",
     "seq_first_float_mask": "seq_first", "seq_first_per_head": "seq_first", "seq_first_sdpa": "seq_first",
-    "gpt_zh_manual": "gpt_zh", "gpt_zh_split": "gpt_zh", "gpt_video_sizes": "gpt_video", "llama_tiny_flash": "llama_tiny",
+    "gpt_zh_manual": "gpt_zh", "gpt_zh_split": "gpt_zh", "gpt_video_sizes": "gpt_video",
+    "llama_tiny_flash": "llama_tiny",
 })
 
 # variants that only rewrite their style's code (same parameters, same order): the same numbers
