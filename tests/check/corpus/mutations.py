@@ -419,6 +419,26 @@ MUTATIONS: list[Mutation] = [
     M("d2l", "cross-attention-kv", "Y2 = self.attention2(Y, enc_outputs, enc_outputs, enc_valid_lens)",
       "Y2 = self.attention2(Y, Y, Y, enc_valid_lens)"),
     M("d2l", "no-residual", "        Z = self.addnorm2(Y, Y2)", "        Z = self.addnorm2(torch.zeros_like(Y), Y2)", tag="decoder"),
+    # ---------------------------------------------------------------- BERT as Chinese classification courses write it
+    M("bert_zh", "missing-scale", "        attention_scores = attention_scores / math.sqrt(self.attention_head_size)\n", ""),
+    M("bert_zh", "wrong-scale", "/ math.sqrt(self.attention_head_size)", "/ math.sqrt(self.all_head_size)"),
+    M("bert_zh", "mask-inverted", "return (1.0 - extended) * -10000.0", "return extended * -10000.0"),
+    M("bert_zh", "mask-fill-zero", "attention_scores = attention_scores + attention_mask",
+      "attention_scores = attention_scores * (attention_mask == 0)"),
+    M("bert_zh", "softmax-dim", "F.softmax(attention_scores, dim=-1)", "F.softmax(attention_scores, dim=-2)"),
+    M("bert_zh", "heads-not-transposed", "        x = x.view(new_x_shape)\n        return x.permute(0, 2, 1, 3)",
+      "        return x.view(x.size(0), self.num_attention_heads, x.size(1), self.attention_head_size)"),
+    M("bert_zh", "heads-merge-order", "context_layer.permute(0, 2, 1, 3).contiguous()", "context_layer.permute(0, 2, 3, 1).contiguous()"),
+    M("bert_zh", "no-residual", "return self.LayerNorm(hidden_states + input_tensor)  # 残差", "return self.LayerNorm(hidden_states)  # 残差"),
+    M("bert_zh", "no-residual", "        return self.LayerNorm(hidden_states + input_tensor)\n\n\nclass BertLayer",
+      "        return self.LayerNorm(hidden_states)\n\n\nclass BertLayer", tag="ffn"),
+    M("bert_zh", "ffn-no-activation", "return self.intermediate_act_fn(self.dense(hidden_states))", "return self.dense(hidden_states)"),
+    M("bert_zh", "post-ln-residual", "return self.LayerNorm(hidden_states + input_tensor)  # 残差",
+      "return self.LayerNorm(input_tensor) + hidden_states  # 残差"),
+    M("bert_zh", "extra-final-norm", "        return hidden_states  # (B, T, hidden)",
+      "        return F.layer_norm(hidden_states, (self.config.hidden_size,))  # (B, T, hidden)"),
+    M("bert_zh", "attention-dropout-in-eval", "attention_probs = self.dropout(attention_probs)",
+      "attention_probs = F.dropout(attention_probs, self.dropout.p)"),
 ]
 
 

@@ -363,3 +363,24 @@ def llama_tiny(m):
 
 
 PROBES["llama_tiny"] = llama_tiny
+
+
+def bert_zh(m):
+    cfg = m.BertConfig()  # dropout 0.1 by default
+    out = {}
+    ids = _tokens(2, 7, cfg.vocab_size)
+    ids[0, 5:] = 0
+    mask = (ids != 0).long()
+    _seed()
+    model = m.BertModel(cfg).eval()
+    out["model"] = model(ids, mask)
+    ext = model.get_extended_attention_mask(mask)
+    x = _x(2, 7, cfg.hidden_size)
+    _seed()
+    out["self_attn"] = m.BertSelfAttention(cfg).eval()(x, ext)
+    _seed()
+    out["layer"] = m.BertLayer(cfg).eval()(x, ext)
+    return out
+
+
+PROBES["bert_zh"] = bert_zh
