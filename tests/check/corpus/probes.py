@@ -317,14 +317,15 @@ VARIANT_PROBE.update({
     "vit_separate_qkv": "vit", "vit_sdpa": "vit", "vit_einsum": "vit",
     "seq_first_float_mask": "seq_first", "seq_first_per_head": "seq_first", "seq_first_sdpa": "seq_first",
     "gpt_zh_manual": "gpt_zh", "gpt_zh_split": "gpt_zh", "gpt_video_sizes": "gpt_video",
-    "llama_tiny_flash": "llama_tiny",
+    "llama_tiny_flash": "llama_tiny", "bert_zh_sdpa": "bert_zh", "bert_zh_bool_mask": "bert_zh",
 })
 
 # variants that only rewrite their style's code (same parameters, same order): the same numbers
 NUMERIC_TWINS = ("annotated_inf_fill", "d2l_zh", "einsum_zh_bool_mask", "gpt_video_einsum", "gpt_video_sdpa",
                  "gpt_video_zh", "gpt_zh_manual", "gpt_zh_split", "keras_port_inf", "llama_cn_bool_mask",
                  "llama_cn_real_rope", "llama_cn_repeat_interleave", "llama_cn_sdpa", "llama_hf_float_mask",
-                 "llama_hf_sdpa", "minimal_gpt_flash", "seq_first_sdpa", "vit_einsum", "vit_sdpa", "llama_tiny_flash")
+                 "llama_hf_sdpa", "minimal_gpt_flash", "seq_first_sdpa", "vit_einsum", "vit_sdpa", "llama_tiny_flash",
+                 "bert_zh_sdpa", "bert_zh_bool_mask")
 
 
 def close(a, b, atol=1e-5) -> list[str]:
