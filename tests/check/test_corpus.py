@@ -105,7 +105,7 @@ def test_a_variant_that_only_rewrites_its_style_gives_its_numbers(variant, tmp_p
     assert PROBES.close(base, out) == []
 
 
-@pytest.mark.parametrize("style", ["llama_cn", "llama_hf"])
+@pytest.mark.parametrize("style", ["llama_cn", "llama_hf", "llama_minimind"])
 def test_the_kv_cache_of_a_correct_llama_file_gives_the_full_forward(style, tmp_path):
     out = _probe(style, MUT.style_source(style), tmp_path, style)
     torch.testing.assert_close(out["prefill"], out["full"][:, :6], atol=1e-5, rtol=1e-4)

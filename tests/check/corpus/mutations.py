@@ -439,6 +439,46 @@ MUTATIONS: list[Mutation] = [
       "        return F.layer_norm(hidden_states, (self.config.hidden_size,))  # (B, T, hidden)"),
     M("bert_zh", "attention-dropout-in-eval", "attention_probs = self.dropout(attention_probs)",
       "attention_probs = F.dropout(attention_probs, self.dropout.p)"),
+    # ---------------------------------------------------------------- LLaMA as a Chinese "mini LLM" course writes it
+    M("llama_minimind", "missing-scale", "scores = (xq @ xk.transpose(-2, -1)) / math.sqrt(self.head_dim)",
+      "scores = xq @ xk.transpose(-2, -1)"),
+    M("llama_minimind", "wrong-scale", "/ math.sqrt(self.head_dim)", "/ math.sqrt(self.n_local_heads * self.head_dim)"),
+    M("llama_minimind", "softmax-dim", "scores = F.softmax(scores.float(), dim=-1)", "scores = F.softmax(scores.float(), dim=-2)"),
+    M("llama_minimind", "mask-inverted", "(1.0 - attention_mask[:, None, None, :].float()) * -1e9",
+      "attention_mask[:, None, None, :].float() * -1e9"),
+    M("llama_minimind", "no-causal-mask", "        scores = scores + causal\n", ""),
+    M("llama_minimind", "kv-cache-mask-offset", "diagonal=kv_len - seq_len + 1)", "diagonal=1)"),
+    M("llama_minimind", "heads-merge-order", "output = output.transpose(1, 2).reshape(bsz, seq_len, -1)",
+      "output = output.reshape(bsz, seq_len, -1)"),
+    M("llama_minimind", "no-residual", "        hidden_states += residual\n", ""),
+    M("llama_minimind", "post-ln-residual",
+      "        residual = hidden_states\n        hidden_states, present_key_value = self.self_attn(\n"
+      "            self.input_layernorm(hidden_states), position_embeddings,",
+      "        hidden_states = self.input_layernorm(hidden_states)\n        residual = hidden_states\n"
+      "        hidden_states, present_key_value = self.self_attn(\n            hidden_states, position_embeddings,"),
+    M("llama_minimind", "missing-final-norm", "        hidden_states = self.norm(hidden_states)\n", ""),
+    M("llama_minimind", "rope-pairing",
+      "        return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)",
+      "        return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)"),
+    M("llama_minimind", "rope-wrong-positions", "self.freqs_cos[start_pos:start_pos + seq_length],\n"
+      "            self.freqs_sin[start_pos:start_pos + seq_length],",
+      "self.freqs_cos[:seq_length],\n            self.freqs_sin[:seq_length],"),
+    M("llama_minimind", "rmsnorm-eps-outside", "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)",
+      "return x / (torch.sqrt(x.pow(2).mean(-1, keepdim=True)) + self.eps)"),
+    M("llama_minimind", "rmsnorm-mean-not-square", "return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)",
+      "return x * torch.rsqrt(x.mean(-1, keepdim=True).pow(2) + self.eps)"),
+    M("llama_minimind", "gqa-repeat-wrong",
+      "        x[:, :, :, None, :].expand(bs, slen, num_key_value_heads, n_rep, head_dim)\n"
+      "        .reshape(bs, slen, num_key_value_heads * n_rep, head_dim)",
+      "        x.repeat(1, 1, n_rep, 1)"),
+    M("llama_minimind", "swiglu-wrong-gate", "self.act_fn(self.gate_proj(x)) * self.up_proj(x)",
+      "self.act_fn(self.gate_proj(x) * self.up_proj(x))"),
+    M("llama_minimind", "ffn-no-activation", "self.act_fn(self.gate_proj(x)) * self.up_proj(x)", "self.gate_proj(x) * self.up_proj(x)"),
+    M("llama_minimind", "attention-dropout-in-eval", "scores = self.attn_dropout(scores)", "scores = F.dropout(scores, p=self.dropout)"),
+    M("llama_minimind", "target-not-shifted",
+      "shift_logits = logits[:, :-1, :].contiguous()\n            shift_labels = labels[:, 1:].contiguous()",
+      "shift_logits = logits.contiguous()\n            shift_labels = labels.contiguous()"),
+    M("llama_minimind", "loss-on-padding", "loss = (per_token * loss_mask).sum() / loss_mask.sum()", "loss = per_token.mean()"),
 ]
 
 

@@ -318,6 +318,7 @@ VARIANT_PROBE.update({
     "seq_first_float_mask": "seq_first", "seq_first_per_head": "seq_first", "seq_first_sdpa": "seq_first",
     "gpt_zh_manual": "gpt_zh", "gpt_zh_split": "gpt_zh", "gpt_video_sizes": "gpt_video",
     "llama_tiny_flash": "llama_tiny", "bert_zh_sdpa": "bert_zh", "bert_zh_bool_mask": "bert_zh",
+    "llama_minimind_sdpa": "llama_minimind", "llama_minimind_interleaved": "llama_minimind",
 })
 
 # variants that only rewrite their style's code (same parameters, same order): the same numbers
@@ -325,7 +326,7 @@ NUMERIC_TWINS = ("annotated_inf_fill", "d2l_zh", "einsum_zh_bool_mask", "gpt_vid
                  "gpt_video_zh", "gpt_zh_manual", "gpt_zh_split", "keras_port_inf", "llama_cn_bool_mask",
                  "llama_cn_real_rope", "llama_cn_repeat_interleave", "llama_cn_sdpa", "llama_hf_float_mask",
                  "llama_hf_sdpa", "minimal_gpt_flash", "seq_first_sdpa", "vit_einsum", "vit_sdpa", "llama_tiny_flash",
-                 "bert_zh_sdpa", "bert_zh_bool_mask")
+                 "bert_zh_sdpa", "bert_zh_bool_mask", "llama_minimind_sdpa")
 
 
 def close(a, b, atol=1e-5) -> list[str]:
@@ -385,3 +386,30 @@ def bert_zh(m):
 
 
 PROBES["bert_zh"] = bert_zh
+
+
+def llama_minimind(m):
+    cfg = m.MiniConfig(dropout=0.1)
+    out = {}
+    x = _x(2, 6, cfg.hidden_size, s=3) * 0.3
+    _seed()
+    out["norm"] = m.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)(x)
+    _seed()
+    out["mlp"] = m.FeedForward(m.MiniConfig())(x)
+    _seed()
+    model = m.MiniMindForCausalLM(cfg).eval()
+    toks = _tokens(2, 10, cfg.vocab_size)
+    pad = torch.ones(2, 10, dtype=torch.long)
+    pad[1, :2] = 0  # left padding in the second row
+    with torch.no_grad():
+        out["full"], _, _ = model(toks)
+        out["padded"], _, _ = model(toks, attention_mask=pad)
+        logits, _, past = model(toks[:, :6], use_cache=True)
+        out["prefill"] = logits
+        out["chunk"], _, past = model(toks[:, 6:9], past_key_values=past, use_cache=True)
+        out["step"], _, _ = model(toks[:, 9:10], past_key_values=past, use_cache=True)
+    out["logits_l"], out["loss"], _ = model(toks, labels=_pad_labels(toks))
+    return out
+
+
+PROBES["llama_minimind"] = llama_minimind
