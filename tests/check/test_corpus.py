@@ -31,8 +31,8 @@ PROBES = load_sibling("probes")
 # the variants run through the probe of the style whose interface they keep
 VARIANT_PROBE = PROBES.VARIANT_PROBE
 
-ISSUE_51_IDS = {"layernorm-wrong-axis", "eps-outside-sqrt", "post-ln-residual", "extra-final-norm", "missing-final-norm",
-                "rope-pairing", "rope-wrong-positions", "rmsnorm-eps-outside", "rmsnorm-mean-not-square",
+ISSUE_51_IDS = {"layernorm-wrong-axis", "eps-outside-sqrt", "post-ln-residual", "extra-final-norm",
+                "missing-final-norm", "rope-pairing", "rope-wrong-positions", "rmsnorm-eps-outside", "rmsnorm-mean-not-square",
                 "gqa-repeat-wrong", "swiglu-wrong-gate", "kv-cache-mask-offset", "attention-dropout-in-eval",
                 "weights-not-loaded", "target-not-shifted", "loss-on-padding"}
 TODAY_IDS = {"missing-scale", "wrong-scale", "mask-fill-zero", "mask-inverted", "softmax-dim", "heads-not-transposed",
