@@ -32,9 +32,9 @@ PROBES = load_sibling("probes")
 VARIANT_PROBE = PROBES.VARIANT_PROBE
 
 ISSUE_51_IDS = {"layernorm-wrong-axis", "eps-outside-sqrt", "post-ln-residual", "extra-final-norm",
-                "missing-final-norm", "rope-pairing", "rope-wrong-positions", "rmsnorm-eps-outside", "rmsnorm-mean-not-square",
-                "gqa-repeat-wrong", "swiglu-wrong-gate", "kv-cache-mask-offset", "attention-dropout-in-eval",
-                "weights-not-loaded", "target-not-shifted", "loss-on-padding"}
+                "missing-final-norm", "rope-pairing", "rope-wrong-positions", "rmsnorm-eps-outside",
+                "rmsnorm-mean-not-square", "gqa-repeat-wrong", "swiglu-wrong-gate", "kv-cache-mask-offset",
+                "attention-dropout-in-eval", "weights-not-loaded", "target-not-shifted", "loss-on-padding"}
 TODAY_IDS = {"missing-scale", "wrong-scale", "mask-fill-zero", "mask-inverted", "softmax-dim", "heads-not-transposed",
              "heads-merge-order", "unbiased-std", "pe-not-buffer", "pe-wrong-formula", "no-residual",
              "ffn-no-activation", "no-causal-mask", "cross-attention-kv"}
