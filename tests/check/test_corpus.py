@@ -1,4 +1,4 @@
-"""The mutation corpus (issue 51, item 7): correct learner files in fourteen styles and more correct
+"""The mutation corpus (issue 51, item 7): correct learner files in eighteen styles and more correct
 variants, and one mutant per (style, bug id, realisation), in tests/check/corpus/.
 
 - The sanity tests need no checker: every correct file runs its probe, every edit applies exactly
