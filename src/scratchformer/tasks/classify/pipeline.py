@@ -52,14 +52,12 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     given = recipe
     data, soft = load_inputs(recipe, out_dir, resume, log)
     base = write_once(lambda: fit_and_log_baseline(data, log)) if baseline else None  # the report's, after the fit
-    if recipe.ensemble == 0:
-        n, times, whole = members_that_fit(recipe, data, started, step_timer, log)
-        recipe = recipe.copy()
-        recipe.ensemble = n
+    if recipe.ensemble == 0:  # as many members as fit the budget
+        recipe, whole, timer = members_for_budget(recipe, data, started, step_timer, log)
         if whole:  # members in member<i>/; early stopping often frees time for more than planned
             return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started,
                                   step_timer=step_timer, data=data, base=base, grow_to=budget.MAX_MEMBERS)
-        step_timer = _first_call_returns(times, step_timer)  # the single run plans with that timing
+        step_timer = timer  # the single run plans with that timing
     tok, source = tokenizer_and_source(recipe, data, out_dir, resume, log)
     recipe, (train, valid, test) = frozen_recipe(recipe, data, tok, source, soft, resume, started, step_timer, log)
     task = build_task(recipe, given, tok, source, data.labels, log)
@@ -69,6 +67,15 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     summary = trainer.fit(resume=resume)
     return write_once(lambda: finish(task, summary, test, data, base, out_dir, resume, weights_before,
                                      started, log)) or {"train": summary}
+
+
+def members_for_budget(recipe: ClassifyRecipe, data, started: float, step_timer: StepTimer | None, log):
+    """ensemble=0: (the recipe with the members that fit, whether one whole run fits, a step timer
+    that answers the timing just measured first)."""
+    n, times, whole = members_that_fit(recipe, data, started, step_timer, log)
+    recipe = recipe.copy()
+    recipe.ensemble = n
+    return recipe, whole, _first_call_returns(times, step_timer)
 
 
 def load_inputs(recipe: ClassifyRecipe, out_dir: Path, resume: bool, log):
