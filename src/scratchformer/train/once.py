@@ -15,9 +15,10 @@ One process: each is simply `work()`. Behaviour under torchrun is that of the `d
 functions these wrap; tests/train/test_distributed.py and test_torchrun.py hold it."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Callable, TypeVar
 
-from .distributed import agree, is_main, main_first
+from .distributed import agree, is_main, main_first, world_size
 
 T = TypeVar("T")
 
@@ -27,9 +28,15 @@ def build_once(work: Callable[[], T]) -> T:
     return main_first(work)
 
 
-def decide_once(decide: Callable[[], Any]) -> Any:
-    """Rank 0's `decide()` (JSON-serialisable) on every process."""
-    return agree(decide)
+def decide_once(decide: Callable[[], Any], as_: type | None = None) -> Any:
+    """Rank 0's `decide()` (JSON-serialisable) on every process. `as_`: a dataclass of plain
+    fields that `decide()` returns; it travels as its fields and is rebuilt on every process (one
+    process: `decide()`'s own object)."""
+    if as_ is None:
+        return agree(decide)
+    if world_size() <= 1:
+        return decide()
+    return as_(**agree(lambda: asdict(decide())))
 
 
 def write_once(work: Callable[[], T]) -> T | None:

@@ -15,7 +15,7 @@ whose averaged probabilities beat any one of them (thucnews: 85.7-86.4 against m
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -256,7 +256,7 @@ def e5_decision(texts: Sequence[str], n_eval: int, budget_min: float | None, log
             f"(it needs at least {E5_MIN_VALID}; today's choice stands)")
         return None
     # one timed matmul, whose answer every process shares
-    est = E5Estimate(**decide_once(lambda: asdict(estimate or estimate_e5(texts, n_eval))))
+    est = decide_once(lambda: estimate or estimate_e5(texts, n_eval), as_=E5Estimate)
     if not est.fits(budget_min):
         need = math.ceil(est.minutes / E5_SHARE)
         log(f"adaptive default: e5 not considered: fine-tuning it needs ~{est.minutes:.0f} min here "
