@@ -209,6 +209,32 @@ def test_commands_import_no_models_and_no_nn():
         assert imported_rooms(p) & {"models", "nn"} == set(), p.name
 
 
+RANK_ZERO = {"main_first", "is_main", "agree"}  # train.distributed's: who runs a step
+
+
+def rank_zero_calls(path: Path) -> list[str]:
+    """Where `path` calls or imports train.distributed's rank-0 words itself."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            out += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if a.name in RANK_ZERO]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in RANK_ZERO:
+                out.append(f"{path.name}:{node.lineno} calls {name}")
+    return out
+
+
+def test_no_task_says_who_runs_a_step():
+    """Rank 0 below the tasks (issue 52, item 5): a task's pipeline says what a step is
+    (train/once.py: `build_once`, `decide_once`, `write_once`), never who runs it: no file of
+    tasks/ calls or imports `main_first`, `is_main` or `agree`."""
+    scanned = [p for p in files() if room(p) == "tasks"]
+    assert PKG / "tasks" / "classify" / "pipeline.py" in scanned
+    assert [m for p in scanned for m in rank_zero_calls(p)] == []
+
+
 def test_the_scanners_see_what_they_look_for(tmp_path):
     code = ('from ..models import x\nfrom ..tasks.faces import face\nimport scratchformer.nn.quant\n'
             'def f(t, cls):\n    if t == "classify": pass\n    if t in ("lm", "mlm"): pass\n'
@@ -219,6 +245,11 @@ def test_the_scanners_see_what_they_look_for(tmp_path):
     path = tmp_path / "scratchformer" / "commands" / "planted.py"
     path.parent.mkdir(parents=True)
     path.write_text(code)
+    ranked = tmp_path / "ranked.py"
+    ranked.write_text("from ...train.distributed import is_main, world_size\nagree = 0.5\n"
+                      "if is_main(): pass\nself.dist.agree(lambda: 1)\nx = main_first(f)\n")
+    assert rank_zero_calls(ranked) == ["ranked.py:1 imports is_main", "ranked.py:3 calls is_main",
+                                       "ranked.py:4 calls agree", "ranked.py:5 calls main_first"]
     global PKG
     saved, PKG = PKG, tmp_path / "scratchformer"
     try:

@@ -43,7 +43,7 @@ def test_export_of_a_translation_run_says_why_not(mt_run, tmp_path, capsys):
     assert "exports classify and lm runs (translation runs: --format transformers or ctranslate2)" in capsys.readouterr().err
 
 
-def test_an_lm_export_is_served_as_an_lm_and_streams_ours_greedy_text(lm_run, tmp_path):
+def test_an_lm_export_is_served_as_an_lm_and_streams_ours_greedy_text(lm_run, tmp_path, monkeypatch):
     """export.json names the task: an LM ONNX export opens through the lm face's runtime and
     answers /v1/completions with our greedy continuation (it once opened as a classifier)."""
     import httpx
@@ -61,6 +61,8 @@ def test_an_lm_export_is_served_as_an_lm_and_streams_ours_greedy_text(lm_run, tm
     want = LanguageModel.load(lm_run).generate("天地", max_new_tokens=10, temperature=0.0)
     pieces = []
     assert served.generate("天地", 10, 0.0, None, None, None, pieces.append) == want == "".join(pieces)
+    calls, encode = [], served.model.exported.encode
+    monkeypatch.setattr(served.model.exported, "encode", lambda text: calls.append(text) or encode(text))
     app, cfg = start([served], max_new_tokens=16)
     with running(app, cfg) as url:
         wait_ready(url)
@@ -68,6 +70,7 @@ def test_an_lm_export_is_served_as_an_lm_and_streams_ours_greedy_text(lm_run, tm
                                                        "temperature": 0}, timeout=30)
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["text"] == want
+        assert calls == ["天地", want]  # the prompt tokenized once (limit to generation), the output counted once
         r = httpx.post(url + "/v1/completions", json={"model": "lmx", "prompt": "天地", "max_tokens": 4,
                                                        "top_k": 3}, timeout=30)
         assert r.status_code == 422 and "samples with temperature only: leave out top_k and top_p" in r.text

@@ -99,6 +99,12 @@ def test_ctranslate2_export_translates_like_ours(kind, arch, request, tmp_path, 
     assert backend.describe()["backend"] == "ctranslate2"
     key = backend.decode_key(1, None)
     assert backend.translate(sources, key) == [tr.tgt_tok.decode(h.tokens) for h in ours]
+    # a served text is tokenized once: the tokens counted for the limit are the ones translated
+    carried, counts = backend.tokenize(list(sources))
+    assert counts == backend.count_tokens(sources)
+    calls, tokens_of = [], backend.model.tokens
+    backend.model.tokens = lambda text: calls.append(text) or tokens_of(text)
+    assert backend.translate(carried, key) == [tr.tgt_tok.decode(h.tokens) for h in ours] and calls == []
 
 
 def test_transformers_folder_loads_and_matches_logits(post_ln, tmp_path, sources):

@@ -15,12 +15,13 @@ whose averaged probabilities beat any one of them (thucnews: 85.7-86.4 against m
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from ...train.distributed import agree, main_first, world_size
+from ...train.distributed import world_size
+from ...train.once import build_once, decide_once
 from .baseline import is_alphabetic
 from .budget import MAX_MEMBERS
 from .recipe import ClassifyRecipe
@@ -155,7 +156,7 @@ def adaptive_recipe(sets: Sequence[str] = (), flags: dict[str, Any] | None = Non
     data_sets = [s for s in sets if s.strip().startswith("data.")]
     data_flags = {k: v for k, v in (flags or {}).items() if k.startswith("data.")}
     where = resolve_recipe(ClassifyRecipe, None, data_sets, data_flags)
-    texts = texts_of(main_first(lambda: load_classification(where.data)).train)  # rank 0 prepares first
+    texts = texts_of(build_once(lambda: load_classification(where.data)).train)  # may prepare into the cache
     if any(k.strip() == "time_budget" and v.strip().lower() in ("null", "none") for k, _, v in
            (s.partition("=") for s in sets)):
         time_budget = None  # no budget: one run (ensemble 0 needs a budget to count members)
@@ -254,10 +255,8 @@ def e5_decision(texts: Sequence[str], n_eval: int, budget_min: float | None, log
         log(f"adaptive default: e5 not considered: {n_valid} valid texts cannot tell two models apart "
             f"(it needs at least {E5_MIN_VALID}; today's choice stands)")
         return None
-    if world_size() > 1:  # rank 0's timed matmul, for every process
-        est = E5Estimate(**agree(lambda: asdict(estimate or estimate_e5(texts, n_eval))))
-    else:
-        est = estimate or estimate_e5(texts, n_eval)
+    # one timed matmul, whose answer every process shares
+    est = decide_once(lambda: estimate or estimate_e5(texts, n_eval), as_=E5Estimate)
     if not est.fits(budget_min):
         need = math.ceil(est.minutes / E5_SHARE)
         log(f"adaptive default: e5 not considered: fine-tuning it needs ~{est.minutes:.0f} min here "
@@ -279,7 +278,7 @@ def e5_candidate(recipe: ClassifyRecipe, log=print, chosen: bool = False,
         return None
     from .data import load_classification, texts_of
 
-    data = main_first(lambda: load_classification(recipe.data))
+    data = build_once(lambda: load_classification(recipe.data))
     est = e5_decision(texts_of(data.train), len(data.valid) + len(data.test), recipe.time_budget, log,
                       n_valid=len(data.valid), sets=sets)
     return e5_recipe(recipe, E5_SHARE * recipe.time_budget) if est else None

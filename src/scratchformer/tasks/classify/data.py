@@ -396,7 +396,7 @@ def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int, trig
     """`build_tokenizer_for` of the training texts; for prepared data counted in parallel
     from the file (char, word) or streamed into the `tokenizers` trainer (bpe, wordpiece).
     Under torchrun every process calls it at the same point: a counted vocabulary is cached,
-    so rank 0 counts it first and the others read it (`main_first`)."""
+    so it is built once (`build_once`: rank 0 counts it first, the others read it)."""
     if not is_prepared(train):
         return build_tokenizer_for(dc, [t for t, _ in train], bigram_buckets, trigram_buckets)
     kind = ("char" if train.cjk_fraction() > 0.30 else "bpe") if dc.tokenizer == "auto" else dc.tokenizer
@@ -404,9 +404,9 @@ def tokenizer_for_split(dc: ClassifyDataConfig, train, bigram_buckets: int, trig
     if kind in ("char", "word"):
         import sys
 
-        from ...train.distributed import main_first
+        from ...train.once import build_once
 
-        return main_first(lambda: vocab_tokenizer(kind, train, dc.min_freq, dc.lowercase,
+        return build_once(lambda: vocab_tokenizer(kind, train, dc.min_freq, dc.lowercase,
                                                   bigram_buckets if kind == "char" else 0,
                                                   log=lambda m: print(m, file=sys.stderr), trigram_buckets=trigram_buckets))
     return build_tokenizer(kind, train.texts(), vocab_size=dc.vocab_size)

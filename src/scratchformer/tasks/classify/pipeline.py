@@ -16,7 +16,7 @@ from ...fileio import atomic_write_text, inside, remove
 from ...models.classifier import build_classifier
 from ...train import Trainer
 from ...train.checkpoint import load_weights
-from ...train.distributed import agree, is_main, main_first
+from ...train.once import build_once, decide_once, write_once
 from ..runs import RunDir, count_parameters, one_process_ensemble, train_members
 from .baseline import FIT_SAMPLE, NAME, Baseline, Comparison, fit_baseline, is_alphabetic
 from .blend import blend_run
@@ -40,49 +40,83 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     both and write `baseline_<split>_metrics.json`. `recipe.time_budget` (minutes, counted from
     `started`, a `time.monotonic()`; default now): measure a few steps (`step_timer`, default
     `measure`) and plan `train.max_steps` to fit (budget.py), recorded as `plan`.
-    `recipe.ensemble` 0: one member is timed and planned, and as many members as fit train."""
+    `recipe.ensemble` 0: one member is timed and planned, and as many members as fit train.
+
+    Who runs each step under torchrun is train/once.py's: setup builds once (`build_once`),
+    plans are decided once (`decide_once`), the test, the baseline and the blend are written
+    once (`write_once`)."""
     started = time.monotonic() if started is None else started
     out_dir = Path(out_dir)
     if recipe.ensemble > 1:
         return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
-    # under torchrun each step that may fill the cache (the row index, a data set's download, the
-    # teacher's token ids, a backbone's checkpoint) runs on rank 0 first; the others then read it
-    data = main_first(lambda: load_classification(recipe.data))
+    data, soft = load_inputs(recipe, out_dir, resume, log)
+    base = write_once(lambda: fit_and_log_baseline(data, log)) if baseline else None  # the report's, after the fit
+    if recipe.ensemble == 0:  # as many members as fit the budget
+        recipe, whole, timer = members_for_budget(recipe, data, started, step_timer, log)
+        if whole:  # members in member<i>/; early stopping often frees time for more than planned
+            return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started,
+                                  step_timer=step_timer, data=data, base=base, grow_to=budget.MAX_MEMBERS)
+        step_timer = timer  # the single run plans with that timing
+    tok, source = tokenizer_and_source(recipe, data, out_dir, resume, log)
+    recipe, (train, valid, test) = frozen_recipe(recipe, data, tok, source, soft, resume, started, step_timer, log)
+    task = build_task(recipe, given, tok, source, data.labels, log)
+    valid_batches = valid.batches(0) if valid else None
+    trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
+    weights_before = _digest(out_dir / "model.safetensors") if resume else None
+    summary = trainer.fit(resume=resume)
+    return write_once(lambda: finish(task, summary, test, data, base, out_dir, resume, weights_before,
+                                     started, log)) or {"train": summary}
+
+
+def members_for_budget(recipe: ClassifyRecipe, data, started: float, step_timer: StepTimer | None, log):
+    """ensemble=0: (the recipe with the members that fit, whether one whole run fits, a step timer
+    that answers the timing just measured first)."""
+    n, times, whole = members_that_fit(recipe, data, started, step_timer, log)
+    recipe = recipe.copy()
+    recipe.ensemble = n
+    return recipe, whole, _first_call_returns(times, step_timer)
+
+
+def load_inputs(recipe: ClassifyRecipe, out_dir: Path, resume: bool, log):
+    """(data, soft): the labelled splits and, with a teacher, its `(N, K)` probabilities of the
+    training texts; a cross-fit member's without its held-out fold. Each step that may fill the
+    cache (the row index, a data set's download, the teacher's token ids) is built once."""
+    data = build_once(lambda: load_classification(recipe.data))
     for note in data.meta.get("hygiene", []) if not resume else []:
         log(f"data hygiene: {note}")
-    soft = (main_first(lambda: teacher_probabilities(recipe.teacher, data.train, data.labels, log,
+    soft = (build_once(lambda: teacher_probabilities(recipe.teacher, data.train, data.labels, log,
                                                      recipe.distill_temperature, recipe.data))
             if recipe.teacher else None)  # for the whole split: folds index it
     if soft is not None:
         check_teacher(out_dir, recipe.teacher, soft, resume)
-    data, soft = without_holdout_fold(data, recipe.data, soft)  # a cross-fit member: without its fold
-    base = fit_and_log_baseline(data, log) if baseline and is_main() else None  # used by rank 0 alone, after the fit
-    if recipe.ensemble == 0:
-        n, times, whole = members_that_fit(recipe, data, started, step_timer, log)
-        recipe = recipe.copy()
-        recipe.ensemble = n
-        if whole:  # members in member<i>/; early stopping often frees time for more than planned
-            return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started,
-                                  step_timer=step_timer, data=data, base=base, grow_to=budget.MAX_MEMBERS)
-        step_timer = _first_call_returns(times, step_timer)  # the single run plans with that timing
-    source = None
+    return without_holdout_fold(data, recipe.data, soft)  # a cross-fit member: without its fold
+
+
+def tokenizer_and_source(recipe: ClassifyRecipe, data, out_dir: Path, resume: bool, log):
+    """(tokenizer, pretrained source or None): the saved tokenizer on `resume`, a backbone's own
+    with `model.init` (its checkpoint built once), else one built from the training texts."""
     if resume:  # the saved recipe already holds the architecture (and the checkpoint the weights)
-        tok = load_tokenizer(out_dir, recipe.model)
-    elif recipe.model.init:
-        source = main_first(lambda: load_init(recipe.model.init))
+        return load_tokenizer(out_dir, recipe.model), None
+    if recipe.model.init:
+        source = build_once(lambda: load_init(recipe.model.init))
         source = source.for_texts([t for t, _ in data.train], recipe.model, log)
-        tok = source.tokenizer
         log(f"init: {source.kind} backbone from {recipe.model.init} (its tokenizer; data.tokenizer is not used)")
-    else:
-        tok = tokenizer_for_split(recipe.data, data.train, recipe.model.bigram_buckets,
-                                  recipe.model.trigram_buckets)
+        return source.tokenizer, source
+    return tokenizer_for_split(recipe.data, data.train, recipe.model.bigram_buckets,
+                               recipe.model.trigram_buckets), None
+
+
+def frozen_recipe(recipe: ClassifyRecipe, data, tok, source, soft, resume: bool, started: float,
+                  step_timer: StepTimer | None, log):
+    """(the resolved recipe, its (train, valid, test) splits): what comes from the data, the
+    checkpoint and the clock (a time budget's plan, decided once) written into the recipe."""
     splits: dict[str, EncodedSplit | None] = {}
 
     def encode_splits(r: ClassifyRecipe) -> None:
         splits["train"], splits["valid"], splits["test"] = encoded_splits(data, tok, r, soft)
 
-    def derive(r: ClassifyRecipe) -> None:  # what comes from the data, the checkpoint and the clock
+    def derive(r: ClassifyRecipe) -> None:
         if source is not None:
             source.configure(r.model)
         elif not resume:
@@ -104,6 +138,13 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
         f"{len(data.labels)} classes, {type(tok).__name__} vocab {tok.vocab_size}, "
         f"<unk> rate on valid {tok.unk_rate([t for t, _ in data.valid[:2000]]):.2%}, "
         f"padding {train.padding_fraction:.1%} of batch tokens (length-bucketed)")
+    return recipe, (train, valid, test)
+
+
+def build_task(recipe: ClassifyRecipe, given: ClassifyRecipe, tok, source, labels: list[str],
+               log) -> ClassificationTask:
+    """The model (seeded; a backbone's weights loaded) wrapped as the Trainer's task."""
+    mc = recipe.model
     check_model_memory(lambda: build_classifier(mc), "the classifier")  # before any allocation (and the seed)
     torch.manual_seed(recipe.train.seed)
     model = build_classifier(mc)
@@ -112,15 +153,16 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     if mc.init and (mc.encoder_lr_scale != 1.0 or mc.layer_lr_decay != 1.0):
         model.set_encoder_lr_scale(mc.encoder_lr_scale, mc.layer_lr_decay)
     log(f"model: {count_parameters(model) / 1e6:.2f}M parameters")
-    task = ClassificationTask(model, recipe, tok, data.labels, given)
-    valid_batches = valid.batches(0) if valid else None
-    trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
-    weights_before = _digest(out_dir / "model.safetensors") if resume else None
-    summary = trainer.fit(resume=resume)
-    result: dict[str, Any] = {"train": summary}
-    if not is_main():  # under torchrun the test, the baseline and the blend are rank 0's (one writer)
-        return result
+    return ClassificationTask(model, recipe, tok, labels, given)
+
+
+def finish(task: ClassificationTask, summary: dict, test: EncodedSplit | None, data, base: Baseline | None,
+           out_dir: Path, resume: bool, weights_before: str | None, started: float, log) -> dict[str, Any]:
+    """After training: the best checkpoint tested, the baseline beside it, the blend chosen (a
+    blend made stale by `--resume` refitted or dropped); the run's result."""
+    recipe = task.recipe
     model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
+    result: dict[str, Any] = {"train": summary}
     if resume and _digest(out_dir / "model.safetensors") != weights_before:
         stale_blend(out_dir, refit=base is not None and recipe.blend, log=log)
     if test is not None:
@@ -184,7 +226,7 @@ def encoded_splits(data, tok, r: ClassifyRecipe, soft=None) -> tuple[EncodedSpli
                 return None
             key = pairs.rows.folder
             if key not in shards:
-                shards[key] = main_first(lambda: token_shards(pairs.rows, tok, encode.bigram_buckets,
+                shards[key] = build_once(lambda: token_shards(pairs.rows, tok, encode.bigram_buckets,
                                                               log=lambda m: print(m, file=sys.stderr)))
             return PreparedSplit(pairs, shards[key], encode, label_ids, r.data, shuffle, seed)
         return split(data.train, True, r.train.seed), split(data.valid, False), split(data.test, False)
@@ -207,7 +249,7 @@ def measure_and_plan(r: ClassifyRecipe, train: EncodedSplit, valid: EncodedSplit
         return asdict(plan_budget(60 * r.time_budget, now - started, times, len(train_batches), r.train.epochs,
                                   len(valid_batches), len(test.sampler.epoch_arrays(0)) if test else 0,
                                   r.train.eval_every, member_setup_s=0.0 if setup_since is None else now - setup_since))
-    d = agree(decide)  # under torchrun: rank 0 measures and plans, every process trains that plan
+    d = decide_once(decide)  # measured and planned once: every process trains that plan
     plan = Plan(**{**d, "times": StepTimes(**d["times"])})
     return plan, plan.times
 
@@ -377,16 +419,22 @@ def train_with_candidate(recipe: ClassifyRecipe, candidate: ClassifyRecipe, out_
     choice) trains into `out_dir` in the budget less the candidate's share, the candidate into
     `out_dir/<name>`; the one with the better valid metric (each alone, before any blend) is the run
     in `out_dir`, the other is kept in `out_dir/<name>` or `out_dir/default`."""
-    import os
-
     started = time.monotonic() if started is None else started
     out_dir = Path(out_dir)
     ours = recipe.copy()
     ours.time_budget = max(1.0, recipe.time_budget - candidate.time_budget)
     res = train_classifier(ours, out_dir, log=log, baseline=baseline, started=started)
     cand = train_classifier(candidate, out_dir / name, log=log, baseline=False)
-    if not is_main():  # the winner is chosen and moved into place by rank 0
-        return res
+    # the winner is chosen and moved into place by the run's writer
+    return write_once(lambda: choose_between(recipe, candidate, res, cand, out_dir, log, baseline, name)) or res
+
+
+def choose_between(recipe: ClassifyRecipe, candidate: ClassifyRecipe, res: dict, cand: dict, out_dir: Path, log,
+                   baseline: bool, name: str) -> dict[str, Any]:
+    """`train_with_candidate`'s choice: the candidate's run moved into `out_dir` when its valid
+    metric is better (today's choice kept in `out_dir/default`), else the candidate kept aside."""
+    import os
+
     a, b = res["train"].get("best_metric"), cand["train"].get("best_metric")
     if a is None or b is None or b <= a:
         log(f"adaptive default: today's choice stands (valid {a:.4f} against {name}'s {b:.4f}); "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -79,7 +79,10 @@ class LanguageModel:
         if not isinstance(prompt, str) or prompt == "":
             raise UserError("the prompt is empty; give some text to continue, e.g. --prompt 'ROMEO:' "
                             "(a newline works too: --prompt $'\\n')")
-        ids = self.tokenizer.encode(prompt)
+        if getattr(prompt, "encoded_by", None) is self:  # tokenized already (a served prompt: `tokenize`)
+            ids = list(prompt.encoded)
+        else:
+            ids = self.tokenizer.encode(prompt)
         unknown: list[str] = []
         if UNK_ID in ids and self.tokenizer.kind == "char":
             unknown = sorted({c for c, i in zip(prompt, ids) if i == UNK_ID})
@@ -90,6 +93,18 @@ class LanguageModel:
     def count_tokens(self, text: str) -> int:
         """Tokens of a prompt (what a server limits)."""
         return len(self.tokenizer.encode(text))
+
+    def tokenize(self, texts: Sequence[str]) -> list:
+        """The prompts as `Tokenized` strs carrying their ids (n_tokens: as `count_tokens`), which
+        `encode_prompt` (and so `generate`) reads without tokenizing again (serve: one
+        tokenization per request, from the limit check to the generation)."""
+        from ...data.tokenizers import Tokenized
+
+        out = []
+        for t in texts:
+            ids = self.tokenizer.encode(t)
+            out.append(Tokenized.of(t, ids, self, len(ids)))
+        return out
 
     @torch.no_grad()
     def generate_ids(self, ids: list[int], max_new_tokens: int, temperature: float = 1.0,

@@ -33,9 +33,17 @@ class OnnxLanguageModel:
     def count_tokens(self, text: str) -> int:
         return len(self.exported.encode(text))
 
+    def tokenize(self, texts) -> list:
+        """The prompts carrying their ids (`LanguageModel.tokenize`): tokenized once when served."""
+        from ...data.tokenizers import Tokenized
+
+        return [Tokenized.of(t, ids, self, len(ids)) for t, ids in ((t, self.exported.encode(t)) for t in texts)]
+
     def encode_prompt(self, prompt: str) -> tuple[list[int], list[str]]:
         if not isinstance(prompt, str) or prompt == "":
             raise UserError("the prompt is empty; give some text to continue")
+        if getattr(prompt, "encoded_by", None) is self:  # a served prompt: tokenized at the limit check
+            return list(prompt.encoded), []
         return self.exported.encode(prompt), []
 
     def generate(self, prompt: str, max_new_tokens: int = 200, temperature: float = 1.0,

@@ -15,7 +15,7 @@ from ...fileio import atomic_write_text
 from ...models.language_model import DecoderLM
 from ...train import Trainer
 from ...train.checkpoint import load_weights
-from ...train.distributed import is_main, main_first
+from ...train.once import build_once, write_once
 from ..runs import count_parameters
 from .data import (EncodedSplit, FixedWindows, build_lm_tokenizer, chars_per_token, encode_text, fixed_windows,
                    load_lm_text, prepared_lm, unk_share)
@@ -37,13 +37,13 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     dc = recipe.data
     _check_model_fits(recipe)
     saved = Tokenizer.load(out_dir / "tokenizer.json") if resume and (out_dir / "tokenizer.json").exists() else None
-    # a char LM on the user's file: ids memory-mapped; under torchrun prepared (or a registered
-    # corpus fetched) by rank 0 first, the others then read the cache
-    prep = main_first(lambda: prepared_lm(dc, saved))
+    # a char LM on the user's file: ids memory-mapped, prepared (or a registered corpus fetched)
+    # into the cache
+    prep = build_once(lambda: prepared_lm(dc, saved))
     if prep is not None:
         tok, name, n_chars = prep.tokenizer, prep.name, (prep.train_chars, prep.valid_chars)
     else:
-        text = main_first(lambda: load_lm_text(dc))
+        text = build_once(lambda: load_lm_text(dc))
         tok = saved if saved is not None else build_lm_tokenizer(dc, text.train)
         name, n_chars = text.name, (len(text.train), len(text.valid))
     given = recipe
@@ -81,13 +81,19 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     train = EncodedSplit(train_ids, dc.context, dc.batch_size, seed, dc.min_length if dc.random_length else None)
     trainer = Trainer(task, train.batches, lambda: valid_batches, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
-    if not is_main():  # under torchrun the full evaluation and its report are rank 0's (one writer)
-        return {"train": summary}
-    model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
-    load_weights(model, out_dir / "model.safetensors")
+    # the full evaluation writes its report: the writer's
+    full = write_once(lambda: evaluate_best(task, valid_ids, summary.get("best_step"), out_dir, log))
+    return {"train": summary} if full is None else {"train": summary, "valid": full}
+
+
+def evaluate_best(task: LMTask, valid_ids, best_step: int | None, out_dir: Path, log) -> dict[str, Any]:
+    """The best checkpoint on every validation window, written to `valid_metrics.json`."""
+    dc = task.recipe.data
+    # train.strategy fsdp: task.model is the plain (unsharded) module the Trainer handed back
+    load_weights(task.model, out_dir / "model.safetensors")
     full = evaluate_windows(task, FixedWindows(valid_ids, dc.context, dc.eval_batch_size))
-    full.update({"split": "valid", "best_step": summary.get("best_step")})
+    full.update({"split": "valid", "best_step": best_step})
     atomic_write_text(out_dir / "valid_metrics.json", json.dumps(full, indent=1) + "\n", root=out_dir)
-    log(f"valid (all {int(full['tokens']):,} tokens, best checkpoint from step {summary.get('best_step')}): "
+    log(f"valid (all {int(full['tokens']):,} tokens, best checkpoint from step {best_step}): "
         f"loss {full['loss']:.4f}, perplexity {full['perplexity']:.2f}, bpc {full['bpc']:.3f}")
-    return {"train": summary, "valid": full}
+    return full

@@ -14,7 +14,7 @@ from ...fileio import atomic_write_text
 from ...data.tokenizers import NUM_SPECIALS, Tokenizer, build_tokenizer, encode_with_bigrams
 from ...models.mlm import MaskedLM
 from ...train import Trainer
-from ...train.distributed import is_main, main_first
+from ...train.once import build_once, write_once
 from ..runs import count_parameters
 from .data import EncodedSplit, Windows, make_masked_batch, pretraining_texts
 from .recipe import MLMRecipe
@@ -46,7 +46,7 @@ def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, l
     """Read the text, build (or reload) the tokenizer, pretrain, return the Trainer's summary."""
     out_dir = Path(out_dir)
     given, dc = recipe, recipe.data
-    texts = main_first(lambda: pretraining_texts(dc, log))  # under torchrun rank 0 fetches a data set first
+    texts = build_once(lambda: pretraining_texts(dc, log))  # may fetch a data set into the cache
     valid_docs, train_docs = held_out(texts, dc, recipe.train.seed)
     if resume:
         tok = Tokenizer.load(out_dir / "tokenizer.json")
@@ -87,6 +87,6 @@ def pretrain_mlm(recipe: MLMRecipe, out_dir: str | Path, resume: bool = False, l
     task = MLMTask(model, recipe, tok, given)
     trainer = Trainer(task, split.batches, valid_batches, recipe.train, out_dir)
     summary = trainer.fit(resume=resume)
-    if is_main():  # under torchrun rank 0 writes the run folder (one writer)
-        atomic_write_text(out_dir / "pretrain_summary.json", json.dumps(summary, indent=1) + "\n", root=out_dir)
+    write_once(lambda: atomic_write_text(out_dir / "pretrain_summary.json", json.dumps(summary, indent=1) + "\n",
+                                         root=out_dir))
     return summary

@@ -52,6 +52,12 @@ class Ct2Translator:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return [len(self.tokens(t)) - 1 for t in texts]
 
+    def tokenize(self, texts: Sequence[str]) -> list:
+        """The texts carrying their source tokens (`Translator.tokenize`): tokenized once when served."""
+        from ...data.tokenizers import Tokenized
+
+        return [Tokenized.of(t, toks, self, len(toks) - 1) for t, toks in ((t, self.tokens(t)) for t in texts)]
+
     def limit(self, n_source: int, max_output_len: int | None = None) -> int:
         d = self.decode
         cap = d["max_output_len"] if max_output_len is None else max_output_len
@@ -62,7 +68,7 @@ class Ct2Translator:
             if not isinstance(t, str) or not t.strip():
                 raise UserError(f"sentence {i} is empty: there is nothing to translate")
         beam = self.decode["beam"] if beam is None else beam
-        toks = [self.tokens(t) for t in texts]
+        toks = [t.encoded if getattr(t, "encoded_by", None) is self else self.tokens(t) for t in texts]
         longest = self.decode.get("max_input_len")  # refused as ours refuses it (decoding.check_sources)
         for i, t in enumerate(toks, 1):
             if longest is not None and len(t) - 1 > longest:

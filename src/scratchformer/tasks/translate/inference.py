@@ -173,13 +173,27 @@ class Translator:
         for i, t in enumerate(texts, first):
             if not isinstance(t, str) or not t.strip():
                 raise UserError(f"sentence {i} is empty: there is nothing to translate")
-        ids = source_ids(self.src_tok, [t.strip() for t in texts])
+        # a text that carries its ids (`tokenize`: a served text) is read from them, not tokenized again
+        ids = [list(t.encoded) if getattr(t, "encoded_by", None) is self else None for t in texts]
+        todo = [i for i, x in enumerate(ids) if x is None]
+        for i, x in zip(todo, source_ids(self.src_tok, [texts[i].strip() for i in todo]) if todo else []):
+            ids[i] = x
         check_sources([len(x) - getattr(self.src_tok, "source_specials", 1) for x in ids], cfg, first)
         return ids
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Source tokens of each text (without <eos>): what a server limits and batches by."""
         return [len(x) for x in self.src_tok.encode_batch([t.strip() for t in texts])]
+
+    def tokenize(self, texts: Sequence[str]) -> list:
+        """The texts as `Tokenized` strs carrying their source ids (n_tokens: as `count_tokens`),
+        which `translate` reads without tokenizing again (serve: one tokenization per request,
+        from the limit check to the batch)."""
+        from ...data.tokenizers import Tokenized
+
+        ids = source_ids(self.src_tok, [t.strip() for t in texts])
+        specials = getattr(self.src_tok, "source_specials", 1)
+        return [Tokenized.of(t, x, self, len(x) - specials) for t, x in zip(texts, ids)]
 
     @torch.no_grad()
     def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:

@@ -14,7 +14,7 @@ from ...fileio import atomic_write_bytes, atomic_write_text, remove
 from ...models.seq2seq import Seq2Seq
 from ...train import Trainer
 from ...train.checkpoint import load_weights, save_weights
-from ...train.distributed import is_main, main_first
+from ...train.once import build_once, write_once
 from ..runs import count_parameters, train_members
 from .data import EncodedSplit, build_tokenizers, load_translation
 from .inference import Translator
@@ -30,7 +30,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     if recipe.ensemble > 1:
         return train_ensemble(recipe, out_dir, resume, log)
     given = recipe
-    data = main_first(lambda: load_translation(recipe.data))  # under torchrun rank 0 fills the cache first
+    data = build_once(lambda: load_translation(recipe.data))  # may fill the cache
     encoder = None  # a pretrained encoder (--init), loaded on a fresh start only
     if resume:
         src_tok, tgt_tok = Tokenizer.load(out_dir / SRC_TOK), Tokenizer.load(out_dir / TGT_TOK)
@@ -38,7 +38,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
         if recipe.model.init:
             from .pretrained import load_encoder
 
-            encoder = main_first(lambda: load_encoder(recipe.model, [s for s, _ in data.train], log))
+            encoder = build_once(lambda: load_encoder(recipe.model, [s for s, _ in data.train], log))
             src_tok = encoder.tokenizer
             tgt_tok = build_tokenizers(recipe.data, data.train)[1]
             log(f"init: the source side is {recipe.model.init}'s tokenizer and {encoder.config.num_hidden_layers}-layer "
@@ -80,20 +80,29 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
     if valid is not None:
         task.valid_refs = [t for _, t in valid.pairs]
     task.snapshot_dir = out_dir / SNAPSHOTS
-    if not resume and is_main():  # under torchrun rank 0 alone writes the run folder
-        for old in snapshot_files(task.snapshot_dir):
-            remove(old)
-        for name in (AVERAGED, FINAL):
-            remove(out_dir / name, root=out_dir)
+    if not resume:
+        write_once(lambda: clear_old_weights(task.snapshot_dir, out_dir))
     trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
     task.current_step = lambda: trainer.state.step
     summary = trainer.fit(resume=resume)
-    if not is_main():  # under torchrun the averaging, the choice of weights and the test are rank 0's
-        return {"train": summary}
-    model = task.model  # train.strategy fsdp: the Trainer handed back a plain (unsharded) module
-    result: dict[str, Any] = {"train": summary, "final": finalize(task, valid, out_dir, log)}
+    # the averaging, the choice of weights and the test write the run's files: the writer's
+    return {"train": summary, **(write_once(lambda: finish(task, valid, data, out_dir, log)) or {})}
+
+
+def clear_old_weights(snapshot_dir: Path, out_dir: Path) -> None:
+    """A fresh start leaves no snapshot, averaged or final weights of an earlier training."""
+    for old in snapshot_files(snapshot_dir):
+        remove(old)
+    for name in (AVERAGED, FINAL):
+        remove(out_dir / name, root=out_dir)
+
+
+def finish(task: TranslationTask, valid: EncodedSplit | None, data, out_dir: Path, log) -> dict[str, Any]:
+    """After training: average, choose the final weights on valid, score the test split."""
+    result: dict[str, Any] = {"final": finalize(task, valid, out_dir, log)}
     if data.test:
-        tr = Translator(model, src_tok, tgt_tok, recipe)
+        # train.strategy fsdp: task.model is the plain (unsharded) module the Trainer handed back
+        tr = Translator(task.model, task.src_tok, task.tgt_tok, task.recipe)
         result["test"] = tr.evaluate(data.test, out_dir, "test")
         t = result["test"]
         log(f"test: BLEU {t['bleu']:.2f} chrF {t['chrf']:.2f} ({t['n']} sentences, beam {t['decode']['beam']}, "
