@@ -29,17 +29,21 @@ def register(cli) -> None:
     p.set_defaults(func=prepare)
 
 
+def _column(v):
+    """A column given on the command line: a 0-based position if it is digits, else a name."""
+    return int(v) if v is not None and v.isdigit() else v
+
+
 def prepare(args) -> int:
     import os
 
     from ..tasks.faces import face
-    from .classify import _col
 
     if args.workers:
         os.environ["SCRATCHFORMER_PREPARE_WORKERS"] = str(args.workers)
     t0 = time.monotonic()
     given = {"data.dataset": args.data, "data.valid_file": args.valid, "data.test_file": args.test,
-             "data.text_col": _col(args.text_col), "data.label_col": _col(args.label_col)}
+             "data.text_col": _column(args.text_col), "data.label_col": _column(args.label_col)}
     out = face(args.task).prepare(args.config, args.set, {k: v for k, v in given.items() if v is not None},
                                   lambda m: print(m, file=sys.stderr))
     out["seconds"] = round(time.monotonic() - t0, 2)
