@@ -46,8 +46,8 @@ the reference is plain formulas written here (not nn/'s fast paths), each classi
 """
 from __future__ import annotations
 
-KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "positional_encoding",
-         "encoder_layer", "decoder_layer", "causal_mask", "encoder")
+KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "rms_norm", "positional_encoding",
+         "encoder_layer", "decoder_layer", "block", "causal_mask", "encoder")
 
 __all__ = ["KINDS", "check_file", "check_module"]
 

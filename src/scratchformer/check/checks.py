@@ -23,7 +23,7 @@ from . import masks as M
 from . import reference as R
 from .compare import AttnCaller, Ctx, all_close, close, departure, has_lazy, key_keep, randomize, where
 from .components import (check_attention, check_feed_forward, check_layer_norm, check_positional_encoding,
-                         check_scaled_dot_product)
+                         check_rms_norm, check_scaled_dot_product)
 from .discover import CannotCheck, Found, call, call_plan, first_tensor
 from .report import Component
 
@@ -64,9 +64,14 @@ def parts(layer: nn.Module, ctx: Ctx):
 
 
 def _layer_variants(n_sub: int):
-    """(order, residual mask, extra bug) for Post-LN / Pre-LN and each missing residual."""
+    """(order, residual mask, extra bug) for Post-LN / Pre-LN, the residual taken after the norm, and each
+    missing residual."""
     for order in ("post", "pre"):
         yield order, (True,) * n_sub, None
+    for i in range(n_sub):
+        res = tuple("normed" if j == i else True for j in range(n_sub))
+        yield "pre", res, ("post-ln-residual", i)
+    yield "pre", ("normed",) * n_sub, ("post-ln-residual", -1)
     for order in ("post", "pre"):
         for i in range(n_sub):
             res = tuple(j != i for j in range(n_sub))
@@ -75,10 +80,15 @@ def _layer_variants(n_sub: int):
 
 
 def _sub(order, norm, f, x, residual):
+    """One sublayer: Post-LN `norm(x + f(x))`, Pre-LN `x + f(norm(x))`; residual False drops the `x +`,
+    "normed" adds the normalised input instead (`y = norm(x); y + f(y)`, a Pre/Post-LN mix-up)."""
     if order == "post":
         y = f(x)
         return norm(x + y) if residual else norm(y)
-    y = f(norm(x))
+    n = norm(x)
+    y = f(n)
+    if residual == "normed":
+        return n + y
     return x + y if residual else y
 
 
@@ -127,15 +137,17 @@ def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):
     comp = Component(f.kind, f.name, "ok", [], words)
     for order, res, bug in list(_layer_variants(n_sub)) + list(extra):
         try:
-            outs = ref(order, res) if bug is None or bug[0] == "no-residual" else ref(order, res, bug)
+            outs = ref(order, res) if bug is None or bug[0] in ("no-residual", "post-ln-residual") \
+                else ref(order, res, bug)
         except (RuntimeError, ValueError, IndexError, CannotCheck):
             continue
         if all_close(L, outs):
             ctx.add("post-ln" if order == "post" else "pre-ln", f, where(f))
             if bug is not None:
-                if bug[0] == "no-residual":
+                if bug[0] in ("no-residual", "post-ln-residual"):
                     which = "every sublayer" if bug[1] < 0 else f"the {sub_names[bug[1]]} sublayer"
-                    ctx.add("no-residual", f, where(f), f"no x + ... around {which}")
+                    ctx.add(bug[0], f, where(f), f"no x + ... around {which}" if bug[0] == "no-residual" else
+                            f"{which}: the residual adds norm(x), not x")
                 else:
                     ctx.add(bug[0], f, where(f), bug[2] if len(bug) > 2 else "")
                 comp.status, comp.ids = "differs", [bug[0]]
@@ -207,6 +219,63 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
     return _layer_settle(ctx, f, L, ref, 3, ["self-attention", "cross-attention", "feed-forward"],
                          f"{attn[0][0]} (self), {attn[1][0]} (cross), {ffn[0]}, "
                          + ", ".join(n for n, _ in norms) + " (your own sublayers)", extra)
+
+
+def check_block(ctx: Ctx, f: Found) -> Component:
+    """A decoder-only block (GPT, LLaMA): causal self-attention and a feed-forward, each with its norm,
+    checked for its wiring with the learner's own sublayers; called as they call it: `(x)`,
+    `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)`."""
+    from .components import rope_tables
+
+    layer = ctx.build(f)
+    d, h = ctx.sizes.d_model, ctx.sizes.heads
+    plan = call_plan(layer.forward, "block")
+    roles = {r for _, r, _ in plan}
+    if "m" in roles:
+        return check_decoder_layer(ctx, f)
+    attn, ffn, norms = parts(layer, ctx)
+    if len(attn) != 1 or ffn is None or len(norms) != 2:
+        raise CannotCheck(f"expected one attention, one feed-forward and two norms inside, found "
+                          f"{len(attn)} / {0 if ffn is None else 1} / {len(norms)}")
+    A = AttnCaller(attn[0][1], ctx.form, "attention")
+    if {"freqs", "cos", "sin"} & ({r for _, r, _ in A.plan} | roles):
+        tables, _ = rope_tables(ctx, d // h)
+    else:
+        tables = None
+    A.extra = tables
+    mask_role = next((r for _, r, _ in plan if r in ("mask", "lens")), None)
+    B, T = 3, 5
+    x = ctx.randn(B, T, d)
+    causal = R.causal_keep(T)[None]  # (1, T, T)
+
+    def run(x):
+        vals = {"x": x}
+        if tables is not None:
+            vals.update(tables(x.shape[1]))
+        if mask_role is not None:
+            vals[mask_role] = A.form.square(R.causal_keep(x.shape[1])[None], A.ndim or 4)
+        return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
+
+    def sub_attn(y):
+        return A(y, y, y, R.causal_keep(y.shape[1])[None] if A.mask_role else None, square=True)
+
+    if has_lazy(layer):
+        run(x.float())
+    layer.double()
+    randomize(layer, 4)
+    if A.mask_role is not None:
+        A.ndim = A.ndim or 4
+    x1 = ctx.randn(1, 3, d)
+    L = [run(x), run(x1)]
+    fmod, n1, n2 = ffn[1], norms[0][1], norms[1][1]
+
+    def ref_one(x, order, res):
+        y = _sub(order, n1, sub_attn, x, res[0])
+        return _sub(order, n2, fmod, y, res[1])
+
+    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, order, res), ref_one(x1, order, res)],
+                         2, ["attention", "feed-forward"],
+                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)")
 
 
 def check_causal_mask(ctx: Ctx, f: Found) -> Component:
@@ -288,9 +357,9 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
 
 
 CHECKS = {"scaled_dot_product": check_scaled_dot_product, "attention": check_attention,
-          "feed_forward": check_feed_forward, "layer_norm": check_layer_norm,
+          "feed_forward": check_feed_forward, "layer_norm": check_layer_norm, "rms_norm": check_rms_norm,
           "positional_encoding": check_positional_encoding, "encoder_layer": check_encoder_layer,
-          "decoder_layer": check_decoder_layer, "causal_mask": check_causal_mask, "encoder": check_encoder}
+          "decoder_layer": check_decoder_layer, "block": check_block, "causal_mask": check_causal_mask, "encoder": check_encoder}
 
 
 def mask_form(module, source: str, found: list[Found], helpers: dict, convention: str | None) -> M.MaskForm:

@@ -103,10 +103,10 @@ def has_lazy(mod: nn.Module) -> bool:
 
 
 _HINTS = {
-    "q": r"(w_?)?q(_?(proj|linear|lin|layer))?|query|queries|to_q|linear_?q|lin_?q|fc_?q|q_?fc",
-    "k": r"(w_?)?k(_?(proj|linear|lin|layer))?|key|keys|to_k|linear_?k|lin_?k|fc_?k|k_?fc",
-    "v": r"(w_?)?v(_?(proj|linear|lin|layer))?|value|values|to_v|linear_?v|lin_?v|fc_?v|v_?fc",
-    "o": r"(w_?)?o(_?(proj|linear|lin|layer))?|out(_?(proj|linear|put|layer))?|dense|fc|fc_?o(ut)?|proj|linear_?o(ut)?|to_out|combine\w*",
+    "q": r"(w_?)?q(_?(proj|linear|lin|layer|w))?|query|queries|to_q|linear_?q|lin_?q|fc_?q|q_?fc|wq|query_proj|查询",
+    "k": r"(w_?)?k(_?(proj|linear|lin|layer|w))?|key|keys|to_k|linear_?k|lin_?k|fc_?k|k_?fc|wk|key_proj|键",
+    "v": r"(w_?)?v(_?(proj|linear|lin|layer|w))?|value|values|to_v|linear_?v|lin_?v|fc_?v|v_?fc|wv|value_proj|值",
+    "o": r"(w_?)?o(_?(proj|linear|lin|layer))?|out(_?(proj|linear|put|layer))?|dense|fc|fc_?o(ut)?|proj|linear_?o(ut)?|to_out|combine\w*|wo|c_proj|o_w|输出",
 }
 
 
@@ -118,11 +118,14 @@ def _role(path: str) -> str | None:
     return None
 
 
-def map_attention(mod: nn.Module, d: int):
-    """{"q"|"k"|"v"|"o": (weight, bias | None)} from the learner's parameters, and the mapping in words."""
-    params = list(mod.named_parameters())
-    sq = [(n, p) for n, p in params if tuple(p.shape) == (d, d)]
-    fused = [(n, p) for n, p in params if tuple(p.shape) == (3 * d, d)]
+def map_attention(mod: nn.Module, d: int, h: int | None = None):
+    """({"q"|"k"|"v"|"o": (weight, bias | None)}, the mapping in words, the weights, h_kv) from the
+    learner's parameters: one fused W_QKV (3d×d), per-head query/key/value Linears (the GPT video's
+    `Head`), four d×d maps, or W_K, W_V with fewer rows (grouped-query attention, h_kv K/V heads)."""
+    params = [(n, p) for n, p in mod.named_parameters()]
+    mats = [(n, p) for n, p in params if p.dim() == 2]
+    sq = [(n, p) for n, p in mats if tuple(p.shape) == (d, d)]
+    fused = [(n, p) for n, p in mats if tuple(p.shape) == (3 * d, d)]
     biases = {n.rsplit(".", 1)[0]: p for n, p in params if p.dim() == 1 and n.endswith("bias")}
     if len(sq) == 1 and len(fused) == 1:
         (fn, fw), (on, ow) = fused[0], sq[0]
@@ -130,17 +133,45 @@ def map_attention(mod: nn.Module, d: int):
         ws = fw.chunk(3, 0)
         bs = fb.chunk(3, 0) if fb is not None else (None,) * 3
         w = {"q": (ws[0], bs[0]), "k": (ws[1], bs[1]), "v": (ws[2], bs[2]), "o": (ow, biases.get(on.rsplit(".", 1)[0]))}
-        return w, f"W_Q,W_K,W_V←{fn} (3 rows blocks), W_O←{on}", [fw, ow]
+        return w, f"W_Q,W_K,W_V←{fn} (3 rows blocks), W_O←{on}", [fw, ow], None
+    narrow = [(n, p) for n, p in mats if p.shape[1] == d and p.shape[0] < d and d % p.shape[0] == 0]
+    if len(sq) == 1 and narrow and h is not None:
+        # per-head modules: heads.0.query (d_k, d), heads.0.key, ...: concatenated head by head
+        per = {r: [] for r in "qkv"}
+        for n, p in narrow:
+            r = _role(n.rsplit(".", 1)[0])
+            if r in per:
+                per[r].append((n, p))
+        rows = {r: sum(p.shape[0] for _, p in ps) for r, ps in per.items()}
+        if all(rows[r] == d for r in "qkv") and len(per["q"]) > 1:
+            w = {}
+            for r in "qkv":
+                bs = [biases.get(n.rsplit(".", 1)[0]) for n, _ in per[r]]
+                w[r] = (torch.cat([p for _, p in per[r]], 0),
+                        None if any(b is None for b in bs) else torch.cat(bs, 0))
+            on, ow = sq[0]
+            w["o"] = (ow, biases.get(on.rsplit(".", 1)[0]))
+            words = (f"W_Q←{len(per['q'])} heads' {per['q'][0][0].split('.')[-2]}, W_K←…{per['k'][0][0].split('.')[-2]}, "
+                     f"W_V←…{per['v'][0][0].split('.')[-2]} (per-head modules, concatenated), W_O←{on}")
+            return w, words, [p for _, p in narrow] + [ow], None
+    if len(sq) == 2 and len(narrow) == 2 and h is not None and narrow[0][1].shape == narrow[1][1].shape:
+        # grouped-query attention: W_Q and W_O are d×d, W_K and W_V (h_kv·d_k)×d
+        by = {_role(n.rsplit(".", 1)[0]): (n, p) for n, p in sq + narrow}
+        if set(by) == {"q", "k", "v", "o"} and tuple(by["q"][1].shape) == (d, d):
+            w = {r: (p, biases.get(n.rsplit(".", 1)[0])) for r, (n, p) in by.items()}
+            h_kv = narrow[0][1].shape[0] // (d // h)
+            words = ", ".join(f"W_{r.upper()}←{by[r][0]}" for r in "qkvo") + f" (by names; {h_kv} K/V heads)"
+            return w, words, [p for _, p in sq + narrow], h_kv
     if len(sq) != 4:
-        raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), found {len(sq)}: "
-                          + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
+        raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), a fused {3 * d}×{d} W_QKV, "
+                          f"or per-head maps; found " + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
     paths = [n.rsplit(".", 1)[0] if n.endswith(".weight") else n for n, _ in sq]
     roles = [_role(p) for p in paths]
     order = roles if sorted(r or "" for r in roles) == ["k", "o", "q", "v"] else ["q", "k", "v", "o"]
     w = {r: (p, biases.get(path)) for r, (n, p), path in zip(order, sq, paths)}
     how = "names" if order is roles else "registration order"
     words = ", ".join(f"W_{r.upper()}←{n}" for r, (n, _) in zip(order, sq))
-    return w, f"{words} (by {how})", [p for _, p in sq]
+    return w, f"{words} (by {how})", [p for _, p in sq], None
 
 
 def _detached(w):
@@ -206,6 +237,7 @@ class AttnCaller:
         if not self.self_only and not {"q", "k", "v"} <= roles:
             raise CannotCheck("forward takes neither (query, key, value, ...) nor (x, ...)")
         self.mask_role = "lens" if "lens" in roles else "mask" if "mask" in roles else None
+        self.extra = None  # T -> {role: value}: rotary tables, start_pos (set by the attention check)
         self.mask_required = any(req for _, r, req in self.plan if r == self.mask_role)
         self.form = M.MaskForm("lens", torch.long, None, form.source, form.source_zh) \
             if self.mask_role == "lens" and form.kind != "lens" else form
@@ -215,6 +247,8 @@ class AttnCaller:
         if self.torch_mha:
             return self._torch(q, k, v, keep, square)
         vals = {"q": q, "k": k, "v": v, "x": q}
+        if self.extra is not None:
+            vals.update(self.extra(q.shape[-2]))
         if self.mask_role is not None:
             if keep is None and self.mask_required:
                 keep = torch.ones(q.shape[0], k.shape[-2], dtype=torch.bool)

@@ -80,10 +80,47 @@ def _settle(ctx, f, L, ref, space, choices, masked_row, uniform_row, detail, gra
     return comp
 
 
+_ROPE_FN = re.compile(r"freq|rope|rotary|cis|sin_?cos|cos_?sin", re.I)
+
+
+def rope_tables(ctx: Ctx, d_k: int):
+    """(T -> {role: the learner's own rotary table for T positions}, where it came from), or (None, "")
+    when their attention takes no table. Their function (`precompute_freqs_cis(dim, end)`, a cos/sin
+    builder) is called with (d_k, T); without one, the standard tables are given and a mismatch is
+    "cannot check", never a finding."""
+    fns = [(n, o) for n, o in vars(ctx.module).items() if inspect.isfunction(o)
+           and getattr(o, "__module__", None) == ctx.module.__name__ and _ROPE_FN.search(n)
+           and not re.search(r"apply|rotate|reshape|broadcast", n, re.I)]
+
+    def ours(T):
+        inv = 1.0 / 10000 ** (torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv  # (T, d_k/2)
+        cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+        return {"freqs": torch.polar(torch.ones_like(ang), ang), "cos": cos, "sin": sin}
+
+    for name, fn in fns:
+        def theirs(T, fn=fn):
+            out = fn(d_k, T)
+            if isinstance(out, (tuple, list)) and len(out) == 2:
+                return {"freqs": tuple(out), "cos": out[0], "sin": out[1]}
+            return {"freqs": out}
+        try:
+            theirs(5)
+        except Exception:
+            continue
+        return theirs, f"your {name}({d_k}, T)"
+    return ours, "the standard table (your file has no function that builds it)"
+
+
 def check_attention(ctx: Ctx, f: Found) -> Component:
     mod = ctx.build(f)
     caller = AttnCaller(mod, ctx.form, "attention")
     d, h = ctx.sizes.d_model, ctx.sizes.heads
+    roles = {r for _, r, _ in caller.plan}
+    rotary = bool(roles & {"freqs", "cos", "sin"})
+    table_from = ""
+    if rotary:
+        caller.extra, table_from = rope_tables(ctx, d // h)
     B, Tq = 3, 5
     Tk = Tq if caller.self_only else 7
     xq = ctx.randn(B, Tq, d)
@@ -95,35 +132,109 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     mod.double()
     randomize(mod, 1)
     caller.settle(xq, xk, xv, keep)
-    w, words, _ = map_attention(mod, d)
+    w, words, _, h_kv = map_attention(mod, d, h)
+    if not rotary and re.search(r"rotary|rope|rotate_half|freqs|view_as_complex", _source(f)):
+        rotary, table_from = True, "inside your attention"
     x1 = ctx.randn(1, 3, d)
     L = [caller(xq, xk, xv, keep)[:2], caller(x1, x1, x1)]
-    kb = keep[:, None, None, :]
+    kb = keep[:, None, None, :] if caller.mask_role is not None else torch.ones(B, 1, 1, Tk, dtype=torch.bool)
+    causal_choices = [False, True] if caller.self_only else [False]
+    pairings = ["interleaved", "half"] if rotary else [None]
 
-    def ref(bugs, fill=-1e9, w=w):
-        return [R.multi_head(xq, xk, xv, w, h, kb, bugs, fill=fill)[:2], R.multi_head(x1, x1, x1, w, h, None, bugs)]
+    def ref(bugs, fill=-1e9, w=w, causal=False, rope=None):
+        c5 = R.causal_keep(Tq)[None, None] if causal else True
+        c3 = R.causal_keep(3)[None, None] if causal else None
+        return [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv)[:2],
+                R.multi_head(x1, x1, x1, w, h, c3, bugs, rope_pairing=rope, h_kv=h_kv)]
 
     def grads(bugs, choice):
         """d(loss)/d(weights) and d(loss)/d(inputs), on the rows with something to attend to (a NaN
-        row would spoil every gradient). A fused W_QKV is compared through the inputs only."""
+        row would spoil every gradient). A fused or per-head W_QKV is compared through the inputs only."""
         G = ctx.randn(2, Tq, d)
         wr = _detached(w)
-        fused = words.startswith("W_Q,W_K,W_V←")
-        lp = [] if fused else [t for pair in w.values() for t in pair if t is not None]
-        rp = [] if fused else [t for pair in wr.values() for t in pair if t is not None]
+        joined = "←" in words and ("3 rows blocks" in words or "per-head" in words)
+        lp = [] if joined else [t for pair in w.values() for t in pair if t is not None]
+        rp = [] if joined else [t for pair in wr.values() for t in pair if t is not None]
         ins_l = [t[:2].clone().requires_grad_() for t in (xq, xk, xv)]
         ins_r = [t[:2].clone().requires_grad_() for t in (xq, xk, xv)]
         if caller.self_only:
             ins_l[1] = ins_l[2] = ins_l[0]
             ins_r[1] = ins_r[2] = ins_r[0]
-        out_ref = R.multi_head(*ins_r, wr, h, kb[:2], bugs, **choice)
+        c5 = R.causal_keep(Tq)[None, None] if choice.get("causal") else True
+        out_ref = R.multi_head(*ins_r, wr, h, kb[:2] & c5, bugs, fill=choice["fill"], rope_pairing=choice.get("rope"),
+                               h_kv=h_kv)
         n = 1 if caller.self_only else 3
         return grads_equal((caller(*ins_l, keep[:2]) * G).sum(), lp + ins_l[:n], (out_ref * G).sum(), rp + ins_r[:n])
 
     if all(b is None for _, b in w.values()):
         ctx.add("no-bias", f, f"{f.name}.__init__")
-    return _settle(ctx, f, L, ref, R.ATTENTION_VARIANTS, [{"fill": -1e9}, {"fill": float("-inf")}, {"fill": "add"}],
-                   lambda: caller(xq, xk, xv, keep)[2], lambda: R.multi_head(xq, xk, xv, w, h, kb)[2], words, grads)
+    space = dict(R.ATTENTION_VARIANTS)
+    if rotary:
+        space.update(R.ROPE_VARIANTS)
+    if h_kv is not None and h_kv < h:
+        space.update(R.GQA_VARIANTS)
+    choices = [{"fill": fl, "causal": c, "rope": r} for c in causal_choices for r in pairings
+               for fl in (-1e9, float("-inf"), "add")]
+    if table_from:
+        words += f"; rotary positions from {table_from}"
+    if any(c for c in causal_choices):
+        words += "; causal"
+    if table_from.startswith("the standard") and search(L, ref, {}, choices) is None:
+        raise CannotCheck("its rotary positions need the table your model builds; put the table's code in a "
+                          "function precompute_freqs_cis(dim, end) (or a cos/sin builder) so the check can call it")
+    masked_row = (lambda: caller(xq, xk, xv, keep)[2]) if caller.mask_role is not None and not rotary else None
+    comp = _settle(ctx, f, L, ref, space, choices, masked_row,
+                   lambda: R.multi_head(xq, xk, xv, w, h, kb, h_kv=h_kv)[2], words, grads)
+    if comp.status == "ok":
+        dropout_in_eval(ctx, f, mod, lambda m: caller.__class__(m, ctx.form, "attention"), (xq, xk, xv, keep), caller)
+    return comp
+
+
+def _source(f: Found) -> str:
+    try:
+        return inspect.getsource(f.obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def dropout_in_eval(ctx: Ctx, f: Found, mod, make_caller, inputs, caller) -> None:
+    """Built with dropout 0.5 and put in eval, the component must give what it gives with dropout 0:
+    `F.dropout(w, p)` without `training=self.training` keeps dropping at inference (`attention-dropout-in-eval`)."""
+    from .discover import build
+    sizes = ctx.sizes
+    cfg = sizes.config
+    saved = {}
+    if cfg is not None:
+        for n in list(vars(cfg)):
+            if "drop" in n.lower() and isinstance(getattr(cfg, n), float):
+                saved[n] = getattr(cfg, n)
+                setattr(cfg, n, 0.5)
+    consts = {n: v for n, v in sizes.consts.items() if "drop" in n.lower()}
+    for n in consts:
+        setattr(ctx.module, n, 0.5)
+    try:
+        torch.manual_seed(0)
+        wet = build(f, sizes, ctx.found, dropout=0.5).double().eval()
+        wet.load_state_dict(mod.state_dict())
+        c2 = make_caller(wet)
+        c2.extra, c2.ndim, c2.form = caller.extra, caller.ndim, caller.form
+        q, k, v, keep = inputs
+        torch.manual_seed(1)
+        a = c2(q, k, v, keep)[:2]
+        torch.manual_seed(2)
+        b = c2(q, k, v, keep)[:2]
+        dry = caller(q, k, v, keep)[:2]
+    except Exception:
+        return  # the probe could not be built this way: no finding either way
+    finally:
+        for n, v in saved.items():
+            setattr(cfg, n, v)
+        for n, v in consts.items():
+            setattr(ctx.module, n, v)
+    if not close(a, dry) or not close(a, b):
+        ctx.add("attention-dropout-in-eval", f, where(f), "built with dropout 0.5 and put in eval(), its output "
+                "still changes from call to call: F.dropout(..., training=self.training)?")
+        ctx.report.components and None
 
 
 def _ffn_module(ctx, f):
@@ -134,16 +245,37 @@ def _ffn_module(ctx, f):
     return mod.double(), x
 
 
-def ffn_params(mod: nn.Module, d: int, dff: int):
-    """((W₁, b₁, W₂, b₂), the mapping in words) of a feed-forward block, by shape (d→d_ff, d_ff→d)."""
+def ffn_params(mod: nn.Module, d: int, dff: int | None = None):
+    """((W₁, b₁, W₂, b₂), the mapping in words) of a feed-forward block, by shape (d→d_ff, d_ff→d); d_ff is
+    read from the weights (4·d, 2/3 of it rounded, whatever the learner chose) unless given."""
     params = list(mod.named_parameters())
+    if dff is None:
+        outs = {p.shape[0] for _, p in params if p.dim() == 2 and p.shape[1] == d and p.shape[0] != d}
+        ins = {p.shape[1] for _, p in params if p.dim() == 2 and p.shape[0] == d and p.shape[1] != d}
+        both = outs & ins
+        dff = next(iter(both)) if len(both) == 1 else (d if not outs and not ins else -1)
     w1 = [(n, p) for n, p in params if tuple(p.shape) == (dff, d)]
     w2 = [(n, p) for n, p in params if tuple(p.shape) == (d, dff)]
-    if len(w1) != 1 or len(w2) != 1:
-        raise CannotCheck(f"expected one Linear {d}→{dff} and one {dff}→{d}, found "
+    if len(w1) not in (1, 2) or len(w2) != 1 or dff == d and len(w1) != 1:
+        raise CannotCheck(f"expected Linear d→d_ff (one, or two for a gated FFN) and one d_ff→d, found "
                           + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params))
-    b1 = next((p for n, p in params if tuple(p.shape) == (dff,)), None)
-    b2 = next((p for n, p in params if tuple(p.shape) == (d,)), None)
+
+    def bias_of(n, size):
+        b = dict(params).get(n.rsplit(".", 1)[0] + ".bias") if n.endswith(".weight") else None
+        return b if b is not None and tuple(b.shape) == (size,) else None
+
+    if len(w1) == 2:  # SwiGLU: the gate is W₁ by name (w1 / gate), else the first registered
+        (n1, a), (n3, c) = w1
+        if re.search(r"(^|\.)(w3|up|up_proj|fc_up|v)(\.|$)", n1) or re.search(r"gate", n3):
+            (n1, a), (n3, c) = (n3, c), (n1, a)
+        return (a, bias_of(n1, dff), c, bias_of(n3, dff), w2[0][1], bias_of(w2[0][0], d)), \
+            f"W_1 (gate)←{n1}, W_3 (up)←{n3}, W_2←{w2[0][0]} (by shape; SwiGLU)"
+    b1 = bias_of(w1[0][0], dff)
+    b2 = bias_of(w2[0][0], d)
+    if b1 is None:
+        b1 = next((p for n, p in params if tuple(p.shape) == (dff,)), None)
+    if b2 is None and dff != d:
+        b2 = next((p for n, p in params if tuple(p.shape) == (d,)), None)
     return (w1[0][1], b1, w2[0][1], b2), f"W_1←{w1[0][0]}, W_2←{w2[0][0]} (by shape)"
 
 
@@ -151,10 +283,12 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
     mod, x = _ffn_module(ctx, f)
     randomize(mod, 2)
     d = ctx.sizes.d_model
-    W, words = ffn_params(mod, d, ctx.sizes.d_ff)
-    b1, b2 = W[1], W[3]
+    W, words = ffn_params(mod, d)
     x1 = ctx.randn(1, 3, d)
     L = [mod(x), mod(x1)]
+    if len(W) == 6:
+        return _check_swiglu(ctx, f, mod, W, words, x, x1, L)
+    b1, b2 = W[1], W[3]
 
     def ref(bugs, act="relu", W=W):
         return [R.feed_forward(x, *W, act=act, bugs=bugs), R.feed_forward(x1, *W, act=act, bugs=bugs)]
@@ -166,12 +300,24 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
 
     if b1 is None and b2 is None:
         ctx.add("no-bias", f, f"{f.name}.__init__")
-    choices = [{"act": "relu"}, {"act": "gelu"}, {"act": "gelu-tanh"}]
+    choices = [{"act": "relu"}, {"act": "gelu"}, {"act": "gelu-tanh"}, {"act": "silu"}]
     comp = _settle(ctx, f, L, ref, {"ffn-no-activation": ["identity"]}, choices, None, None, words, grads)
     if "ffn-no-activation" not in comp.ids and comp.status == "ok":
         act = next(c["act"] for c in choices if all_close(L, ref({}, **c)))
-        ctx.add("activation-gelu" if act.startswith("gelu") else "activation-relu", f, where(f))
+        ctx.add("activation-gelu" if act.startswith("gelu") else "activation-relu", f, where(f)) \
+            if act != "silu" else None
     return comp
+
+
+def _check_swiglu(ctx, f, mod, W, words, x, x1, L):
+    w1, b1, w3, b3, w2, b2 = W
+
+    def ref(bugs, swap=False):
+        a, c, ba, bc = (w3, w1, b3, b1) if swap else (w1, w3, b1, b3)
+        return [R.swiglu(t, a, c, w2, bugs, ba, bc, b2) for t in (x, x1)]
+
+    choices = [{"swap": False}, {"swap": True}]  # which of the two is the gate is the learner's naming
+    return _settle(ctx, f, L, ref, R.SWIGLU_VARIANTS, choices, None, None, words)
 
 
 def _eps_of(mod) -> float | None:
@@ -222,6 +368,27 @@ def check_layer_norm(ctx: Ctx, f: Found) -> Component:
 
     words = ", ".join(f"{lbl}←{n}" for lbl, t in (("γ", gamma), ("β", beta)) for n, p in params if p is t)
     return _settle(ctx, f, L, ref, R.LAYER_NORM_VARIANTS, choices, None, None, words or "no parameters", grads)
+
+
+def check_rms_norm(ctx: Ctx, f: Found) -> Component:
+    mod = ctx.build(f).double()
+    randomize(mod, 3)
+    d = ctx.sizes.d_model
+    params = [(n, p) for n, p in mod.named_parameters() if tuple(p.shape) == (d,)]
+    if len(params) > 1:
+        raise CannotCheck(f"an RMSNorm has one gain of size {d}; found " + ", ".join(n for n, _ in params))
+    weight = params[0][1] if params else None
+    x = ctx.randn(3, 5, d) * 2 + 0.5
+    x[1, 2] = x[1, 2] * 1e-3  # a row with a tiny mean square: where the place of eps shows
+    L = [mod(x)]
+    eps_own = _eps_of(mod)
+    choices = [{"eps": e} for e in dict.fromkeys([eps_own, 1e-5, 1e-6, 1e-8, 1e-12]) if e is not None]
+
+    def ref(bugs, eps):
+        return [R.rms_norm(x, weight, eps, bugs)]
+
+    return _settle(ctx, f, L, ref, R.RMS_NORM_VARIANTS, choices, None, None,
+                   f"w←{params[0][0]}" if params else "no parameters")
 
 
 def check_positional_encoding(ctx: Ctx, f: Found) -> Component:

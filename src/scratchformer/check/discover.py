@@ -9,9 +9,10 @@ What the names cannot tell, `--map KIND=Name` or a comment line `# check: KIND` 
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -19,16 +20,156 @@ from torch import nn
 from . import KINDS
 
 
-@dataclass(frozen=True)
+@dataclass
 class Sizes:
-    """Tiny sizes, chosen so that every classic mistake changes the numbers: √d_k = √6, d_k = 6 and
-    √d_model = √24 are three different scales; T = 5 and 7 are odd and differ from the 4 heads."""
+    """The sizes the learner's modules are built with: theirs where their file fixes them (see
+    `learner_sizes`), else these tiny ones, chosen so that every classic mistake changes the numbers:
+    √d_k = √6, d_k = 6 and √d_model = √24 are three different scales; T = 5 and 7 are odd and differ
+    from the 4 heads. `came_from` says, per size, where the value was read ("n_embd = 64 in your file")."""
     d_model: int = 24
     heads: int = 4
     d_ff: int = 40
     max_len: int = 64
     vocab: int = 30
     layers: int = 2
+    kv_heads: int | None = None  # grouped-query attention: fewer K/V heads than query heads
+    came_from: dict = field(default_factory=dict)
+    config: object = None        # the learner's config object (GPTConfig(), ModelArgs()), dropout set to 0
+    consts: dict = field(default_factory=dict)  # the learner's module-level ints and floats by name
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.heads
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={getattr(self, k)} ({v})" for k, v in self.came_from.items())
+
+
+# the names a size goes by in learners' files (module constants, config fields, `--size`)
+SIZE_NAMES = {
+    "d_model": ("d_model", "n_embd", "dim", "embed_dim", "hidden_size", "emb_dim", "n_embed", "embedding_dim",
+                "d_embed", "model_dim", "num_hiddens", "hidden_dim_model", "emb_size", "embed_size", "n_embedding"),
+    "heads": ("heads", "n_head", "n_heads", "num_heads", "nhead", "num_attention_heads", "n_attn_heads", "h"),
+    "d_ff": ("d_ff", "dff", "ffn_hidden", "ffn_dim", "d_inner", "intermediate_size", "ffn_num_hiddens", "d_hidden"),
+    "max_len": ("max_len", "block_size", "max_seq_len", "context_length", "seq_len", "max_position_embeddings",
+                "n_positions", "context_size", "max_seq_length", "n_ctx"),
+    "vocab": ("vocab", "vocab_size", "n_vocab", "ntoken", "num_tokens"),
+    "layers": ("layers", "n_layer", "n_layers", "num_layers", "num_hidden_layers", "depth"),
+    "kv_heads": ("kv_heads", "n_kv_heads", "num_kv_heads", "num_key_value_heads", "n_kv_head"),
+}
+_CONFIG_PARAM = re.compile(r"config|conf|cfg|args|params|hparams|hp|model_args|settings|opt", re.I)
+
+
+def config_classes(module) -> list:
+    """The learner's config classes: dataclasses (or plain classes with only simple class attributes)
+    defined in their file whose name says config / args / params."""
+    out = []
+    for n, o in vars(module).items():
+        if inspect.isclass(o) and getattr(o, "__module__", None) == module.__name__ \
+                and not issubclass(o, torch.nn.Module) and (dataclasses.is_dataclass(o) or
+                                                            re.search(r"config|args|param|hparam|setting", n, re.I)):
+            out.append(o)
+    return out
+
+
+def make_config(cls, sizes: "Sizes | None" = None):
+    """An instance of the learner's config class with its defaults (or our sizes for fields it needs),
+    every dropout set to 0 (the checks compare in eval)."""
+    kw = {}
+    if dataclasses.is_dataclass(cls):
+        for fl in dataclasses.fields(cls):
+            if fl.default is dataclasses.MISSING and fl.default_factory is dataclasses.MISSING:
+                v = _size_by_name(fl.name, sizes or Sizes())
+                if v is None:
+                    return None
+                kw[fl.name] = v
+    try:
+        cfg = cls(**kw)
+    except Exception:
+        return None
+    for n in list(vars(cfg)) + [n for n in vars(cls) if not n.startswith("_")]:
+        try:
+            v = getattr(cfg, n)
+        except Exception:
+            continue
+        if "drop" in n.lower() and isinstance(v, float):
+            try:
+                setattr(cfg, n, 0.0)
+            except Exception:
+                pass
+    return cfg
+
+
+def _size_by_name(name: str, sizes: "Sizes"):
+    n = name.lower()
+    for size, names in SIZE_NAMES.items():
+        if n in names:
+            return getattr(sizes, size)
+    return None
+
+
+def _read(obj_vars: dict, where: str, sizes: "Sizes"):
+    for size, names in SIZE_NAMES.items():
+        for n, v in obj_vars.items():
+            if n.lower() in names and isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                setattr(sizes, size, v)
+                sizes.came_from[size] = f"{n} = {v} {where}"
+                break
+
+
+def learner_sizes(module, source: str = "", overrides: dict | None = None) -> "Sizes":
+    """The sizes from the learner's own code, later ones winning: module-level constants (`n_embd = 64`),
+    a config class built with its defaults (`GPTConfig()`, `ModelArgs()`), `# check: name=value`
+    comments, then `--size name=value` (`overrides`). Unfixed sizes keep the tiny defaults."""
+    sizes = Sizes()
+    consts = {n: v for n, v in vars(module).items()
+              if not n.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    sizes.consts = consts
+    _read(consts, "in your file", sizes)
+    for cls in config_classes(module):
+        cfg = make_config(cls, sizes)
+        if cfg is None:
+            continue
+        fields = {n: getattr(cfg, n) for n in dir(cfg) if not n.startswith("_")}
+        _read({n: v for n, v in fields.items() if not callable(v)}, f"in {cls.__name__}()", sizes)
+        sizes.config = cfg
+        break
+    comments = {m.group(1): m.group(2) for m in re.finditer(r"#\s*check:\s*(\w+)\s*=\s*(\d+)", source)}
+    for how, m in (("# check:", comments), ("--size", overrides or {})):
+        for name, v in m.items():
+            size = next((s for s, names in SIZE_NAMES.items() if name.lower() in names or name == s), None)
+            if size is None:
+                raise ValueError(f"{how} {name}={v}: {name!r} is not a size; use one of "
+                                 + ", ".join(SIZE_NAMES))
+            try:
+                iv = int(v)
+            except ValueError:
+                raise ValueError(f"{how} {name}={v}: give a whole number") from None
+            if iv <= 0:
+                raise ValueError(f"{how} {name}={v}: give a positive number")
+            setattr(sizes, size, iv)
+            sizes.came_from[size] = f"{name}={iv} from {how}"
+            for n in SIZE_NAMES[size]:  # their code reads the constant or the config field: change it there
+                if n in consts:
+                    setattr(module, n, iv)
+                    consts[n] = iv
+                if sizes.config is not None and hasattr(sizes.config, n):
+                    try:
+                        setattr(sizes.config, n, iv)
+                    except Exception:
+                        pass
+    if sizes.d_model % sizes.heads:
+        raise ValueError(f"d_model {sizes.d_model} is not a multiple of heads {sizes.heads}; "
+                         f"give --size d_model=... heads=... that divide")
+    if sizes.config is not None:  # the fallback sizes into the config's own fields where it had none
+        for size, names in SIZE_NAMES.items():
+            for n in names:
+                if hasattr(sizes.config, n) and getattr(sizes.config, n) is None and size not in ("kv_heads", "d_ff"):
+                    try:
+                        setattr(sizes.config, n, getattr(sizes, size))
+                    except Exception:
+                        pass
+    return sizes
 
 
 @dataclass
@@ -46,7 +187,19 @@ class CannotCheck(Exception):
 _CAUSAL = re.compile(r"subsequent|causal|look_?ahead|future|square|tril|no_?peek|triangular")
 
 
+# Chinese names as the Chinese courses write them (多头注意力, 前馈网络, 编码器层, ...)
+_ZH = [("解码器层", "decoder_layer"), ("解码层", "decoder_layer"), ("编码器层", "encoder_layer"), ("编码层", "encoder_layer"),
+       ("解码器块", "block"), ("注意力", "attention"), ("前馈", "feed_forward"), ("均方根", "rms_norm"),
+       ("层归一化", "layer_norm"), ("归一化", "layer_norm"), ("位置编码", "positional_encoding"),
+       ("编码器", "encoder"), ("块", "block")]
+
+
 def kind_of_class(name: str) -> str | None:
+    for word, kind in _ZH:
+        if word in name:
+            if kind == "attention" and ("缩放" in name or "点积" in name):
+                return "scaled_dot_product"
+            return kind
     n = name.lower().replace("_", "")
     if "sublayer" in n or "addnorm" in n or "residual" in n:
         return None
@@ -54,22 +207,25 @@ def kind_of_class(name: str) -> str | None:
         return "decoder_layer"
     if re.search(r"encoder(layer|block)|encblock|enclayer", n):
         return "encoder_layer"
-    if "feedforward" in n or "ffn" in n or "mlp" in n or "positionwise" in n:
+    if re.search(r"feedfo?r?ward|ffn|mlp|positionwise|swiglu", n):
         return "feed_forward"
     if "posit" in n or n in ("pe", "posenc"):
         return "positional_encoding"
+    if "rmsnorm" in n:
+        return "rms_norm"
     if "attention" in n or "attn" in n or n == "mha":
         if "additive" in n or "bahdanau" in n:
             return None
         if "dotproduct" in n or "scaled" in n:
             return "scaled_dot_product"
         return "attention"
-    if "feedforward" in n or "ffn" in n or "mlp" in n or "positionwise" in n:
-        return "feed_forward"
     if "layernorm" in n or n in ("norm", "ln"):
         return "layer_norm"
     if n in ("encoder", "transformerencoder", "encoderstack"):
         return "encoder"
+    if re.fullmatch(r"(transformer|gpt|llama|decoder|causal|attention)?block|transformerlayer|gptlayer|"
+                    r"llamadecoderlayer|decoderonlylayer|layer", n):
+        return "block"
     return None
 
 
@@ -138,7 +294,7 @@ _MODULE_ARGS = {"self_attn": "attention", "src_attn": "attention", "cross_attn":
                 "encoder_layer": "encoder_layer", "decoder_layer": "decoder_layer"}
 _D_MODEL = {"d_model", "num_hiddens", "size", "embed_dim", "hidden_size", "dim", "d", "model_dim", "features",
             "norm_shape", "ffn_num_outputs", "n_embd", "emb_dim", "embedding_dim", "d_embed", "hidden",
-            "normalized_shape", "n_features", "num_features", "d_k_total", "model_size", "embed_size", "d_hid"}
+            "normalized_shape", "n_features", "ndim", "n_embed", "num_features", "d_k_total", "model_size", "embed_size", "d_hid"}
 _LAYERS = {"n_layer", "n_layers", "num_layers", "nlayers", "n", "num_blks", "depth", "layers", "n_blocks",
            "num_blocks", "num_layer", "nlayer", "n_block"}
 _MISSING = object()
@@ -153,6 +309,10 @@ def arg_value(name: str, kind: str, sizes: Sizes, build_part, default=_MISSING):
         return build_part(part)
     if n == "ffn_num_outputs":
         return sizes.d_model
+    if n in ("head_size", "head_dim", "d_head", "d_k", "dk", "dim_head", "head_dimension", "hs", "d_v"):
+        return sizes.d_k
+    if n in SIZE_NAMES["kv_heads"]:
+        return sizes.kv_heads
     if "head" in n or n in ("h", "nhead"):
         return sizes.heads
     if "ff" in n or "feedforward" in n or n in ("d_inner", "inner_dim", "mlp_dim"):
@@ -167,7 +327,7 @@ def arg_value(name: str, kind: str, sizes: Sizes, build_part, default=_MISSING):
         return sizes.layers
     if "pad" in n:
         return 0
-    if n in ("i", "idx", "layer_idx", "index", "block_index"):
+    if n in ("i", "idx", "layer_idx", "index", "block_index", "layer_id", "layer_index", "block_idx"):
         return 0
     if n in _D_MODEL:
         return sizes.d_model
@@ -176,12 +336,13 @@ def arg_value(name: str, kind: str, sizes: Sizes, build_part, default=_MISSING):
     return default
 
 
-def build(found: Found, sizes: Sizes, all_found: dict[str, Found]):
-    """An instance of the learner's class (or what their factory function returns), tiny sizes, dropout 0."""
+def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: float = 0.0):
+    """An instance of the learner's class (or what their factory function returns), their sizes, dropout 0
+    (or `dropout`, to see whether it still drops in eval)."""
     def build_part(kind):
         if kind not in all_found:
             raise CannotCheck(f"{found.name} needs a {kind} module and the file has none that was found")
-        return build(all_found[kind], sizes, all_found)
+        return build(all_found[kind], sizes, all_found, dropout)
 
     obj = found.obj
     try:
@@ -189,13 +350,32 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found]):
     except (TypeError, ValueError):
         raise CannotCheck(f"cannot read the parameters of {found.name}") from None
     kwargs = {}
+    cfg = sizes.config
     for p in sig.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name == "self":
             continue
         default = p.default if p.default is not p.empty else _MISSING
+        ann = p.annotation if inspect.isclass(p.annotation) else None
+        if cfg is not None and (ann is not None and isinstance(cfg, ann)
+                                or _CONFIG_PARAM.fullmatch(p.name) and default in (_MISSING, None)):
+            kwargs[p.name] = cfg  # GPTConfig / ModelArgs: the learner's own, dropout 0
+            continue
+        if cfg is not None and hasattr(cfg, p.name) and default is _MISSING:
+            v = getattr(cfg, p.name)  # a field of their config by the same name (hidden_dim, multiple_of)
+            kwargs[p.name] = dropout if "drop" in p.name.lower() and isinstance(v, float) else v
+            continue
+        if p.name.lower() == "bias" and default is _MISSING:
+            kwargs[p.name] = bool(getattr(cfg, "bias", True))
+            continue
         if p.name.lower() == "bias" or "eps" in p.name.lower() and default is not _MISSING:
             continue
+        if default is _MISSING and p.name in sizes.consts and not _MODULE_ARGS.get(p.name.lower()):
+            v = sizes.consts[p.name]  # their own module-level constant by the same name
+            kwargs[p.name] = dropout if "drop" in p.name.lower() else v
+            continue
         v = arg_value(p.name, found.kind, sizes, build_part, default)
+        if dropout and ("drop" in p.name.lower() or p.name.lower() in ("rate", "p", "pdrop", "attn_pdrop")):
+            v = dropout
         if v is _MISSING:
             if "eps" in p.name.lower():
                 v = 1e-6
@@ -217,7 +397,13 @@ _ROLE = {"query": "q", "q": "q", "queries": "q", "key": "k", "k": "k", "keys": "
          "input_ids": "x", "ids": "x", "src_tokens": "x", "emb": "x", "embeddings": "x",
          "memory": "m", "enc_output": "m", "enc_outputs": "m", "encoder_out": "m", "encoder_output": "m",
          "enc_out": "m", "mem": "m", "context": "m", "encoder_outputs": "m", "training": "training",
-         "dropout": "dropout", "need_weights": "skip", "return_attention": "skip", "state": "state"}
+         "dropout": "dropout", "need_weights": "skip", "return_attention": "skip", "state": "state",
+         # rotary positions handed in (LLaMA style): the learner's own table for the probe's length
+         "freqs_cis": "freqs", "freqs": "freqs", "freq_cis": "freqs", "pos_cis": "freqs", "rope": "freqs",
+         "rotary_emb": "freqs", "freqs_complex": "freqs", "rope_cache": "freqs", "position_embeddings": "freqs",
+         "cos_sin": "freqs", "cos": "cos", "sin": "sin", "start_pos": "start_pos", "pos_offset": "start_pos",
+         "use_cache": "skip", "kv_cache": "none", "cache": "none", "past_key_value": "none", "layer_past": "none",
+         "past_kv": "none", "is_causal": "skip", "x_mask": "mask", "输入": "x", "掩码": "mask"}
 
 
 def role_of(name: str, kind: str) -> str | None:
@@ -260,6 +446,10 @@ def call(fn, plan, values: dict):
     for name, role, required in plan:
         if role == "training":
             kw[name] = False
+        elif role == "none":
+            kw[name] = None
+        elif role == "start_pos" and role not in values:
+            kw[name] = 0
         elif role in ("dropout", "skip"):
             continue
         elif role in values:

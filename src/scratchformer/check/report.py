@@ -36,15 +36,18 @@ def finding(id: str, component: str, where: str, detail: str = "") -> Finding:
 
 _WORDS = {
     "zh": {"ok": "一致", "differs": "不同", "skipped": "跳过", "todo": "未完成", "error": "出错", "bug": "错误", "note": "说明", "warning": "警告",
-           "where": "位置", "see": "参见", "mask": "掩码约定", "none": "没有找到可以检查的组件",
+           "where": "位置", "see": "参见", "mask": "掩码约定", "sizes": "尺寸", "none": "没有找到可以检查的组件",
            "summary_ok": "检查过的组件都与参考实现一致。", "summary_bug": "发现错误。",
            "summary_todo": "还没有完成：文件里还有 TODO。",
-           "summary_skipped": "{n} 个组件无法检查（见上面的原因）。", "map": "检查"},
+           "summary_skipped": "{n} 个组件无法检查（见上面的原因）：没有发现错误，但不能说全部正确。",
+           "summary_counts": "{n} 个已检查，{m} 个无法检查。", "map": "检查"},
     "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "todo": "todo", "error": "error", "bug": "bug", "note": "note", "warning": "warning",
-           "where": "where", "see": "see", "mask": "mask convention", "none": "no component found to check",
+           "where": "where", "see": "see", "mask": "mask convention", "sizes": "sizes", "none": "no component found to check",
            "summary_ok": "every component checked matches the reference.", "summary_bug": "bugs found.",
            "summary_todo": "not finished: a TODO is still there.",
-           "summary_skipped": "{n} component(s) could not be checked (see why above).", "map": "checked"},
+           "summary_skipped": "{n} component(s) could not be checked (see why above): no bug found, "
+                              "but the file is not known to be right.",
+           "summary_counts": "{n} checked, {m} could not be checked.", "map": "checked"},
 }
 
 
@@ -54,6 +57,7 @@ class Report:
     components: list[Component] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     mask_convention: str = ""
+    sizes: str = ""        # the learner's sizes used and where each came from
     error: str | None = None
     lang: str = "zh"
     seconds: float = 0.0
@@ -61,11 +65,16 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        """0 only when every component found was checked and matches; 1 a bug (or a TODO, or their
+        code raised); 2 when nothing could be checked, or nothing was wrong but something was skipped:
+        a skipped component never adds up to "all match"."""
         if self.error is not None or not self.components or all(c.status == "skipped" for c in self.components):
             return 2
         if any(c.status in ("todo", "error") for c in self.components):
             return 1  # a skeleton's TODO is still there, or the learner's code raised: not passing
-        return 1 if any(f.severity == "bug" for f in self.findings) else 0
+        if any(f.severity == "bug" for f in self.findings):
+            return 1
+        return 2 if any(c.status == "skipped" for c in self.components) else 0
 
     def ids(self) -> list[str]:
         return [f.id for f in self.findings]
@@ -90,6 +99,8 @@ class Report:
             lines.append(f"{c.kind:<{width}}  {c.name:<{nw}}  {w[c.status]}{ids}{extra}")
         if self.mask_convention:
             lines.append(f"{w['mask']}: {self.mask_convention}")
+        if self.sizes:
+            lines.append(f"{w['sizes']}: {self.sizes}")
         for c in self.components:
             if c.status not in ("skipped", "todo", "error") and c.detail:
                 lines.append(f"{w['map']} {c.name}: {c.detail}")
@@ -105,20 +116,21 @@ class Report:
             lines.append("")
             lines.append(self.train["line"])
         lines.append("")
+        skipped = sum(c.status == "skipped" for c in self.components)
+        lines.append(w["summary_counts"].format(n=len(self.components) - skipped, m=skipped))
         if any(c.status == "todo" for c in self.components):
             lines.append(w["summary_todo"])
         elif self.exit_code == 1:
             lines.append(w["summary_bug"])
+        elif skipped:
+            lines.append(w["summary_skipped"].format(n=skipped))
         else:
             lines.append(w["summary_ok"])
-        skipped = sum(c.status == "skipped" for c in self.components)
-        if skipped:
-            lines.append(w["summary_skipped"].format(n=skipped))
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "exit_code": self.exit_code, "error": self.error,
-                "mask_convention": self.mask_convention, "seconds": round(self.seconds, 2), "train": self.train,
+                "mask_convention": self.mask_convention, "sizes": self.sizes, "seconds": round(self.seconds, 2), "train": self.train,
                 "components": [asdict(c) for c in self.components],
                 "findings": [asdict(f) for f in self.findings]}
 
@@ -128,6 +140,7 @@ class Report:
     @classmethod
     def from_dict(cls, d: dict, lang: str = "zh") -> "Report":
         r = cls(path=d["path"], mask_convention=d.get("mask_convention", ""), error=d.get("error"), lang=lang,
+                sizes=d.get("sizes", ""),
                 seconds=d.get("seconds", 0.0), train=d.get("train"))
         r.components = [Component(**c) for c in d.get("components", [])]
         r.findings = [Finding(**f) for f in d.get("findings", [])]

@@ -5,20 +5,25 @@ comparisons import in one direction only."""
 from __future__ import annotations
 
 import inspect
+import re
 import time
 
 import torch
 
 from .checks import CHECKS, _their_line, mask_form
 from .compare import Ctx
-from .discover import CannotCheck, Sizes, discover
+from .discover import CannotCheck, discover, learner_sizes
 from .report import Component, Report
 from .train import train_beside
 
 
+_SHAPE = re.compile(r"shape|size|mat1 and mat2|dimension|cannot be multiplied|must match|expected .*dim|"
+                    r"not enough values|too many values|out of range|invalid for input", re.I)
+
+
 def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
                  source: str | None = None, path: str | None = None, train_steps: int = 0,
-                 train_png: str | None = None) -> Report:
+                 train_png: str | None = None, sizes: dict | None = None) -> Report:
     t0 = time.perf_counter()
     report = Report(path or getattr(module, "__file__", "?") or "?", lang=lang)
     if source is None:
@@ -29,11 +34,13 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
     try:
         found, helpers = discover(module, mapping, source)
         form = mask_form(module, source, found, helpers, mask_convention)
+        learner = learner_sizes(module, source, sizes)
     except ValueError as e:
         report.error = str(e)
         return report
     report.mask_convention = form.describe(lang)
-    ctx = Ctx(module, form, Sizes(), found, report)
+    report.sizes = learner.describe()
+    ctx = Ctx(module, form, learner, found, report)
     torch.set_grad_enabled(True)
     for f in found:
         try:
@@ -43,7 +50,14 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
         except NotImplementedError as e:  # a skeleton's TODO: not finished yet, which is not "cannot check"
             comp = Component(f.kind, f.name, "todo", [], (f"{e}" or "NotImplementedError")[:300] + _their_line(e, module))
         except Exception as e:  # the learner's code raised: say where, in one line
-            comp = Component(f.kind, f.name, "error", [], f"{type(e).__name__}: {e}"[:300] + _their_line(e, module))
+            msg = f"{type(e).__name__}: {e}"[:300] + _their_line(e, module)
+            if isinstance(e, (RuntimeError, ValueError, IndexError, TypeError, AttributeError, KeyError)) \
+                    and (_SHAPE.search(str(e)) or isinstance(e, (TypeError, AttributeError, KeyError))):
+                # most likely our probe (a size, a call) that is not theirs: cannot check, never "their bug"
+                comp = Component(f.kind, f.name, "skipped", [], f"the probe failed: {msg}; give the sizes "
+                                 f"(--size d_model=.. heads=..) or defaults, or --map")
+            else:
+                comp = Component(f.kind, f.name, "error", [], msg)
         if f.how != "name":  # say what was matched to what, and by whom
             comp.detail = f"{f.kind} = {f.name} by {f.how}; {comp.detail}" if comp.detail else f"{f.kind} = {f.name} by {f.how}"
         report.components.append(comp)
