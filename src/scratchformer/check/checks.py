@@ -221,6 +221,31 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
                          + ", ".join(n for n, _ in norms) + " (your own sublayers)", extra)
 
 
+def block_runner(ctx: Ctx, block: nn.Module):
+    """A function (block, h) -> the block's output, called the way a model calls it: `(x)`,
+    `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)` with the learner's own rotary tables."""
+    from .components import rope_tables
+
+    plan = call_plan(block.forward, "block")
+    roles = {r for _, r, _ in plan}
+    attn, _, _ = parts(block, ctx)
+    A = AttnCaller(attn[0][1], ctx.form, "attention") if attn else None
+    tables = None
+    if {"freqs", "cos", "sin"} & (roles | ({r for _, r, _ in A.plan} if A and not A.torch_mha else set())):
+        tables, _ = rope_tables(ctx, ctx.sizes.d_model // ctx.sizes.heads)
+    mask_role = next((r for _, r, _ in plan if r in ("mask", "lens")), None)
+
+    def run(b, x):
+        vals = {"x": x}
+        if tables is not None:
+            vals.update(tables(x.shape[1]))
+        if mask_role is not None:
+            form = A.form if A is not None else ctx.form
+            vals[mask_role] = form.square(R.causal_keep(x.shape[1])[None], (A.ndim if A else None) or 4)
+        return first_tensor(call(b, plan, vals), shape=tuple(x.shape))
+    return run
+
+
 def check_block(ctx: Ctx, f: Found) -> Component:
     """A decoder-only block (GPT, LLaMA): causal self-attention and a feed-forward, each with its norm,
     checked for its wiring with the learner's own sublayers; called as they call it: `(x)`,

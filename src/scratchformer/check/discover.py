@@ -226,6 +226,8 @@ def kind_of_class(name: str) -> str | None:
     if re.fullmatch(r"(transformer|gpt|llama|decoder|causal|attention)?block|transformerlayer|gptlayer|"
                     r"llamadecoderlayer|decoderonlylayer|layer", n):
         return "block"
+    if re.search(r"gpt|llama|languagemodel|decoderonly|causallm|^transformer$|^(tiny|mini|nano|simple|my)?(lm|model)$", n):
+        return "model"  # a decoder-only language model, if its structure says so (else dropped, see model.py)
     return None
 
 
@@ -403,7 +405,8 @@ _ROLE = {"query": "q", "q": "q", "queries": "q", "key": "k", "k": "k", "keys": "
          "rotary_emb": "freqs", "freqs_complex": "freqs", "rope_cache": "freqs", "position_embeddings": "freqs",
          "cos_sin": "freqs", "cos": "cos", "sin": "sin", "start_pos": "start_pos", "pos_offset": "start_pos",
          "use_cache": "skip", "kv_cache": "none", "cache": "none", "past_key_value": "none", "layer_past": "none",
-         "past_kv": "none", "is_causal": "skip", "x_mask": "mask", "输入": "x", "掩码": "mask"}
+         "past_kv": "none", "is_causal": "skip", "idx": "x", "targets": "targets", "target": "targets",
+         "labels": "labels", "y_true": "targets", "x_mask": "mask", "输入": "x", "掩码": "mask"}
 
 
 def role_of(name: str, kind: str) -> str | None:

@@ -1,0 +1,181 @@
+"""The whole decoder-only model (GPT, LLaMA): embedding, the learner's blocks, final norm, head.
+
+    logits = W_head · norm_f(Block_L(… Block_1(E[tokens] + P[positions]) …))     整个模型：嵌入、各层、最后的归一化、输出层
+    loss   = CE(logits[:, t], tokens[t+1]), padding left out                      损失：目标右移一位，忽略 padding
+
+Checked with the learner's own parts (their blocks were checked on their own): one forward on their
+sizes against this composition, with the final norm missing or doubled as the switches
+(`missing-final-norm`, `extra-final-norm`); then their loss against cross-entropy with the targets
+shifted by one and the padding ignored (`target-not-shifted`, `loss-on-padding`).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .checks import _is_norm, block_runner
+from .compare import Ctx, close, departure, randomize, where
+from .discover import CannotCheck, Found, call, call_plan
+from .report import Component
+
+
+def lm_parts(model: nn.Module, ctx: Ctx):
+    """(token embedding, position embedding | None, [blocks], final norm | None, head) by structure, or None
+    when the module is not a language model (no token embedding, or no head back to the vocabulary)."""
+    mods = list(model.named_modules())
+    embs = [(n, m) for n, m in mods if isinstance(m, nn.Embedding)]
+    if not embs:
+        return None
+    tok = max(embs, key=lambda e: e[1].num_embeddings)
+    d, V = tok[1].embedding_dim, tok[1].num_embeddings
+    heads = [(n, m) for n, m in mods if isinstance(m, nn.Linear) and m.out_features == V and m.in_features == d]
+    if not heads:
+        return None
+    pos = next(((n, m) for n, m in embs if m is not tok[1] and m.embedding_dim == d), None)
+    cls = ctx.found.get("block")
+    if cls is None or not isinstance(cls.obj, type):
+        raise CannotCheck("its blocks were not found as a component; --map block=YourBlock")
+    blocks = [(n, m) for n, m in mods if isinstance(m, cls.obj)]
+    if not blocks:
+        raise CannotCheck(f"no {cls.name} inside")
+    inside = [n for n, _ in blocks]
+    last_block = max(i for i, (n, m) in enumerate(mods) if any(n == b or n.startswith(b + ".") for b in inside))
+    norms = [(n, m) for i, (n, m) in enumerate(mods) if i > last_block and _is_norm(m)
+             and not any(n.startswith(b + ".") for b in inside)]
+    return tok, pos, blocks, (norms[0] if norms else None), heads[-1]
+
+
+def check_model(ctx: Ctx, f: Found):
+    model = ctx.build(f)
+    parts = lm_parts(model, ctx)
+    if parts is None:
+        return None  # not a language model: not a component
+    (tn, tok), pos, blocks, norm, (hn, head) = parts
+    plan = call_plan(model.forward, "model")
+    roles = {r for _, r, _ in plan}
+    model.double()
+    randomize(model, 7)
+    V, T = tok.num_embeddings, min(7, ctx.sizes.max_len)
+    tokens = torch.randint(1, V, (2, T), generator=ctx.gen)
+    vals = {"x": tokens}
+    out = call(model, plan, vals)
+    logits = _logits(out, V)
+    run_block = block_runner(ctx, blocks[0][1])
+    pre = any(x.id == "pre-ln" and x.component == "block" for x in ctx.report.findings)
+    post = any(x.id == "post-ln" and x.component == "block" for x in ctx.report.findings)
+
+    def stack(scale):
+        h = tok(tokens) * scale
+        if pos is not None:
+            h = h + pos[1](torch.arange(T))
+        for _, b in blocks:
+            h = run_block(b, h)
+        return h
+
+    words = f"E←{tn}" + (f", P←{pos[0]}" if pos else "") + f", {len(blocks)} × {type(blocks[0][1]).__name__}" \
+        + (f", norm_f←{norm[0]}" if norm else ", no final norm") + f", head←{hn}"
+    comp = Component(f.kind, f.name, "ok", [], words)
+    found = None
+    for scale in (1.0, math.sqrt(tok.embedding_dim)):
+        try:
+            h = stack(scale)
+        except Exception as e:
+            raise CannotCheck(f"its blocks could not be run the way it runs them ({type(e).__name__}: {e})") from None
+        finals = {"ok": norm[1](h) if norm else h, "missing-final-norm": h}
+        if norm:
+            finals["extra-final-norm"] = norm[1](norm[1](h))
+        for what, hf in finals.items():
+            ref = head(hf)
+            if logits.shape[1] == 1:
+                ref = ref[:, -1:]  # only the last position's logits (generation style)
+            if close(logits, ref):
+                found = what
+                break
+        if found:
+            break
+    if found is None:
+        ref = head(norm[1](stack(1.0)) if norm else stack(1.0))
+        ctx.add("unknown-difference", f, where(f), "the logits are not head(norm_f(blocks(embedding))): "
+                + departure(logits, ref if logits.shape[1] != 1 else ref[:, -1:]))
+        comp.status, comp.ids = "differs", ["unknown-difference"]
+        return comp
+    if found == "ok" and norm is None and pre:
+        found = "missing-final-norm"
+    if found == "ok" and norm is not None and post:
+        found = "extra-final-norm"
+    if found != "ok":
+        detail = {"missing-final-norm": f"{norm[0]} is never applied" if norm else
+                  "Pre-LN blocks and no norm before the head",
+                  "extra-final-norm": "the final norm runs twice" if not post else
+                  "Post-LN blocks already end in a norm"}[found]
+        ctx.add(found, f, where(f), detail)
+        comp.status, comp.ids = "differs", [found]
+    if {"targets", "labels"} & roles:
+        _check_loss(ctx, f, model, plan, tokens, V, comp)
+    return comp
+
+
+def _logits(out, V):
+    for o in (out if isinstance(out, (tuple, list)) else [out]):
+        if isinstance(o, torch.Tensor) and o.dim() == 3 and o.shape[-1] == V:
+            return o
+    raise CannotCheck("its forward gives no (B, T, vocab) logits")
+
+
+def _loss(out):
+    for o in (out if isinstance(out, (tuple, list)) else [out]):
+        if isinstance(o, torch.Tensor) and o.dim() == 0:
+            return o
+    if isinstance(out, dict) and "loss" in out:
+        return out["loss"]
+    raise CannotCheck("its forward with targets gives no scalar loss")
+
+
+def _check_loss(ctx, f, model, plan, tokens, V, comp):
+    role = "labels" if any(r == "labels" for _, r, _ in plan) else "targets"
+    src = ""
+    try:
+        import inspect
+        src = inspect.getsource(type(model))
+    except (OSError, TypeError):
+        pass
+    m = re.search(r"ignore_index\s*=\s*(-?\d+)", src)
+    pad = int(m.group(1)) if m else next((int(v) for n, v in ctx.sizes.consts.items()
+                                          if re.fullmatch(r"pad(_?(idx|id|token_id|token))?", n.lower())), None)
+    if pad is None and ctx.sizes.config is not None:
+        for n in ("pad_token_id", "pad_id", "pad_idx"):
+            if isinstance(getattr(ctx.sizes.config, n, None), int):
+                pad = getattr(ctx.sizes.config, n)
+    Y = torch.randint(1, V, tokens.shape, generator=ctx.gen)
+    logits = _logits(call(model, plan, {"x": tokens}), V)
+    loss = _loss(call(model, plan, {"x": tokens, role: Y}))
+    flat = lambda lg, y, **kw: F.cross_entropy(lg.reshape(-1, V), y.reshape(-1), **kw)  # noqa: E731
+    as_given, shifted = flat(logits, Y), flat(logits[:, :-1], Y[:, 1:])
+    if close(loss, shifted):
+        pass  # shifts inside (labels = the input ids)
+    elif close(loss, as_given):
+        if role == "labels" and close(Y, Y):  # HF convention: labels are the inputs, the model shifts them
+            ctx.add("target-not-shifted", f, where(f), "forward(…, labels) compares position t with labels[t]; "
+                    "shift: logits[:, :-1] against labels[:, 1:]")
+            comp.status, comp.ids = "differs", comp.ids + ["target-not-shifted"]
+            return
+    else:
+        return  # another loss (label smoothing, a z-loss): not judged
+    shift = close(loss, shifted) and not close(loss, as_given)
+    if pad is None:
+        return
+    Yp = Y.clone()
+    Yp[1, -3:] = pad
+    try:
+        lossp = _loss(call(model, plan, {"x": tokens, role: Yp}))
+    except Exception:
+        return
+    lg, yy = (logits[:, :-1], Yp[:, 1:]) if shift else (logits, Yp)
+    if pad >= 0 and close(lossp, flat(lg, yy)) and not close(lossp, flat(lg, yy, ignore_index=pad)):
+        ctx.add("loss-on-padding", f, where(f), f"the padding id {pad} is counted in the loss; "
+                f"F.cross_entropy(..., ignore_index={pad})")
+        comp.status, comp.ids = "differs", comp.ids + ["loss-on-padding"]
