@@ -185,9 +185,23 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     masked_row = (lambda: caller(xq, xk, xv, keep)[2]) if caller.mask_role is not None and not rotary else None
     comp = _settle(ctx, f, L, ref, space, choices, masked_row,
                    lambda: R.multi_head(xq, xk, xv, w, h, kb, h_kv=h_kv)[2], words, grads)
-    if comp.status == "ok":
-        dropout_in_eval(ctx, f, mod, lambda m: caller.__class__(m, ctx.form, "attention"), (xq, xk, xv, keep), caller)
+    if caller.self_only and caller.mask_role is None and comp.status == "ok" and decoder_only(ctx, f) \
+            and search(L, ref, {}, [c for c in choices if c["causal"]]) is None:
+        # a decoder-only model's attention that sees the future: the causal mask is missing
+        ctx.add("no-causal-mask", f, where(f), "position i attends to positions after i")
+        comp.status, comp.ids = "differs", ["no-causal-mask"]
+    if comp.status == "ok" and dropout_in_eval(ctx, f, mod, lambda m: caller.__class__(m, ctx.form, "attention"),
+                                               (xq, xk, xv, keep), caller):
+        comp.status, comp.ids = "differs", ["attention-dropout-in-eval"]
     return comp
+
+
+def decoder_only(ctx: Ctx, f: Found) -> bool:
+    """Is this attention a decoder-only model's (a GPT / LLaMA block or model in the file, a causal name,
+    a registered triangle)? Then it must be causal."""
+    src = _source(f)
+    return "block" in ctx.found or "model" in ctx.found or bool(re.search(r"causal|masked", f.name, re.I)) \
+        or bool(re.search(r"tril|triu|is_causal\s*=\s*True", src))
 
 
 def _source(f: Found) -> str:
@@ -197,7 +211,7 @@ def _source(f: Found) -> str:
         return ""
 
 
-def dropout_in_eval(ctx: Ctx, f: Found, mod, make_caller, inputs, caller) -> None:
+def dropout_in_eval(ctx: Ctx, f: Found, mod, make_caller, inputs, caller) -> bool:
     """Built with dropout 0.5 and put in eval, the component must give what it gives with dropout 0:
     `F.dropout(w, p)` without `training=self.training` keeps dropping at inference (`attention-dropout-in-eval`)."""
     from .discover import build
@@ -225,7 +239,7 @@ def dropout_in_eval(ctx: Ctx, f: Found, mod, make_caller, inputs, caller) -> Non
         b = c2(q, k, v, keep)[:2]
         dry = caller(q, k, v, keep)[:2]
     except Exception:
-        return  # the probe could not be built this way: no finding either way
+        return False  # the probe could not be built this way: no finding either way
     finally:
         for n, v in saved.items():
             setattr(cfg, n, v)
@@ -234,7 +248,8 @@ def dropout_in_eval(ctx: Ctx, f: Found, mod, make_caller, inputs, caller) -> Non
     if not close(a, dry) or not close(a, b):
         ctx.add("attention-dropout-in-eval", f, where(f), "built with dropout 0.5 and put in eval(), its output "
                 "still changes from call to call: F.dropout(..., training=self.training)?")
-        ctx.report.components and None
+        return True
+    return False
 
 
 def _ffn_module(ctx, f):

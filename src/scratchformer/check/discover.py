@@ -100,6 +100,15 @@ def make_config(cls, sizes: "Sizes | None" = None):
     return cfg
 
 
+def _global_size(name: str) -> bool:
+    """A size every component must share (d_model, heads, ...), so the checker passes its own value."""
+    n = name.lower()
+    if n in ("hidden", "hidden_dim", "d_hidden", "hidden_size_ff"):
+        return False  # a feed-forward's width as often as the model's: their default wins
+    return any(n in SIZE_NAMES[s] for s in ("d_model", "heads", "kv_heads", "max_len", "vocab")) \
+        or n in _D_MODEL or n in ("head_size", "head_dim", "d_head", "d_k", "dk", "dim_head", "hs", "d_v")
+
+
 def _size_by_name(name: str, sizes: "Sizes"):
     n = name.lower()
     for size, names in SIZE_NAMES.items():
@@ -125,7 +134,23 @@ def learner_sizes(module, source: str = "", overrides: dict | None = None) -> "S
     consts = {n: v for n, v in vars(module).items()
               if not n.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
     sizes.consts = consts
+    for n, v in consts.items():  # their module-level dropout: 0 while checking (eval compares exact numbers)
+        if "drop" in n.lower() and isinstance(v, float):
+            setattr(module, n, 0.0)
+            consts[n] = 0.0
     _read(consts, "in your file", sizes)
+    for cls in [o for o in vars(module).values() if inspect.isclass(o) and issubclass(o, torch.nn.Module)
+                and getattr(o, "__module__", None) == module.__name__]:
+        try:  # constructor defaults (`def __init__(self, d_model=64, n_heads=4)`): the learner's sizes too
+            params = inspect.signature(cls).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        for p in params:
+            size = next((s for s, names in SIZE_NAMES.items() if p.name.lower() in names), None)
+            if size and size not in sizes.came_from and isinstance(p.default, int) and not isinstance(p.default, bool) \
+                    and p.default > 0:
+                setattr(sizes, size, p.default)
+                sizes.came_from[size] = f"{p.name}={p.default} in {cls.__name__}()"
     for cls in config_classes(module):
         cfg = make_config(cls, sizes)
         if cfg is None:
@@ -283,6 +308,17 @@ def discover(module, mapping: dict | None = None, source: str = "") -> tuple[lis
             if obj is None:
                 raise ValueError(f"--map {kind}={name}: the file defines no {name!r}")
             found[kind] = Found(kind, name, obj, how)
+    for kind in ("decoder_layer", "encoder_layer"):
+        f = found.get(kind)
+        if f is not None and f.how == "name" and "block" not in found and inspect.isclass(f.obj):
+            try:
+                roles = {role_of(p, kind) for p in inspect.signature(f.obj.forward).parameters}
+            except (TypeError, ValueError):
+                continue
+            if kind == "decoder_layer" and not roles & {"m", "state"} or roles & {"freqs", "cos", "sin", "start_pos"}:
+                # a decoder layer without an encoder's output is a decoder-only block (GPT, LLaMA)
+                found["block"] = Found("block", f.name, f.obj, "name")
+                del found[kind]
     return [found[k] for k in KINDS if k in found], helpers
 
 
@@ -375,6 +411,9 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: floa
             v = sizes.consts[p.name]  # their own module-level constant by the same name
             kwargs[p.name] = dropout if "drop" in p.name.lower() else v
             continue
+        if default is not _MISSING and not _global_size(p.name) and "drop" not in p.name.lower() \
+                and p.name.lower() not in _MODULE_ARGS and not ("eps" in p.name.lower()):
+            continue  # their own default (hidden=128, multiple_of=256): the learner's size
         v = arg_value(p.name, found.kind, sizes, build_part, default)
         if dropout and ("drop" in p.name.lower() or p.name.lower() in ("rate", "p", "pdrop", "attn_pdrop")):
             v = dropout
