@@ -221,7 +221,7 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
                          + ", ".join(n for n, _ in norms) + " (your own sublayers)", extra)
 
 
-def block_runner(ctx: Ctx, block: nn.Module):
+def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False):
     """A function (block, h) -> the block's output, called the way a model calls it: `(x)`,
     `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)` with the learner's own rotary tables."""
     from .components import rope_tables
@@ -241,8 +241,11 @@ def block_runner(ctx: Ctx, block: nn.Module):
             vals.update(tables(x.shape[1]))
         if mask_role is not None:
             form = A.form if A is not None else ctx.form
+            if flip and form.kind in ("keep", "pad"):  # the model's own mask in the other polarity
+                form = M.MaskForm("pad" if form.kind == "keep" else "keep", form.dtype, form.ndim)
             vals[mask_role] = form.square(R.causal_keep(x.shape[1])[None], (A.ndim if A else None) or 4)
         return first_tensor(call(b, plan, vals), shape=tuple(x.shape))
+    run.takes_mask = mask_role is not None
     return run
 
 

@@ -97,6 +97,20 @@ def check_model(ctx: Ctx, f: Found):
                 break
         if found:
             break
+    if found is None and run_block.takes_mask:
+        run_block = block_runner(ctx, blocks[0][1], flip=True)
+        try:
+            h = stack(1.0)
+            if close(logits, _last(head(norm[1](h) if norm else h), logits)):
+                ctx.add("mask-inverted", f, where(f), "the mask your model builds marks the other positions with "
+                        "1/True than your attention hides: the model's mask and the attention disagree")
+                comp.status, comp.ids = "differs", ["mask-inverted"]
+                return comp
+        except Exception:
+            pass
+    if found is None and ctx.report.bug_ids():
+        comp.status, comp.detail = "skipped", "the whole model's comparison means nothing while the bugs above are there"
+        return comp
     if found is None:
         ref = head(norm[1](stack(1.0)) if norm else stack(1.0))
         ctx.add("unknown-difference", f, where(f), "the logits are not head(norm_f(blocks(embedding))): "
@@ -117,6 +131,10 @@ def check_model(ctx: Ctx, f: Found):
     if {"targets", "labels"} & roles:
         _check_loss(ctx, f, model, plan, tokens, V, comp)
     return comp
+
+
+def _last(ref, logits):
+    return ref[:, -1:] if logits.shape[1] == 1 and ref.shape[1] != 1 else ref
 
 
 def _logits(out, V):
