@@ -30,8 +30,8 @@ from .report import Component
 
 # --- layers: the wiring, with the learner's own sublayers -----------------------------------------
 
-_ATTN_NAME = re.compile(r"attention|attn|mha", re.I)
-_FFN_NAME = re.compile(r"feed|ffn|mlp|positionwise", re.I)
+_ATTN_NAME = re.compile(r"attention|attn|mha|注意力", re.I)
+_FFN_NAME = re.compile(r"feed|ffn|mlp|positionwise|前馈|swiglu", re.I)
 
 
 def _is_norm(m: nn.Module) -> bool:
@@ -44,6 +44,7 @@ def parts(layer: nn.Module, ctx: Ctx):
     """(attention modules, feed-forward module, norms) of a layer, in registration order."""
     attn, ffn, norms, taken = [], None, [], []
     cls_attn = ctx.found.get("attention")
+    cls_ffn = ctx.found.get("feed_forward")
     for name, m in layer.named_modules():
         if m is layer or any(name.startswith(t + ".") for t in taken):
             continue
@@ -54,7 +55,8 @@ def parts(layer: nn.Module, ctx: Ctx):
             attn.append((name, m))
             taken.append(name)
         elif ffn is None and (_FFN_NAME.search(tn) or _FFN_NAME.search(name.rsplit(".", 1)[-1])
-                              and isinstance(m, nn.Sequential)):
+                              and isinstance(m, nn.Sequential)
+                              or cls_ffn is not None and inspect.isclass(cls_ffn.obj) and isinstance(m, cls_ffn.obj)):
             ffn = (name, m)
             taken.append(name)
         elif _is_norm(m):

@@ -96,8 +96,35 @@ def rope_tables(ctx: Ctx, d_k: int):
         inv = 1.0 / 10000 ** (torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
         ang = torch.arange(T, dtype=torch.float64)[:, None] * inv  # (T, d_k/2)
         cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
-        return {"freqs": torch.polar(torch.ones_like(ang), ang), "cos": cos, "sin": sin}
+        return {"freqs": (cos, sin) if pair else torch.polar(torch.ones_like(ang), ang), "cos": cos, "sin": sin}
 
+    try:
+        pair = bool(re.search(r"cos\s*,\s*sin\s*=", inspect.getsource(ctx.module)))
+    except (OSError, TypeError):
+        pair = False
+
+    classes = [(n, o) for n, o in vars(ctx.module).items() if inspect.isclass(o) and issubclass(o, nn.Module)
+               and getattr(o, "__module__", None) == ctx.module.__name__ and re.search(r"rotary|rope", n, re.I)]
+    for name, cls in classes:  # HF style: RotaryEmbedding(dim, max_position_embeddings).forward(x, position_ids)
+        try:
+            rot = cls(d_k)
+        except Exception:
+            continue
+
+        def theirs(T, rot=rot):
+            x = torch.zeros(1, T, d_k, dtype=torch.float64)
+            try:
+                out = rot(x, torch.arange(T)[None])
+            except TypeError:
+                out = rot(x)
+            if isinstance(out, (tuple, list)) and len(out) == 2:
+                return {"freqs": tuple(t.double() for t in out), "cos": out[0].double(), "sin": out[1].double()}
+            return {"freqs": out}
+        try:
+            theirs(5)
+        except Exception:
+            continue
+        return theirs, f"your {name}({d_k})"
     for name, fn in fns:
         def theirs(T, fn=fn):
             out = fn(d_k, T)
@@ -131,7 +158,13 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         caller.settle(xq.float(), xk.float(), xv.float(), keep)
     mod.double()
     randomize(mod, 1)
-    caller.settle(xq, xk, xv, keep)
+    try:
+        caller.settle(xq, xk, xv, keep)
+    except Exception as e:
+        if table_from.startswith("the standard"):
+            raise CannotCheck(f"its rotary positions need the table your model builds ({type(e).__name__}: {e}); "
+                              "put the table's code in a function precompute_freqs_cis(dim, end)") from None
+        raise
     w, words, _, h_kv = map_attention(mod, d, h)
     if not rotary and re.search(r"rotary|rope|rotate_half|freqs|view_as_complex", _source(f)):
         rotary, table_from = True, "inside your attention"
@@ -197,11 +230,15 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
 
 
 def decoder_only(ctx: Ctx, f: Found) -> bool:
-    """Is this attention a decoder-only model's (a GPT / LLaMA block or model in the file, a causal name,
-    a registered triangle)? Then it must be causal."""
-    src = _source(f)
-    return "block" in ctx.found or "model" in ctx.found or bool(re.search(r"causal|masked", f.name, re.I)) \
-        or bool(re.search(r"tril|triu|is_causal\s*=\s*True", src))
+    """Is this attention a decoder-only model's? Its name says causal / masked, or the file builds a
+    causal triangle somewhere (a `tril` buffer, `is_causal=True`, a look-ahead mask): then it must be causal."""
+    import inspect as _i
+    try:
+        src = _i.getsource(ctx.module)
+    except (OSError, TypeError):
+        src = _source(f)
+    return bool(re.search(r"causal|masked|因果", f.name, re.I)) \
+        or bool(re.search(r"\btril\b|\btriu\b|is_causal\s*=\s*True|causal|look_?ahead|subsequent", src))
 
 
 def _source(f: Found) -> str:

@@ -48,13 +48,16 @@ class Sizes:
 # the names a size goes by in learners' files (module constants, config fields, `--size`)
 SIZE_NAMES = {
     "d_model": ("d_model", "n_embd", "dim", "embed_dim", "hidden_size", "emb_dim", "n_embed", "embedding_dim",
-                "d_embed", "model_dim", "num_hiddens", "hidden_dim_model", "emb_size", "embed_size", "n_embedding"),
-    "heads": ("heads", "n_head", "n_heads", "num_heads", "nhead", "num_attention_heads", "n_attn_heads", "h"),
-    "d_ff": ("d_ff", "dff", "ffn_hidden", "ffn_dim", "d_inner", "intermediate_size", "ffn_num_hiddens", "d_hidden"),
+                "d_embed", "model_dim", "num_hiddens", "hidden_dim_model", "emb_size", "embed_size", "n_embedding",
+                "模型维度", "维度", "嵌入维度", "隐藏大小", "模型大小", "词向量维度"),
+    "heads": ("heads", "n_head", "n_heads", "num_heads", "nhead", "num_attention_heads", "n_attn_heads", "h",
+              "头数", "注意力头数", "多头数"),
+    "d_ff": ("d_ff", "dff", "ffn_hidden", "ffn_dim", "d_inner", "intermediate_size", "ffn_num_hiddens", "d_hidden",
+             "前馈维度", "隐藏维度", "中间维度"),
     "max_len": ("max_len", "block_size", "max_seq_len", "context_length", "seq_len", "max_position_embeddings",
-                "n_positions", "context_size", "max_seq_length", "n_ctx"),
-    "vocab": ("vocab", "vocab_size", "n_vocab", "ntoken", "num_tokens"),
-    "layers": ("layers", "n_layer", "n_layers", "num_layers", "num_hidden_layers", "depth"),
+                "n_positions", "context_size", "max_seq_length", "n_ctx", "最大长度", "序列长度", "上下文长度", "块大小"),
+    "vocab": ("vocab", "vocab_size", "n_vocab", "ntoken", "num_tokens", "词表大小", "词汇量"),
+    "layers": ("layers", "n_layer", "n_layers", "num_layers", "num_hidden_layers", "depth", "层数"),
     "kv_heads": ("kv_heads", "n_kv_heads", "num_kv_heads", "num_key_value_heads", "n_kv_head"),
 }
 _CONFIG_PARAM = re.compile(r"config|conf|cfg|args|params|hparams|hp|model_args|settings|opt", re.I)
@@ -332,7 +335,8 @@ _MODULE_ARGS = {"self_attn": "attention", "src_attn": "attention", "cross_attn":
                 "encoder_layer": "encoder_layer", "decoder_layer": "decoder_layer"}
 _D_MODEL = {"d_model", "num_hiddens", "size", "embed_dim", "hidden_size", "dim", "d", "model_dim", "features",
             "norm_shape", "ffn_num_outputs", "n_embd", "emb_dim", "embedding_dim", "d_embed", "hidden",
-            "normalized_shape", "n_features", "ndim", "n_embed", "num_features", "d_k_total", "model_size", "embed_size", "d_hid"}
+            "normalized_shape", "n_features", "ndim", "n_embed", "in_features", "in_dim", "input_dim",
+            "模型维度", "维度", "嵌入维度", "隐藏大小", "num_features", "d_k_total", "model_size", "embed_size", "d_hid"}
 _LAYERS = {"n_layer", "n_layers", "num_layers", "nlayers", "n", "num_blks", "depth", "layers", "n_blocks",
            "num_blocks", "num_layer", "nlayer", "n_block"}
 _MISSING = object()
@@ -353,8 +357,11 @@ def arg_value(name: str, kind: str, sizes: Sizes, build_part, default=_MISSING):
         return sizes.kv_heads
     if "head" in n or n in ("h", "nhead"):
         return sizes.heads
-    if "ff" in n or "feedforward" in n or n in ("d_inner", "inner_dim", "mlp_dim"):
+    if "ff" in n or "feedforward" in n or n in ("d_inner", "inner_dim", "mlp_dim") or n in SIZE_NAMES["d_ff"]:
         return sizes.d_ff
+    for size in ("d_model", "max_len", "vocab", "layers"):
+        if n in SIZE_NAMES[size] and not n.isascii():
+            return getattr(sizes, size)
     if "drop" in n or n in ("rate", "p", "pdrop", "attn_pdrop"):
         return 0.0
     if "vocab" in n or n in ("ntoken", "num_embeddings", "n_tokens", "num_tokens"):
@@ -444,7 +451,7 @@ _ROLE = {"query": "q", "q": "q", "queries": "q", "key": "k", "k": "k", "keys": "
          "rotary_emb": "freqs", "freqs_complex": "freqs", "rope_cache": "freqs", "position_embeddings": "freqs",
          "cos_sin": "freqs", "cos": "cos", "sin": "sin", "start_pos": "start_pos", "pos_offset": "start_pos",
          "use_cache": "skip", "kv_cache": "none", "cache": "none", "past_key_value": "none", "layer_past": "none",
-         "past_kv": "none", "is_causal": "skip", "idx": "x", "targets": "targets", "target": "targets",
+         "past_kv": "none", "is_causal": "skip", "idx": "x", "词": "x", "词元": "x", "x_ids": "x", "targets": "targets", "target": "targets",
          "labels": "labels", "y_true": "targets", "x_mask": "mask", "输入": "x", "掩码": "mask"}
 
 

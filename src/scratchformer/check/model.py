@@ -129,7 +129,10 @@ def check_model(ctx: Ctx, f: Found):
         ctx.add(found, f, where(f), detail)
         comp.status, comp.ids = "differs", [found]
     if {"targets", "labels"} & roles:
-        _check_loss(ctx, f, model, plan, tokens, V, comp)
+        try:
+            _check_loss(ctx, f, model, plan, tokens, V, comp)
+        except Exception as e:  # their loss could not be called the way we tried: not judged, said so
+            comp.detail += f"; the loss was not judged ({type(e).__name__}: {str(e)[:80]})"
     return comp
 
 
@@ -169,8 +172,12 @@ def _check_loss(ctx, f, model, plan, tokens, V, comp):
             if isinstance(getattr(ctx.sizes.config, n, None), int):
                 pad = getattr(ctx.sizes.config, n)
     Y = torch.randint(1, V, tokens.shape, generator=ctx.gen)
-    logits = _logits(call(model, plan, {"x": tokens}), V)
-    loss = _loss(call(model, plan, {"x": tokens, role: Y}))
+    out = call(model, plan, {"x": tokens, role: Y})
+    logits, loss = _logits(out, V), _loss(out)
+    if logits.shape[:2] != tokens.shape:
+        logits = _logits(call(model, plan, {"x": tokens}), V)
+    if logits.shape[:2] != tokens.shape:
+        return  # only the last position's logits either way: the loss is not judged
     flat = lambda lg, y, **kw: F.cross_entropy(lg.reshape(-1, V), y.reshape(-1), **kw)  # noqa: E731
     as_given, shifted = flat(logits, Y), flat(logits[:, :-1], Y[:, 1:])
     if close(loss, shifted):
