@@ -36,8 +36,9 @@ _FFN_NAME = re.compile(r"feed|ffn|mlp|positionwise|前馈|swiglu", re.I)
 
 def _is_norm(m: nn.Module) -> bool:
     n = type(m).__name__.lower()
-    return isinstance(m, nn.LayerNorm) or ("norm" in n and "add" not in n and "sublayer" not in n
-                                          and any(p.dim() == 1 for p in m.parameters(recurse=False)))
+    return isinstance(m, (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))) or (
+        ("norm" in n or "归一化" in n) and "add" not in n and "sublayer" not in n
+        and any(p.dim() == 1 for p in m.parameters(recurse=False)))
 
 
 def parts(layer: nn.Module, ctx: Ctx):
@@ -236,6 +237,14 @@ def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False):
     if {"freqs", "cos", "sin"} & (roles | ({r for _, r, _ in A.plan} if A and not A.torch_mha else set())):
         tables, _ = rope_tables(ctx, ctx.sizes.d_model // ctx.sizes.heads)
     mask_role = next((r for _, r, _ in plan if r in ("mask", "lens")), None)
+    if A is not None and A.mask_role is not None and not A.torch_mha:
+        try:
+            p = next(block.parameters())
+            xs = torch.zeros(1, 3, ctx.sizes.d_model, dtype=p.dtype)
+            A.extra = tables
+            A.settle(xs, xs, xs, torch.ones(1, 3, dtype=torch.bool))
+        except Exception:
+            pass
 
     def run(b, x):
         vals = {"x": x}
@@ -293,6 +302,8 @@ def check_block(ctx: Ctx, f: Found) -> Component:
         run(x.float())
     layer.double()
     randomize(layer, 4)
+    if A.mask_role is not None and not A.torch_mha:
+        A.settle(x, x, x, torch.ones(B, T, dtype=torch.bool))  # the mask type their attention takes
     if A.mask_role is not None:
         A.ndim = A.ndim or 4
     x1 = ctx.randn(1, 3, d)
@@ -362,7 +373,7 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
             vals[mask_role] = ctx.form.keys(keep, ndims[0])
         return first_tensor(call(enc, plan, vals), ndim=3)
 
-    for nd in dict.fromkeys([ctx.form.ndim, 4, 3]):
+    for nd in dict.fromkeys([ctx.form.ndim, 4, 3, 2]):
         ndims[0] = nd
         try:
             full = run(inputs, keep)

@@ -134,6 +134,17 @@ def map_attention(mod: nn.Module, d: int, h: int | None = None):
         bs = fb.chunk(3, 0) if fb is not None else (None,) * 3
         w = {"q": (ws[0], bs[0]), "k": (ws[1], bs[1]), "v": (ws[2], bs[2]), "o": (ow, biases.get(on.rsplit(".", 1)[0]))}
         return w, f"W_Q,W_K,W_V←{fn} (3 rows blocks), W_O←{on}", [fw, ow], None
+    if len(sq) == 1 and len(mats) == 2 and h is not None:
+        (fn, fw) = next((n, p) for n, p in mats if p is not sq[0][1])
+        r = (fw.shape[0] - d) // 2
+        if fw.shape[1] == d and fw.shape[0] > d and (fw.shape[0] - d) % 2 == 0 and r % (d // h) == 0 and r < d:
+            # one fused W_QKV for grouped-query attention: rows d (Q), then h_kv·d_k (K), h_kv·d_k (V)
+            fb = biases.get(fn.rsplit(".", 1)[0])
+            ws = fw.split([d, r, r], 0)
+            bs = fb.split([d, r, r], 0) if fb is not None else (None,) * 3
+            on, ow = sq[0]
+            w = {"q": (ws[0], bs[0]), "k": (ws[1], bs[1]), "v": (ws[2], bs[2]), "o": (ow, biases.get(on.rsplit(".", 1)[0]))}
+            return w, f"W_Q,W_K,W_V←{fn} (rows {d}, {r}, {r}: 3 rows blocks), W_O←{on}", [fw, ow], r // (d // h)
     narrow = [(n, p) for n, p in mats if p.shape[1] == d and p.shape[0] < d and d % p.shape[0] == 0]
     if len(sq) == 1 and narrow and h is not None:
         # per-head modules: heads.0.query (d_k, d), heads.0.key, ...: concatenated head by head
@@ -269,22 +280,32 @@ class AttnCaller:
         return out if self.fn.batch_first else out.transpose(0, 1)
 
     def settle(self, q, k, v, keep):
-        """Find the mask rank the learner's code accepts ((B,1,1,S) or (B,1,S)), trying theirs first."""
+        """Find the mask rank and type the learner's code accepts ((B,1,1,S), (B,1,S), (B,S); their
+        int / bool / additive float), trying theirs first."""
         if self.torch_mha:
             return
         if self.mask_role is None or self.form.kind == "lens":
             self(q, k, v, keep)
             return
         errors = []
-        for nd in dict.fromkeys([self.form.ndim, 4, 3, 2]):
-            if nd is None:
-                continue
-            self.ndim = nd
-            try:
-                self(q, k, v, keep)
-                return
-            except NotImplementedError:
-                raise  # a skeleton's TODO, whatever the mask
-            except Exception as e:  # the learner's code: any error means "not this rank"
-                errors.append(f"{type(e).__name__}: {e}")
+        forms = [self.form]
+        if self.form.kind in ("keep", "pad"):
+            forms += [M.MaskForm(self.form.kind, torch.bool, self.form.ndim, self.form.source, self.form.source_zh),
+                      M.MaskForm("add", torch.float64, self.form.ndim, "an additive float mask (the one your code takes)",
+                                 "加性浮点掩码（你的代码接受的）")]
+        first = self.form
+        for form in forms:
+            self.form = form
+            for nd in dict.fromkeys([first.ndim, 4, 3, 2]):
+                if nd is None:
+                    continue
+                self.ndim = nd
+                try:
+                    self(q, k, v, keep)
+                    return
+                except NotImplementedError:
+                    raise  # a skeleton's TODO, whatever the mask
+                except Exception as e:  # the learner's code: any error means "not this rank / type"
+                    errors.append(f"{type(e).__name__}: {e}")
+        self.form = first
         raise CannotCheck(f"no mask shape worked ({errors[0] if errors else '?'})")

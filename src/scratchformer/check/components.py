@@ -297,6 +297,11 @@ def _ffn_module(ctx, f):
     return mod.double(), x
 
 
+def bias_of_(params, n, size):
+    b = dict(params).get(n.rsplit(".", 1)[0] + ".bias") if n.endswith(".weight") else None
+    return b if b is not None and tuple(b.shape) == (size,) else None
+
+
 def ffn_params(mod: nn.Module, d: int, dff: int | None = None):
     """((W₁, b₁, W₂, b₂), the mapping in words) of a feed-forward block, by shape (d→d_ff, d_ff→d); d_ff is
     read from the weights (4·d, 2/3 of it rounded, whatever the learner chose) unless given."""
@@ -306,6 +311,18 @@ def ffn_params(mod: nn.Module, d: int, dff: int | None = None):
         ins = {p.shape[1] for _, p in params if p.dim() == 2 and p.shape[0] == d and p.shape[1] != d}
         both = outs & ins
         dff = next(iter(both)) if len(both) == 1 else (d if not outs and not ins else -1)
+    mats = [(n, p) for n, p in params if p.dim() == 2]
+    if dff == -1 and len(mats) == 2 and mats[0][1].shape[1] == d and mats[1][1].shape[0] == d \
+            and mats[0][1].shape[0] == 2 * mats[1][1].shape[1]:
+        # one fused gate_up (2·d_ff × d), then down: SwiGLU with W₁, W₃ as the two row halves
+        (n13, w13), (n2, w2_) = mats
+        g, u = w13.chunk(2, 0)
+        return (g, None, u, None, w2_, None), f"W_1 (gate), W_3 (up)←{n13} (two row halves), W_2←{n2} (SwiGLU)"
+    if dff == d or dff == -1 and len(mats) == 2 and all(tuple(p.shape) == (d, d) for _, p in mats):
+        dff = d  # hidden as wide as the model (ViT's Mlp with its default): W₁ then W₂ by registration order
+        if len(mats) == 2 and all(tuple(p.shape) == (d, d) for _, p in mats):
+            (n1, a), (n2, b) = mats
+            return (a, bias_of_(params, n1, d), b, bias_of_(params, n2, d)), f"W_1←{n1}, W_2←{n2} (by order)"
     w1 = [(n, p) for n, p in params if tuple(p.shape) == (dff, d)]
     w2 = [(n, p) for n, p in params if tuple(p.shape) == (d, dff)]
     if len(w1) not in (1, 2) or len(w2) != 1 or dff == d and len(w1) != 1:

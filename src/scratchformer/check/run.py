@@ -21,7 +21,7 @@ from .report import Component, Report
 from .train import train_beside
 
 
-_SHAPE = re.compile(r"shape|size|mat1 and mat2|dimension|cannot be multiplied|must match|expected .*dim|"
+_SHAPE = re.compile(r"dtype|boolean mask|shape|size|mat1 and mat2|dimension|cannot be multiplied|must match|expected .*dim|"
                     r"not enough values|too many values|out of range|invalid for input", re.I)
 
 
@@ -48,7 +48,7 @@ def _one(ctx, f, module) -> Component:
     msg = f"{type(err).__name__}: {err}"[:300] + _their_line(err, module)
     shape = isinstance(err, (RuntimeError, ValueError, IndexError, TypeError, AttributeError, KeyError)) \
         and (_SHAPE.search(str(err)) is not None or isinstance(err, (TypeError, AttributeError, KeyError)))
-    theirs = {"d_model", "heads"} <= set(ctx.sizes.came_from)
+    theirs = {"d_model", "heads"} <= set(ctx.sizes.came_from) and not re.search(r"dtype|boolean|Bool", str(err))
     if not shape or theirs:
         return Component(f.kind, f.name, "error", [], msg)
     saved = ctx.sizes
