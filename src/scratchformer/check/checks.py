@@ -71,10 +71,12 @@ def _layer_variants(n_sub: int):
     missing residual."""
     for order in ("post", "pre"):
         yield order, (True,) * n_sub, None
-    for i in range(n_sub):
-        res = tuple("normed" if j == i else True for j in range(n_sub))
-        yield "pre", res, ("post-ln-residual", i)
-    yield "pre", ("normed",) * n_sub, ("post-ln-residual", -1)
+    for order in ("pre", "post"):
+        for kind in ("normed", "normed-x"):
+            for i in range(n_sub):
+                res = tuple(kind if j == i else True for j in range(n_sub))
+                yield order, res, ("post-ln-residual", i)
+            yield order, (kind,) * n_sub, ("post-ln-residual", -1)
     for order in ("post", "pre"):
         for i in range(n_sub):
             res = tuple(j != i for j in range(n_sub))
@@ -85,13 +87,15 @@ def _layer_variants(n_sub: int):
 def _sub(order, norm, f, x, residual):
     """One sublayer: Post-LN `norm(x + f(x))`, Pre-LN `x + f(norm(x))`; residual False drops the `x +`,
     "normed" adds the normalised input instead (`y = norm(x); y + f(y)`, a Pre/Post-LN mix-up)."""
+    if residual == "normed":   # y = norm(x); y + f(y)
+        n = norm(x)
+        return n + f(n)
+    if residual == "normed-x":  # norm(x) + f(x)
+        return norm(x) + f(x)
     if order == "post":
         y = f(x)
         return norm(x + y) if residual else norm(y)
-    n = norm(x)
-    y = f(n)
-    if residual == "normed":
-        return n + y
+    y = f(norm(x))
     return x + y if residual else y
 
 

@@ -174,11 +174,25 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     causal_choices = [False, True] if caller.self_only else [False]
     pairings = ["interleaved", "half"] if rotary else [None]
 
+    own_mask = caller.self_only and caller.mask_role is None  # a causal triangle of its own, if any
+
+    def triangle(T, bugs):
+        """The causal keep (1, 1, T, T), as written or with the mask bug `bugs` names."""
+        ones = torch.ones(T, T, dtype=torch.bool)
+        sub = bugs.get("no-causal-mask") if own_mask else None
+        if own_mask and bugs.get("mask-inverted") == "causal inverted":
+            return ones.triu(1)[None, None]
+        return (ones.tril(-1) if sub == "diagonal hidden" else ones.tril(1) if sub == "one ahead visible"
+                else ones.tril())[None, None]
+
     def ref(bugs, fill=-1e9, w=w, causal=False, rope=None):
-        c5 = R.causal_keep(Tq)[None, None] if causal else True
-        c3 = R.causal_keep(3)[None, None] if causal else None
+        if own_mask and ("no-causal-mask" in bugs or bugs.get("mask-inverted") == "causal inverted") and not causal:
+            raise ValueError("a triangle bug needs the triangle")
+        c5 = triangle(Tq, bugs) if causal else True
+        c3 = triangle(3, bugs) if causal else None
+        bugs = {b: v for b, v in bugs.items() if not (own_mask and b in ("no-causal-mask", "mask-inverted"))}
         return [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv)[:2],
-                R.multi_head(x1, x1, x1, w, h, c3, bugs, rope_pairing=rope, h_kv=h_kv)]
+                R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv)]
 
     def grads(bugs, choice):
         """d(loss)/d(weights) and d(loss)/d(inputs), on the rows with something to attend to (a NaN
@@ -202,6 +216,11 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     if all(b is None for _, b in w.values()):
         ctx.add("no-bias", f, f"{f.name}.__init__")
     space = dict(R.ATTENTION_VARIANTS)
+    if own_mask:
+        space["mask-inverted"] = ["causal inverted"]
+        space["no-causal-mask"] = ["diagonal hidden", "one ahead visible"]
+        space.pop("mask-fill-zero")
+        space["mask-fill-zero"] = ["zero"]
     if rotary:
         space.update(R.ROPE_VARIANTS)
     if h_kv is not None and h_kv < h:

@@ -254,7 +254,8 @@ def kind_of_class(name: str) -> str | None:
     if re.fullmatch(r"(transformer|gpt|llama|decoder|causal|attention)?block|transformerlayer|gptlayer|"
                     r"llamadecoderlayer|decoderonlylayer|layer", n):
         return "block"
-    if re.search(r"gpt|llama|languagemodel|decoderonly|causallm|^transformer$|^(tiny|mini|nano|simple|my)?(lm|model)$", n):
+    if re.search(r"gpt|llama|languagemodel|decoderonly|causallm|^transformer$|^(tiny|mini|nano|simple|my)?(lm|model)$|模型", n) \
+            and not re.search(r"rotary|rope|embed|norm|config|head|mlp|cache", n):
         return "model"  # a decoder-only language model, if its structure says so (else dropped, see model.py)
     return None
 
@@ -299,7 +300,7 @@ def discover(module, mapping: dict | None = None, source: str = "") -> tuple[lis
             kind = kind_of_function(name, obj)
         if kind == "pad_mask":
             helpers["pad_mask"].append(obj)
-        elif kind is not None and kind not in found:
+        elif kind is not None and (kind not in found or kind == "model"):  # the model: the last one defined
             found[kind] = Found(kind, name, obj, "name")
         elif kind is not None and inspect.isclass(obj) and not inspect.isclass(found[kind].obj):
             found[kind] = Found(kind, name, obj, "name")  # a module class beats a factory function
@@ -452,7 +453,8 @@ _ROLE = {"query": "q", "q": "q", "queries": "q", "key": "k", "k": "k", "keys": "
          "cos_sin": "freqs", "cos": "cos", "sin": "sin", "start_pos": "start_pos", "pos_offset": "start_pos",
          "use_cache": "skip", "kv_cache": "none", "cache": "none", "past_key_value": "none", "layer_past": "none",
          "past_kv": "none", "is_causal": "skip", "idx": "x", "词": "x", "词元": "x", "x_ids": "x", "targets": "targets", "target": "targets",
-         "labels": "labels", "y_true": "targets", "x_mask": "mask", "输入": "x", "掩码": "mask"}
+         "labels": "labels", "y_true": "targets", "compute_loss": "want_loss", "return_loss": "want_loss",
+         "with_loss": "want_loss", "计算损失": "want_loss", "返回损失": "want_loss", "x_mask": "mask", "输入": "x", "掩码": "mask"}
 
 
 def role_of(name: str, kind: str) -> str | None:

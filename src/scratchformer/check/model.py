@@ -128,6 +128,12 @@ def check_model(ctx: Ctx, f: Found):
                   "Post-LN blocks already end in a norm"}[found]
         ctx.add(found, f, where(f), detail)
         comp.status, comp.ids = "differs", [found]
+    _check_loading(ctx, f, comp)
+    if "want_loss" in roles and not {"targets", "labels"} & roles:
+        try:
+            _check_own_loss(ctx, f, model, plan, tokens, V, comp)
+        except Exception as e:
+            comp.detail += f"; the loss was not judged ({type(e).__name__}: {str(e)[:80]})"
     if {"targets", "labels"} & roles:
         try:
             _check_loss(ctx, f, model, plan, tokens, V, comp)
@@ -165,12 +171,7 @@ def _check_loss(ctx, f, model, plan, tokens, V, comp):
     except (OSError, TypeError):
         pass
     m = re.search(r"ignore_index\s*=\s*(-?\d+)", src)
-    pad = int(m.group(1)) if m else next((int(v) for n, v in ctx.sizes.consts.items()
-                                          if re.fullmatch(r"pad(_?(idx|id|token_id|token))?", n.lower())), None)
-    if pad is None and ctx.sizes.config is not None:
-        for n in ("pad_token_id", "pad_id", "pad_idx"):
-            if isinstance(getattr(ctx.sizes.config, n, None), int):
-                pad = getattr(ctx.sizes.config, n)
+    pad = int(m.group(1)) if m else _pad_id(ctx, model)
     Y = torch.randint(1, V, tokens.shape, generator=ctx.gen)
     out = call(model, plan, {"x": tokens, role: Y})
     logits, loss = _logits(out, V), _loss(out)
@@ -204,3 +205,84 @@ def _check_loss(ctx, f, model, plan, tokens, V, comp):
         ctx.add("loss-on-padding", f, where(f), f"the padding id {pad} is counted in the loss; "
                 f"F.cross_entropy(..., ignore_index={pad})")
         comp.status, comp.ids = "differs", comp.ids + ["loss-on-padding"]
+
+
+_SAVE = re.compile(r"save|保存|存储|dump", re.I)
+_LOAD = re.compile(r"load|restore|加载|载入|读取", re.I)
+
+
+def _check_loading(ctx, f, comp):
+    """Their own save and load functions, `save(model, path)` then `load(fresh_model, path)`: the fresh
+    model must end with the saved weights. `load_state_dict(..., strict=False)` with keys that match
+    nothing loads nothing and says nothing (`weights-not-loaded`)."""
+    import inspect
+    import os
+    import tempfile
+
+    fns = [(n, o) for n, o in vars(ctx.module).items() if inspect.isfunction(o)
+           and getattr(o, "__module__", None) == ctx.module.__name__]
+
+    def two_args(fn):
+        try:
+            ps = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+        except (TypeError, ValueError):
+            return False
+        return len(ps) == 2
+
+    save = next((o for n, o in fns if _SAVE.search(n) and two_args(o)), None)
+    load = next((o for n, o in fns if _LOAD.search(n) and two_args(o)), None)
+    if save is None or load is None:
+        return
+    try:
+        a, b = ctx.build(f), ctx.build(f)
+        randomize(a, 8)
+        randomize(b, 9)
+        before = {k: v.clone() for k, v in b.state_dict().items()}
+        with tempfile.TemporaryDirectory(prefix="scratchformer-check-") as d:
+            path = os.path.join(d, "ckpt.pt")
+            save(a, path)
+            load(b, path)
+    except Exception:
+        return  # their save / load could not be called this way: not judged
+    after, want = b.state_dict(), a.state_dict()
+    params = [k for k, _ in b.named_parameters()]
+    if params and all(torch.equal(after[k], before[k]) for k in params) \
+            and not all(torch.equal(want[k], before[k]) for k in params):
+        ctx.add("weights-not-loaded", f, f"{load.__name__}()", f"{save.__name__}() then {load.__name__}(): "
+                "not one parameter changed; the keys of the state dict match none of the model's")
+        comp.status, comp.ids = "differs", comp.ids + ["weights-not-loaded"]
+
+
+def _check_own_loss(ctx, f, model, plan, tokens, V, comp):
+    """forward(ids, compute_loss=True): the loss of predicting ids[t+1] from position t, padding left out."""
+    out = call(model, plan, {"x": tokens, "want_loss": True})
+    logits, loss = _logits(out, V), _loss(out)
+    flat = lambda lg, y, **kw: F.cross_entropy(lg.reshape(-1, V), y.reshape(-1), **kw)  # noqa: E731
+    if close(loss, flat(logits, tokens)) and not close(loss, flat(logits[:, :-1], tokens[:, 1:])):
+        ctx.add("target-not-shifted", f, where(f), "position t is scored against token t, not token t+1")
+        comp.status, comp.ids = "differs", comp.ids + ["target-not-shifted"]
+        return
+    if not close(loss, flat(logits[:, :-1], tokens[:, 1:])):
+        return
+    pad = _pad_id(ctx, model)
+    if pad is None or pad < 0 or pad >= V:
+        return
+    t2 = tokens.clone()
+    t2[1, -3:] = pad
+    out = call(model, plan, {"x": t2, "want_loss": True})
+    lg, ls = _logits(out, V), _loss(out)
+    if close(ls, flat(lg[:, :-1], t2[:, 1:])) and not close(ls, flat(lg[:, :-1], t2[:, 1:], ignore_index=pad)):
+        ctx.add("loss-on-padding", f, where(f), f"the padding id {pad} is counted in the loss; "
+                f"F.cross_entropy(..., ignore_index={pad})")
+        comp.status, comp.ids = "differs", comp.ids + ["loss-on-padding"]
+
+
+def _pad_id(ctx, model):
+    for n, v in ctx.sizes.consts.items():
+        if re.fullmatch(r"pad(_?(idx|id|token_id|token))?", n.lower()) and isinstance(v, int):
+            return v
+    for obj in (ctx.sizes.config, getattr(model, "cfg", None), getattr(model, "config", None)):
+        for n in ("pad_token_id", "pad_id", "pad_idx", "padding_idx"):
+            if isinstance(getattr(obj, n, None), int):
+                return getattr(obj, n)
+    return None

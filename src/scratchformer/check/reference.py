@@ -222,14 +222,18 @@ def rms_norm(x, weight, eps: float, bugs: Bugs | None = None):
     return y * (weight if weight is not None else 1.0)
 
 
-SWIGLU_VARIANTS = {"swiglu-wrong-gate": ["no silu (w1 x · w3 x)", "silu of the product", "sigmoid gate (not silu)",
-                                         "sum instead of product", "silu on both"]}
+SWIGLU_VARIANTS = {"ffn-no-activation": ["no silu (w1 x · w3 x)"],
+                   "swiglu-wrong-gate": ["silu of the product", "sigmoid gate (not silu)", "sum instead of product",
+                                         "silu on both", "silu on the up projection"]}
 
 
 def swiglu(x, w1, w3, w2, bugs: Bugs | None = None, b1=None, b3=None, b2=None):
     """SwiGLU FFN(x) = W₂ (silu(W₁ x) ⊙ W₃ x): W₁ the gate, W₃ the up projection.   门控前馈：silu 只作用在门上"""
-    sub = (bugs or {}).get("swiglu-wrong-gate")
+    sub = (bugs or {}).get("swiglu-wrong-gate") or (bugs or {}).get("ffn-no-activation")
     a, b = linear(x, w1, b1), linear(x, w3, b3)
+    if sub == "silu on the up projection":  # the gate's names kept, silu moved to the other one
+        a, b = b, a
+        sub = None
     if sub == "no silu (w1 x · w3 x)":
         h = a * b
     elif sub == "silu of the product":
