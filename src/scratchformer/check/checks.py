@@ -63,7 +63,25 @@ def parts(layer: nn.Module, ctx: Ctx):
         elif _is_norm(m):
             norms.append((name, m))
             taken.append(name)
+    if ffn is None:
+        ffn = _inline_ffn(layer)
     return attn, ffn, norms
+
+
+def _inline_ffn(layer: nn.Module):
+    """torch's own layers keep the feed-forward inline: linear1, activation, linear2 (no module of its own)."""
+    l1, l2 = getattr(layer, "linear1", None), getattr(layer, "linear2", None)
+    if not (isinstance(l1, nn.Linear) and isinstance(l2, nn.Linear) and l1.out_features == l2.in_features):
+        return None
+    try:
+        src = inspect.getsource(type(layer).forward)
+    except (OSError, TypeError):
+        src = ""
+    act = torch.nn.functional.gelu if "gelu" in src.lower() else torch.nn.functional.relu
+
+    def ffn(y):
+        return l2(act(l1(y)))
+    return ("linear1, linear2", ffn)
 
 
 def _layer_variants(n_sub: int):
@@ -114,7 +132,12 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
     x = ctx.randn(B, T, d)
     keep = key_keep(B, T)
 
+    seq_first = any(r == "kpm" for _, r, _ in plan)
+
     def run(x, keep, ndim):
+        if seq_first:  # torch's API: (T, B, d), key_padding_mask True = padding, no square mask
+            out = call(layer, plan, {"x": x.transpose(0, 1), "kpm": ~keep})
+            return first_tensor(out, shape=(x.shape[1], x.shape[0], x.shape[2])).transpose(0, 1)
         vals = {"x": x}
         if mask_role is not None:
             vals[mask_role] = lay_form.keys(keep, ndim)
@@ -196,6 +219,10 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
             finally:
                 layer.eval()
             return first_tensor(out, shape=tuple(x.shape))
+        if any(r == "kpm" for _, r, _ in plan):  # torch's API, sequence first, True = hidden
+            vals = {"x": x.transpose(0, 1), "m": mem.transpose(0, 1), "kpm": ~src_keep, "tgt_mask": ~tgt_keep[0]}
+            out = first_tensor(call(layer, plan, vals), shape=(x.shape[1], x.shape[0], x.shape[2]))
+            return out.transpose(0, 1)
         vals = {"x": x, "m": mem, "src_mask": A2.form.keys(src_keep, A2.ndim),
                 "tgt_mask": A1.form.square(tgt_keep, A1.ndim)}
         return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))

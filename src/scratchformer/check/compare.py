@@ -230,11 +230,24 @@ def key_keep(B: int, S: int) -> torch.Tensor:
     return keep
 
 
+def _torch_like(fn) -> bool:
+    """A learner's attention written to nn.MultiheadAttention's API: forward(query, key, value,
+    attn_mask, key_padding_mask), sequence first unless it says batch_first, True = hidden."""
+    if not isinstance(fn, nn.Module):
+        return False
+    try:
+        names = list(inspect.signature(fn.forward).parameters)
+    except (TypeError, ValueError):
+        return False
+    return "key_padding_mask" in names and "attn_mask" in names
+
+
 class AttnCaller:
     """Calls an attention module (or function) by its own parameter names, with a mask in the learner's form."""
 
     def __init__(self, fn, form: M.MaskForm, kind: str = "attention"):
-        self.torch_mha = isinstance(fn, nn.MultiheadAttention)
+        self.torch_mha = isinstance(fn, nn.MultiheadAttention) or _torch_like(fn)
+        self.extra = None
         if self.torch_mha:  # torch's own, inside a learner's layer: its masks say True = blocked
             self.fn, self.plan, self.self_only, self.mask_role, self.mask_required = fn, [], False, "mask", False
             learner_said = form.source.startswith(("your function", "your line", "--mask"))
@@ -274,10 +287,14 @@ class AttnCaller:
             am = ~keep[0]  # (T, T), True = blocked
         elif keep is not None:
             kpm = ~keep  # (B, S), True = padding
-        if not self.fn.batch_first:
+        first = not getattr(self.fn, "batch_first", False)
+        if first:
             q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (T, B, d)
-        out = self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am, need_weights=False)[0]
-        return out if self.fn.batch_first else out.transpose(0, 1)
+        if isinstance(self.fn, nn.MultiheadAttention):
+            out = self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am, need_weights=False)[0]
+        else:  # the learner's own, written to torch's API
+            out = first_tensor(self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am), ndim=3)
+        return out.transpose(0, 1) if first else out
 
     def settle(self, q, k, v, keep):
         """Find the mask rank and type the learner's code accepts ((B,1,1,S), (B,1,S), (B,S); their

@@ -461,7 +461,11 @@ def role_of(name: str, kind: str) -> str | None:
     n = name.lower()
     if n in ("valid_lens", "valid_len", "lens", "lengths", "enc_valid_lens", "seq_lens"):
         return "lens"
+    if "key_padding" in n:  # torch's API, sequence first: (S, B) keys, True = padding
+        return "tgt_kpm" if re.search(r"tgt|trg|self", n) else "kpm"
     if "mask" in n:
+        if kind == "decoder_layer" and re.fullmatch(r"(memory|mem)_mask|attn_mask", n):
+            return "attn_mask"
         if kind == "decoder_layer":
             if re.search(r"tgt|trg|look|self|dec|causal|sub|future|combined", n):
                 return "tgt_mask"
@@ -501,7 +505,7 @@ def call(fn, plan, values: dict):
             kw[name] = None
         elif role == "start_pos" and role not in values:
             kw[name] = 0
-        elif role in ("dropout", "skip"):
+        elif role in ("dropout", "skip", "tgt_kpm", "attn_mask"):
             continue
         elif role in values:
             kw[name] = values[role]
