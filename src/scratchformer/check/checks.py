@@ -172,7 +172,8 @@ def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):
         except (RuntimeError, ValueError, IndexError, CannotCheck):
             continue
         if all_close(L, outs):
-            ctx.add("post-ln" if order == "post" else "pre-ln", f, where(f))
+            if not (bug is not None and bug[0] == "post-ln-residual" and bug[1] < 0):  # else the order is moot
+                ctx.add("post-ln" if order == "post" else "pre-ln", f, where(f))
             if bug is not None:
                 if bug[0] in ("no-residual", "post-ln-residual"):
                     which = "every sublayer" if bug[1] < 0 else f"the {sub_names[bug[1]]} sublayer"
@@ -417,6 +418,10 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
         raise CannotCheck(f"no mask shape worked ({type(err).__name__}: {err})")
     alone = run(inputs[1:, :4], keep[1:, :4])
     comp = Component(f.kind, f.name, "ok", [], "padding invariance: a padded row equals the same row unpadded")
+    final = _final_norm(ctx, f, enc, lambda: run(inputs, keep))
+    if final is not None:
+        comp.status, comp.ids = "differs", [final]
+        return comp
     if not close(full[1:, :4], alone):
         if any(x.severity == "bug" for x in ctx.report.findings):
             comp.status, comp.detail = "skipped", "its padding test means nothing while the bugs above are there"
@@ -426,6 +431,44 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
                 "(is the mask built the wrong way round?) " + departure(full[1:, :4], alone))
         comp.status, comp.ids = "differs", [ctx.report.findings[-1].id]
     return comp
+
+
+def _final_norm(ctx: Ctx, f: Found, stack: nn.Module, run) -> str | None:
+    """The end of a stack: Pre-LN layers need one final norm (`missing-final-norm` without it); Post-LN
+    layers already end in one (`extra-final-norm` with another). The last layer's output is caught with
+    a hook and compared with what the stack returns."""
+    lf = ctx.found.get("encoder_layer")
+    if lf is None or not inspect.isclass(lf.obj):
+        return None
+    layers = [m for m in stack.modules() if isinstance(m, lf.obj)]
+    if not layers:
+        return None
+    seen = []
+    hook = layers[-1].register_forward_hook(lambda m, i, o: seen.append(first_tensor(o, ndim=3)))
+    try:
+        out = run()
+    finally:
+        hook.remove()
+    if not seen or tuple(seen[-1].shape) != tuple(out.shape):
+        return None
+    last = seen[-1]
+    if last.shape[1] != out.shape[1]:
+        return None
+    inside = {id(m) for layer in layers for m in layer.modules()}
+    norms = [m for m in stack.modules() if id(m) not in inside and _is_norm(m)]
+    order = {x.id for x in ctx.report.findings if x.component == "encoder_layer" and x.id in ("pre-ln", "post-ln")}
+    plain = torch.nn.functional.layer_norm(last, last.shape[-1:])
+    normed = [n(last) for n in norms] + [plain]
+    if "pre-ln" in order and close(out, last):
+        ctx.add("missing-final-norm", f, where(f), "Pre-LN layers and the stack returns the last layer's output "
+                "unnormalised" + (f" ({type(norms[0]).__name__} is never applied)" if norms else ""))
+        return "missing-final-norm"
+    twice = [n(n(last)) for n in norms]
+    if "post-ln" in order and any(close(out, t) for t in normed) or any(close(out, t) for t in twice):
+        ctx.add("extra-final-norm", f, where(f), "Post-LN layers already end in a norm; the stack adds another"
+                if "post-ln" in order else "the final norm runs twice")
+        return "extra-final-norm"
+    return None
 
 
 CHECKS = {"scaled_dot_product": check_scaled_dot_product, "attention": check_attention,

@@ -356,8 +356,9 @@ def ffn_params(mod: nn.Module, d: int, dff: int | None = None):
         (n1, a), (n3, c) = w1
         if re.search(r"(^|\.)(w3|up|up_proj|fc_up|v)(\.|$)", n1) or re.search(r"gate", n3):
             (n1, a), (n3, c) = (n3, c), (n1, a)
+        named = bool(re.search(r"gate|(^|\.)w_?1(\.|$)", n1) and re.search(r"up|(^|\.)w_?3(\.|$)", n3))
         return (a, bias_of(n1, dff), c, bias_of(n3, dff), w2[0][1], bias_of(w2[0][0], d)), \
-            f"W_1 (gate)←{n1}, W_3 (up)←{n3}, W_2←{w2[0][0]} (by shape; SwiGLU)"
+            f"W_1 (gate)←{n1}, W_3 (up)←{n3}, W_2←{w2[0][0]} (by {'names' if named else 'shape'}; SwiGLU)"
     b1 = bias_of(w1[0][0], dff)
     b2 = bias_of(w2[0][0], d)
     if b1 is None:
@@ -404,7 +405,8 @@ def _check_swiglu(ctx, f, mod, W, words, x, x1, L):
         a, c, ba, bc = (w3, w1, b3, b1) if swap else (w1, w3, b1, b3)
         return [R.swiglu(t, a, c, w2, bugs, ba, bc, b2) for t in (x, x1)]
 
-    choices = [{"swap": False}, {"swap": True}]  # which of the two is the gate is the learner's naming
+    # which of the two is the gate: their names say (gate_proj / w1), else either is right
+    choices = [{"swap": False}] if "(by names; SwiGLU)" in words else [{"swap": False}, {"swap": True}]
     return _settle(ctx, f, L, ref, R.SWIGLU_VARIANTS, choices, None, None, words)
 
 
