@@ -66,7 +66,17 @@ PLANTS = [
     ("llama_cossin", "rmsnorm-eps-outside", "rms_norm", [("torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps)",
                                                           "torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True)) + self.eps")]),
     ("llama_cossin", "rmsnorm-mean-not-square", "rms_norm", [("torch.mean(x * x, dim=-1, keepdim=True)", "torch.mean(x, dim=-1, keepdim=True) ** 2")]),
-    ("llama_cossin", "swiglu-wrong-gate", "feed_forward", [("F.silu(self.gate_proj(x)) * self.up_proj(x)", "self.gate_proj(x) * self.up_proj(x)")]),
+    ("llama_cossin", "swiglu-wrong-gate", "feed_forward", [("F.silu(self.gate_proj(x)) * self.up_proj(x)",
+                                                            "F.silu(self.up_proj(x)) * self.gate_proj(x)")]),
+    ("llama_cossin", "ffn-no-activation", "feed_forward", [("F.silu(self.gate_proj(x)) * self.up_proj(x)",
+                                                            "self.gate_proj(x) * self.up_proj(x)")]),
+    ("gpt_video", "weights-not-loaded", "model", [("model.load_state_dict(ckpt['model'], strict=False)",
+                                                   "model.load_state_dict(ckpt, strict=False)")]),
+    ("mingpt", "weights-not-loaded", "model", [("    state_dict = {k[len(unwanted_prefix):] if k.startswith(unwanted_prefix) "
+                                                "else k: v for k, v in state_dict.items()}\n", "")]),
+    ("mingpt", "layernorm-wrong-axis", "layer_norm", [("return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)",
+                                                        "m = input.mean(0, keepdim=True)\n        v = input.var(0, keepdim=True, unbiased=False)\n"
+                                                        "        return self.weight * (input - m) / torch.sqrt(v + 1e-5) + self.bias")]),
     ("llama_cossin", "post-ln-residual", "block", [("x = x + self.mlp(self.post_attention_layernorm(x))",
                                                     "x = self.post_attention_layernorm(x)\n        x = x + self.mlp(x)")]),
     ("llama_cossin", "mask-inverted", "model", [("masked_fill(mask == 0,", "masked_fill(mask == 1,")]),

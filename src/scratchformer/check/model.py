@@ -50,6 +50,12 @@ def lm_parts(model: nn.Module, ctx: Ctx):
 
 
 def check_model(ctx: Ctx, f: Found):
+    try:
+        plan = call_plan(f.obj.forward, "model")
+    except CannotCheck:
+        return None
+    if sum(1 for _, r, req in plan if r in ("x", "m") and req) != 1:
+        return None  # (src, tgt): an encoder-decoder, not a decoder-only language model
     model = ctx.build(f)
     parts = lm_parts(model, ctx)
     if parts is None:
