@@ -152,10 +152,14 @@ def _last(ref, logits):
     return ref[:, -1:] if logits.shape[1] == 1 and ref.shape[1] != 1 else ref
 
 
-def _logits(out, V):
+def _logits(out, V, shape=None):
+    """The (B, T, vocab) logits among what forward returned; (B·T, vocab) (the GPT video flattens them
+    when it computes the loss) is viewed back as (B, T, vocab) when `shape` (B, T) is given."""
     for o in (out if isinstance(out, (tuple, list)) else [out]):
         if isinstance(o, torch.Tensor) and o.dim() == 3 and o.shape[-1] == V:
             return o
+        if shape is not None and isinstance(o, torch.Tensor) and o.dim() == 2 and tuple(o.shape) == (shape[0] * shape[1], V):
+            return o.view(shape[0], shape[1], V)
     raise CannotCheck("its forward gives no (B, T, vocab) logits")
 
 
@@ -180,7 +184,7 @@ def _check_loss(ctx, f, model, plan, tokens, V, comp):
     pad = int(m.group(1)) if m else _pad_id(ctx, model)
     Y = torch.randint(1, V, tokens.shape, generator=ctx.gen)
     out = call(model, plan, {"x": tokens, role: Y})
-    logits, loss = _logits(out, V), _loss(out)
+    logits, loss = _logits(out, V, tokens.shape), _loss(out)
     if logits.shape[:2] != tokens.shape:
         logits = _logits(call(model, plan, {"x": tokens}), V)
     if logits.shape[:2] != tokens.shape:

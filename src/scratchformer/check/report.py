@@ -29,6 +29,38 @@ class Component:
     detail: str = ""       # the weight mapping, or why it was skipped
 
 
+# the checker's own words in the detail lines, for --lang zh (the learner's names and numbers stay as they are)
+ZH_WORDS = [
+    ("matches the reference with this mistake:", "与带这个错误的参考实现一致："),
+    ("(your own sublayers)", "（你自己的子层）"), ("(per-head modules, concatenated)", "（每个头一个模块，按头拼接）"),
+    ("(by shape; SwiGLU)", "（按形状；SwiGLU）"), ("(by names; SwiGLU)", "（按名字；SwiGLU）"),
+    ("(by shape)", "（按形状）"), ("(by names)", "（按名字）"), ("(by registration order)", "（按注册顺序）"),
+    ("(by order)", "（按顺序）"), ("3 rows blocks", "按行分成 3 块"), (" K/V heads", " 个 K/V 头"),
+    ("rotary positions from your", "旋转位置编码来自你的"), ("rotary positions from", "旋转位置编码来自"),
+    ("; causal", "；因果"), ("heads' ", "个头的 "), ("in your file", "在你的文件里"), ("from --size", "（--size）"),
+    ("from # check:", "（# check: 注释）"), (" in ", " 来自 "), ("no final norm", "没有最后的归一化"),
+    ("the loss was not judged", "损失没有评判"), ("position i attends to positions after i", "位置 i 看到了 i 之后的位置"),
+    ("padding invariance: a padded row equals the same row unpadded", "padding 不变性：加了 padding 的行等于不加的同一行"),
+    ("could not be checked", "无法检查"), ("the probe failed:", "探测失败："),
+    ("give the sizes", "请给出尺寸"), ("or --map", "或 --map"), ("write it with a default", "请给它写一个默认值"),
+    ("no value known for the parameter", "不知道这个参数该取什么值"),
+    ("is not one the checker knows; name it like the tutorials", "检查器不认识；请按教程的写法命名"),
+    ("expected one attention, one feed-forward and two norms inside, found", "应有一个注意力、一个前馈和两个归一化，找到"),
+    ("no mask shape worked", "没有一种掩码形状能用"), ("is never applied", "从未被调用"),
+    ("the final norm runs twice", "最后的归一化执行了两次"),
+    ("Post-LN layers already end in a norm; the stack adds another", "Post-LN 的层已经以归一化结尾，堆叠又加了一次"),
+    ("the residual adds norm(x), not x", "残差加的是 norm(x) 而不是 x"), ("no x + ... around", "缺少 x + ...："),
+    ("the first difference at", "第一个不同的位置："), ("first difference at", "第一个不同的位置："),
+    ("yours", "你的"), ("reference", "参考"), ("largest difference", "最大差"),
+]
+
+
+def zh_detail(text: str) -> str:
+    for en, zh in ZH_WORDS:
+        text = text.replace(en, zh)
+    return text
+
+
 def finding(id: str, component: str, where: str, detail: str = "") -> Finding:
     e = CATALOGUE[id]
     return Finding(id, e.severity, component, where, e.zh, e.en, e.link, detail)
@@ -95,22 +127,23 @@ class Report:
         nw = max(len(c.name) for c in self.components)
         for c in self.components:
             ids = f"  {' '.join(c.ids)}" if c.ids else ""
-            extra = f"  ({c.detail})" if c.status in ("skipped", "todo", "error") and c.detail else ""
+            detail = zh_detail(c.detail) if lang == "zh" else c.detail
+            extra = f"  ({detail})" if c.status in ("skipped", "todo", "error") and c.detail else ""
             lines.append(f"{c.kind:<{width}}  {c.name:<{nw}}  {w[c.status]}{ids}{extra}")
         if self.mask_convention:
             lines.append(f"{w['mask']}: {self.mask_convention}")
         if self.sizes:
-            lines.append(f"{w['sizes']}: {self.sizes}")
+            lines.append(f"{w['sizes']}: {zh_detail(self.sizes) if lang == 'zh' else self.sizes}")
         for c in self.components:
             if c.status not in ("skipped", "todo", "error") and c.detail:
-                lines.append(f"{w['map']} {c.name}: {c.detail}")
+                lines.append(f"{w['map']} {c.name}: {zh_detail(c.detail) if lang == 'zh' else c.detail}")
         for f in self.findings:
             lines.append("")
             lines.append(f"[{w[f.severity]}] {f.id}  {w['where']}: {f.where}")
             for lg in langs:
                 lines.append(f"  {getattr(f, lg)}")
             if f.detail:
-                lines.append(f"  {f.detail}")
+                lines.append(f"  {zh_detail(f.detail) if lang == 'zh' else f.detail}")
             lines.append(f"  {w['see']}: {f.link}")
         if self.train:
             lines.append("")
