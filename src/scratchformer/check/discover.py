@@ -461,6 +461,10 @@ def role_of(name: str, kind: str) -> str | None:
     n = name.lower()
     if n in ("valid_lens", "valid_len", "lens", "lengths", "enc_valid_lens", "seq_lens"):
         return "lens"
+    if re.search(r"(^|_)cos($|_)", n):
+        return "cos"  # freqs_cos, cos_cached: a rotary table handed in
+    if re.search(r"(^|_)sin($|_)", n):
+        return "sin"
     if "key_padding" in n:  # torch's API, sequence first: (S, B) keys, True = padding
         return "tgt_kpm" if re.search(r"tgt|trg|self", n) else "kpm"
     if "mask" in n:
