@@ -79,8 +79,9 @@ def _inline_ffn(layer: nn.Module):
         src = ""
     act = torch.nn.functional.gelu if "gelu" in src.lower() else torch.nn.functional.relu
 
-    def ffn(y):
+    def ffn(y, act=act):
         return l2(act(l1(y)))
+    ffn.no_activation = lambda y: l2(l1(y))  # the `ffn-no-activation` switch of an inline feed-forward
     return ("linear1, linear2", ffn)
 
 
@@ -158,9 +159,24 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
         y = _sub(order, n1, a, x, res[0])
         return _sub(order, n2, fmod, y, res[1])
 
-    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, keep, order, res)[:2], ref_one(x1, keep1, order, res)],
+    extra = []
+    if hasattr(fmod, "no_activation"):  # inline linear1/linear2: the activation's absence is a switch here
+        def ref_noact(order, res, bug):
+            def one(x, keep):
+                a = lambda y: A(y, y, y, keep)  # noqa: E731
+                return _sub(order, n2, fmod.no_activation, _sub(order, n1, a, x, res[0]), res[1])
+            return [one(x, keep)[:2], one(x1, keep1)]
+        extra = [(o, (True, True), ("ffn-no-activation", 0, "no activation between linear1 and linear2"))
+                 for o in ("post", "pre")]
+
+    def ref_any(order, res, bug=None):
+        if bug is not None:
+            return ref_noact(order, res, bug)
+        return [ref_one(x, keep, order, res)[:2], ref_one(x1, keep1, order, res)]
+
+    return _layer_settle(ctx, f, L, ref_any,
                          2, ["attention", "feed-forward"],
-                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)")
+                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)", extra)
 
 
 def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):

@@ -26,7 +26,7 @@ ATTENTION_VARIANTS = {
     "mask-fill-zero": ["zero"],
     "mask-inverted": ["inverted"],
     "softmax-dim": ["dim=-2", "dim=1"],
-    "heads-not-transposed": ["view(B,h,T,d_k)"],
+    "heads-not-transposed": ["view(B,h,T,d_k)", "view(B,h,T,d_k) on Q only", "fused reshape(3,B,h,T,d_k)"],
     "heads-merge-order": ["view without transpose", "permute(0,2,3,1)"],
 }
 SDPA_BUGS = ("missing-scale", "wrong-scale", "mask-fill-zero", "mask-inverted", "softmax-dim")
@@ -139,9 +139,16 @@ def multi_head(xq, xk, xv, w: dict, h: int, keep=None, bugs: Bugs | None = None,
     bugs = bugs or {}
     d_model = xq.size(-1)
     h_kv = h_kv or h
-    q = split_heads(linear(xq, *w["q"]), h, bugs)  # (B, h, Tq, d_k)
-    k = split_heads(linear(xk, *w["k"]), h_kv, bugs)  # (B, h_kv, Tk, d_k)
-    v = split_heads(linear(xv, *w["v"]), h_kv, bugs)
+    sub = bugs.get("heads-not-transposed")
+    kv_bugs = {b: s for b, s in bugs.items() if b != "heads-not-transposed"} if sub else bugs
+    if sub == "fused reshape(3,B,h,T,d_k)":  # ViT's qkv(x).reshape(3, B, h, T, d_k): rows and heads mixed
+        B, T, _ = xq.shape
+        fused = torch.cat([linear(xq, *w["q"]), linear(xk, *w["k"]), linear(xv, *w["v"])], -1)  # (B, T, 3d)
+        q, k, v = fused.reshape(3, B, h, T, d_model // h)
+    else:
+        q = split_heads(linear(xq, *w["q"]), h, bugs if sub != "fused reshape(3,B,h,T,d_k)" else kv_bugs)  # (B, h, Tq, d_k)
+        k = split_heads(linear(xk, *w["k"]), h_kv, kv_bugs if sub == "view(B,h,T,d_k) on Q only" else bugs)
+        v = split_heads(linear(xv, *w["v"]), h_kv, kv_bugs if sub == "view(B,h,T,d_k) on Q only" else bugs)
     if rope_pairing is not None:
         q, k = rope(q, rope_pairing, bugs=bugs), rope(k, rope_pairing, bugs=bugs)
     k, v = repeat_kv(k, h // h_kv, bugs), repeat_kv(v, h // h_kv, bugs)  # (B, h, Tk, d_k)
