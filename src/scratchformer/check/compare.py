@@ -173,6 +173,13 @@ def map_attention(mod: nn.Module, d: int, h: int | None = None):
             h_kv = narrow[0][1].shape[0] // (d // h)
             words = ", ".join(f"W_{r.upper()}←{by[r][0]}" for r in "qkvo") + f" (by names; {h_kv} K/V heads)"
             return w, words, [p for _, p in sq + narrow], h_kv
+    if len(sq) == 3 and len(mats) == 3 and {_role(n.rsplit(".", 1)[0]) for n, _ in sq} == {"q", "k", "v"}:
+        # HF BERT's self-attention: Q, K, V here, W_O in the next module (BertSelfOutput): W_O = I
+        by = {_role(n.rsplit(".", 1)[0]): (n, p) for n, p in sq}
+        w = {r: (p, biases.get(n.rsplit(".", 1)[0])) for r, (n, p) in by.items()}
+        w["o"] = (torch.eye(d, dtype=sq[0][1].dtype), None)
+        words = ", ".join(f"W_{r.upper()}←{by[r][0]}" for r in "qkv") + " (by names), no W_O here (identity)"
+        return w, words, [p for _, p in sq], None
     if len(sq) != 4:
         raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), a fused {3 * d}×{d} W_QKV, "
                           f"or per-head maps; found " + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
@@ -265,6 +272,13 @@ class AttnCaller:
         self.mask_required = any(req for _, r, req in self.plan if r == self.mask_role)
         self.form = M.MaskForm("lens", torch.long, None, form.source, form.source_zh) \
             if self.mask_role == "lens" and form.kind != "lens" else form
+        if self.mask_role == "mask" and form.kind != "add":
+            try:  # its own code adds the mask to the scores (HF's extended mask): that is what it takes
+                own = M.from_style(inspect.getsource(type(fn) if isinstance(fn, nn.Module) else fn))
+            except (OSError, TypeError):
+                own = None
+            if own is not None and own.kind == "add":
+                self.form = own
         self.ndim = form.ndim
 
     def __call__(self, q, k, v, keep=None, square=False, out_shape=None):

@@ -54,6 +54,9 @@ def _settle(ctx, f, L, ref, space, choices, masked_row, uniform_row, detail, gra
         comp.status, comp.ids = "differs", ["unknown-difference"]
         return comp
     bugs, choice = hit
+    if set(bugs) == {"mask-inverted", "mask-fill-zero"}:
+        # a 0 fill is certain; which way the mask points rests on our reading of the convention: one bug
+        bugs = {"mask-fill-zero": "zero (with the mask read the other way round)"}
     for b, sub in bugs.items():
         ctx.add(b, f, where(f), f"matches the reference with this mistake: {sub}" if sub not in ("none", "zero", "inverted") else "")
     if bugs:
@@ -200,8 +203,9 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         G = ctx.randn(2, Tq, d)
         wr = _detached(w)
         joined = "←" in words and ("3 rows blocks" in words or "per-head" in words)
-        lp = [] if joined else [t for pair in w.values() for t in pair if t is not None]
-        rp = [] if joined else [t for pair in wr.values() for t in pair if t is not None]
+        pairs = [] if joined else [(a, b) for pl, pr in zip(w.values(), wr.values()) for a, b in zip(pl, pr)
+                                   if a is not None and a.requires_grad]  # W_O = I (BERT's) is not theirs
+        lp, rp = [a for a, _ in pairs], [b for _, b in pairs]
         ins_l = [t[:2].clone().requires_grad_() for t in (xq, xk, xv)]
         ins_r = [t[:2].clone().requires_grad_() for t in (xq, xk, xv)]
         if caller.self_only:

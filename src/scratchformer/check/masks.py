@@ -117,7 +117,7 @@ def from_text(source: str) -> MaskForm | None:
 
 def from_style(source: str) -> MaskForm | None:
     """How the attention code applies the mask: `mask == 0` (keep) or `mask * -1e9` (pad)."""
-    s = re.sub(r"\s+", "", source)
+    s = re.sub(r"[ \t]+", "", source).replace("\n", ";")  # lines kept apart: `mask\nnext` is not `masknext`
     if "valid_lens" in s:
         return MaskForm("lens", torch.long, None, "your attention's valid_lens (d2l)", "你的注意力的 valid_lens（d2l）")
     m = re.search(r"\+=?\(?(?:self\.)?(?:attn_|attention_)?mask\b(?!\*)", s)
