@@ -284,7 +284,9 @@ def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False):
     tables = None
     if {"freqs", "cos", "sin"} & (roles | ({r for _, r, _ in A.plan} if A and not A.torch_mha else set())):
         tables, _ = rope_tables(ctx, ctx.sizes.d_model // ctx.sizes.heads)
-    mask_role = next((r for _, r, _ in plan if r in ("mask", "lens")), None)
+    # a mask the block requires is given (LLaMA's `mask`); an optional one is left to its default, as
+    # the learner's own model calls it (HF style: attention_mask=None, the causal triangle inside)
+    mask_role = next((r for _, r, req in plan if r in ("mask", "lens") and req), None)
     if A is not None and A.mask_role is not None and not A.torch_mha:
         try:
             p = next(block.parameters())
@@ -330,7 +332,7 @@ def check_block(ctx: Ctx, f: Found) -> Component:
     else:
         tables = None
     A.extra = tables
-    mask_role = next((r for _, r, _ in plan if r in ("mask", "lens")), None)
+    mask_role = next((r for _, r, req in plan if r in ("mask", "lens") and req), None)  # optional: its default
     B, T = 3, 5
     x = ctx.randn(B, T, d)
     causal = R.causal_keep(T)[None]  # (1, T, T)
@@ -344,13 +346,14 @@ def check_block(ctx: Ctx, f: Found) -> Component:
         return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
 
     def sub_attn(y):
-        return A(y, y, y, R.causal_keep(y.shape[1])[None] if A.mask_role else None, square=True)
+        give = A.mask_role is not None and mask_role is not None  # the block hands its mask on
+        return A(y, y, y, R.causal_keep(y.shape[1])[None] if give else None, square=True)
 
     if has_lazy(layer):
         run(x.float())
     layer.double()
     randomize(layer, 4)
-    if A.mask_role is not None and not A.torch_mha:
+    if A.mask_role is not None and not A.torch_mha and mask_role is not None:
         A.settle(x, x, x, torch.ones(B, T, dtype=torch.bool))  # the mask type their attention takes
     if A.mask_role is not None:
         A.ndim = A.ndim or 4

@@ -142,6 +142,22 @@ def rope_tables(ctx: Ctx, d_k: int):
     return ours, "the standard table (your file has no function that builds it)"
 
 
+def rope_theta(ctx: Ctx) -> float:
+    """The rotary base θ the learner's code uses: a config field (`rope_theta`, `rope_base`), a module
+    constant, or the default of their table function's `theta` / `base` parameter; else 10000."""
+    for obj in (ctx.sizes.config, ctx.module):
+        for n in ("rope_theta", "rope_base", "theta", "rotary_base", "base"):
+            v = getattr(obj, n, None)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
+                return float(v)
+    for n, o in vars(ctx.module).items():
+        if inspect.isfunction(o) and _ROPE_FN.search(n):
+            for p in inspect.signature(o).parameters.values():
+                if re.search(r"theta|base", p.name) and isinstance(p.default, (int, float)) and p.default > 1:
+                    return float(p.default)
+    return 10000.0
+
+
 def check_attention(ctx: Ctx, f: Found) -> Component:
     mod = ctx.build(f)
     caller = AttnCaller(mod, ctx.form, "attention")
@@ -188,14 +204,17 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         return (ones.tril(-1) if sub == "diagonal hidden" else ones.tril(1) if sub == "one ahead visible"
                 else ones.tril())[None, None]
 
+    theta = rope_theta(ctx) if rotary else 10000.0
+
     def ref(bugs, fill=-1e9, w=w, causal=False, rope=None):
         if own_mask and ("no-causal-mask" in bugs or bugs.get("mask-inverted") == "causal inverted") and not causal:
             raise ValueError("a triangle bug needs the triangle")
         c5 = triangle(Tq, bugs) if causal else True
         c3 = triangle(3, bugs) if causal else None
         bugs = {b: v for b, v in bugs.items() if not (own_mask and b in ("no-causal-mask", "mask-inverted"))}
-        return [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv)[:2],
-                R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv)]
+        return [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
+                             rope_theta=theta)[:2],
+                R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
 
     def grads(bugs, choice):
         """d(loss)/d(weights) and d(loss)/d(inputs), on the rows with something to attend to (a NaN
@@ -213,7 +232,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
             ins_r[1] = ins_r[2] = ins_r[0]
         c5 = R.causal_keep(Tq)[None, None] if choice.get("causal") else True
         out_ref = R.multi_head(*ins_r, wr, h, kb[:2] & c5, bugs, fill=choice["fill"], rope_pairing=choice.get("rope"),
-                               h_kv=h_kv)
+                               h_kv=h_kv, rope_theta=theta)
         n = 1 if caller.self_only else 3
         return grads_equal((caller(*ins_l, keep[:2]) * G).sum(), lp + ins_l[:n], (out_ref * G).sum(), rp + ins_r[:n])
 
@@ -232,7 +251,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     choices = [{"fill": fl, "causal": c, "rope": r} for c in causal_choices for r in pairings
                for fl in (-1e9, float("-inf"), "add")]
     if table_from:
-        words += f"; rotary positions from {table_from}"
+        words += f"; rotary positions from {table_from}" + (f", θ = {theta:g}" if theta != 10000.0 else "")
     if any(c for c in causal_choices):
         words += "; causal"
     if table_from.startswith("the standard") and search(L, ref, {}, choices) is None:

@@ -251,8 +251,8 @@ def kind_of_class(name: str) -> str | None:
         return "layer_norm"
     if n in ("encoder", "transformerencoder", "encoderstack"):
         return "encoder"
-    if re.fullmatch(r"(transformer|gpt|llama|decoder|causal|attention)?block|transformerlayer|gptlayer|"
-                    r"llamadecoderlayer|decoderonlylayer|layer", n):
+    if re.fullmatch(r"\w*block|transformerlayer|gptlayer|llamadecoderlayer|decoderonlylayer|layer", n) \
+            and not re.search(r"embed|head|norm|output|input|conv|patch", n):
         return "block"
     if re.search(r"gpt|llama|languagemodel|decoderonly|causallm|^transformer$|^(tiny|mini|nano|simple|my)?(lm|model)$|模型", n) \
             and not re.search(r"rotary|rope|embed|norm|config|head|mlp|cache", n):

@@ -129,7 +129,7 @@ def repeat_kv(x, n_rep: int, bugs: Bugs | None = None):
 
 
 def multi_head(xq, xk, xv, w: dict, h: int, keep=None, bugs: Bugs | None = None, fill: float = -1e9,
-               rope_pairing: str | None = None, h_kv: int | None = None):
+               rope_pairing: str | None = None, h_kv: int | None = None, rope_theta: float = 10000.0):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W_O, head_i = Attention(Q W_Q^i, K W_K^i, V W_V^i).
 
     `w` maps "q", "k", "v", "o" to (weight, bias or None): W_Q (d, d), W_K and W_V (h_kv·d_k, d) (h_kv = h
@@ -150,7 +150,7 @@ def multi_head(xq, xk, xv, w: dict, h: int, keep=None, bugs: Bugs | None = None,
         k = split_heads(linear(xk, *w["k"]), h_kv, kv_bugs if sub == "view(B,h,T,d_k) on Q only" else bugs)
         v = split_heads(linear(xv, *w["v"]), h_kv, kv_bugs if sub == "view(B,h,T,d_k) on Q only" else bugs)
     if rope_pairing is not None:
-        q, k = rope(q, rope_pairing, bugs=bugs), rope(k, rope_pairing, bugs=bugs)
+        q, k = rope(q, rope_pairing, theta=rope_theta, bugs=bugs), rope(k, rope_pairing, theta=rope_theta, bugs=bugs)
     k, v = repeat_kv(k, h // h_kv, bugs), repeat_kv(v, h // h_kv, bugs)  # (B, h, Tk, d_k)
     if keep is not None and keep.dim() == 3:
         keep = keep.unsqueeze(1)  # (B, 1, Tq|1, Tk): the same mask for every head
