@@ -451,7 +451,7 @@ _ROLE = {"query": "q", "q": "q", "queries": "q", "key": "k", "k": "k", "keys": "
          "freqs_cis": "freqs", "freqs": "freqs", "freq_cis": "freqs", "pos_cis": "freqs", "rope": "freqs",
          "rotary_emb": "freqs", "freqs_complex": "freqs", "rope_cache": "freqs", "position_embeddings": "freqs",
          "cos_sin": "freqs", "cos": "cos", "sin": "sin", "start_pos": "start_pos", "pos_offset": "start_pos",
-         "use_cache": "skip", "kv_cache": "none", "cache": "none", "past_key_value": "none", "layer_past": "none",
+         "use_cache": "skip", "past_key_values": "none", "kv_cache": "none", "cache": "none", "past_key_value": "none", "layer_past": "none",
          "past_kv": "none", "is_causal": "skip", "idx": "x", "词": "x", "词元": "x", "x_ids": "x", "targets": "targets", "target": "targets",
          "labels": "labels", "y_true": "targets", "compute_loss": "want_loss", "return_loss": "want_loss",
          "with_loss": "want_loss", "计算损失": "want_loss", "返回损失": "want_loss", "x_mask": "mask", "输入": "x", "掩码": "mask"}

@@ -134,6 +134,11 @@ def check_model(ctx: Ctx, f: Found):
                   "Post-LN blocks already end in a norm"}[found]
         ctx.add(found, f, where(f), detail)
         comp.status, comp.ids = "differs", [found]
+    if found == "ok" and not ctx.report.bug_ids():
+        try:
+            _check_cache(ctx, f, model, plan, tokens, V, comp)
+        except Exception as e:  # their cache could not be driven the way we tried: not judged, said so
+            comp.detail += f"; the KV cache was not judged ({type(e).__name__}: {str(e)[:80]})"
     _check_loading(ctx, f, comp)
     if "want_loss" in roles and not {"targets", "labels"} & roles:
         try:
@@ -296,3 +301,76 @@ def _pad_id(ctx, model):
             if isinstance(getattr(obj, n, None), int):
                 return getattr(obj, n)
     return None
+
+
+def _cache_step(model, plan, tokens, V, split):
+    """Logits of tokens[:, split:] fed after tokens[:, :split] went through the KV cache, or None when
+    the model takes no cache (Meta's `forward(tokens, start_pos)` with cache buffers, or HF's
+    `past_key_values` / `use_cache`)."""
+    import inspect
+    names = list(inspect.signature(model.forward).parameters)
+    roles = {r for _, r, _ in plan}
+    if "start_pos" in roles:
+        call(model, plan, {"x": tokens[:, :split], "start_pos": 0})
+        return _logits(call(model, plan, {"x": tokens[:, split:], "start_pos": split}), V)
+    if "past_key_values" in names and "use_cache" in names:
+        first = model(tokens[:, :split], use_cache=True)
+        past = next((o for o in (first if isinstance(first, (tuple, list)) else [])
+                     if isinstance(o, (tuple, list)) and o and not isinstance(o, torch.Tensor)), None)
+        if past is None:
+            return None
+        return _logits(model(tokens[:, split:], past_key_values=past, use_cache=True), V)
+    return None
+
+
+def _neutral_rotary(model):
+    """Turn every rotary table of the model into the identity (angle 0) and return a function that
+    restores them: with no rotation left, a difference that stays is the mask's, not the positions'."""
+    saved = []
+    for mod in model.modules():
+        for name, b in list(mod._buffers.items()):
+            if b is None or not re.search(r"freq|cos|sin|rope|rotary|cis", name, re.I):
+                continue
+            saved.append((mod, name, b.clone()))
+            with torch.no_grad():
+                if b.is_complex():
+                    b.copy_(torch.ones_like(b))
+                elif re.search(r"cos", name, re.I):
+                    b.fill_(1.0)
+                else:  # sin tables, inverse frequencies, angles: 0
+                    b.zero_()
+
+    def restore():
+        with torch.no_grad():
+            for mod, name, b in saved:
+                mod._buffers[name].copy_(b)
+    return restore, bool(saved)
+
+
+def _check_cache(ctx, f, model, plan, tokens, V, comp):
+    """Generation with a KV cache must give the logits of the full forward: the new tokens at their own
+    positions (`rope-wrong-positions`), seeing the cached ones (`kv-cache-mask-offset`)."""
+    split = 4
+    full = _logits(call(model, plan, {"x": tokens}), V)
+    inc = _cache_step(model, plan, tokens, V, split)
+    if inc is None:
+        return
+    want = full[:, split:] if inc.shape[1] == full.shape[1] - split else full[:, -1:]
+    if close(inc[:, -want.shape[1]:], want):
+        comp.detail += "; the KV cache gives the full forward's logits"
+        return
+    restore, had = _neutral_rotary(model)
+    try:
+        full0 = _logits(call(model, plan, {"x": tokens}), V)
+        inc0 = _cache_step(model, plan, tokens, V, split)
+    finally:
+        restore()
+    want0 = full0[:, split:] if inc0.shape[1] == full0.shape[1] - split else full0[:, -1:]
+    if had and close(inc0[:, -want0.shape[1]:], want0):
+        ctx.add("rope-wrong-positions", f, where(f), f"the tokens after a cached prefix of {split} are turned as if "
+                f"they stood at position 0: slice the rotary table at [start_pos : start_pos + T]")
+        comp.status, comp.ids = "differs", comp.ids + ["rope-wrong-positions"]
+    else:
+        ctx.add("kv-cache-mask-offset", f, where(f), f"after a cached prefix of {split}, the new tokens' causal "
+                f"mask ignores the cached length: tril(diagonal=kv_len - q_len)")
+        comp.status, comp.ids = "differs", comp.ids + ["kv-cache-mask-offset"]
