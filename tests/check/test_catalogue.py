@@ -147,7 +147,7 @@ def check(path: Path, **kw):
     return check_module(load(path), lang="en", **kw)
 
 
-# ids that need a KV cache driven step by step: catalogued, named in the docs, not yet detected
+# ids that need a model with a KV cache: planted in the corpus (tests/check/corpus), not in these fixtures
 NOT_YET_DETECTED = {"rope-wrong-positions", "kv-cache-mask-offset"}
 # planted in one style of ours so far (the corpus of tests/check/corpus plants each in two or more)
 ONE_STYLE = {"layernorm-wrong-axis", "eps-outside-sqrt", "rope-pairing", "gqa-repeat-wrong", "target-not-shifted"}
