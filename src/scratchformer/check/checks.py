@@ -272,7 +272,7 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
                          + ", ".join(n for n, _ in norms) + " (your own sublayers)", extra)
 
 
-def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False):
+def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool = False):
     """A function (block, h) -> the block's output, called the way a model calls it: `(x)`,
     `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)` with the learner's own rotary tables."""
     from .components import rope_tables
@@ -300,7 +300,9 @@ def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False):
         vals = {"x": x}
         if tables is not None:
             vals.update(tables(x.shape[1]))
-        if mask_role is not None:
+        if mask_role is not None and no_mask:
+            vals[mask_role] = None  # the model hands its blocks no mask (the bug switch)
+        elif mask_role is not None:
             form = A.form if A is not None else ctx.form
             if flip and form.kind in ("keep", "pad"):  # the model's own mask in the other polarity
                 form = M.MaskForm("pad" if form.kind == "keep" else "keep", form.dtype, form.ndim)

@@ -193,7 +193,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     causal_choices = [False, True] if caller.self_only else [False]
     pairings = ["interleaved", "half"] if rotary else [None]
 
-    own_mask = caller.self_only and caller.mask_role is None  # a causal triangle of its own, if any
+    own_mask = caller.self_only and not caller.mask_required  # a causal triangle of its own, if any
 
     def triangle(T, bugs):
         """The causal keep (1, 1, T, T), as written or with the mask bug `bugs` names."""
@@ -260,7 +260,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     masked_row = (lambda: caller(xq, xk, xv, keep)[2]) if caller.mask_role is not None and not rotary else None
     comp = _settle(ctx, f, L, ref, space, choices, masked_row,
                    lambda: R.multi_head(xq, xk, xv, w, h, kb, h_kv=h_kv)[2], words, grads)
-    if caller.self_only and caller.mask_role is None and comp.status == "ok" and decoder_only(ctx, f) \
+    if own_mask and comp.status == "ok" and decoder_only(ctx, f) \
             and search(L, ref, {}, [c for c in choices if c["causal"]]) is None:
         # a decoder-only model's attention that sees the future: the causal mask is missing
         ctx.add("no-causal-mask", f, where(f), "position i attends to positions after i")

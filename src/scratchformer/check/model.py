@@ -104,6 +104,15 @@ def check_model(ctx: Ctx, f: Found):
         if found:
             break
     if found is None and run_block.takes_mask:
+        run_block = block_runner(ctx, blocks[0][1], no_mask=True)
+        try:
+            h = stack(1.0)
+            if close(logits, _last(head(norm[1](h) if norm else h), logits)):
+                ctx.add("no-causal-mask", f, where(f), "your model calls its blocks without the causal mask")
+                comp.status, comp.ids = "differs", ["no-causal-mask"]
+                return comp
+        except Exception:
+            pass
         run_block = block_runner(ctx, blocks[0][1], flip=True)
         try:
             h = stack(1.0)
@@ -134,6 +143,15 @@ def check_model(ctx: Ctx, f: Found):
                   "Post-LN blocks already end in a norm"}[found]
         ctx.add(found, f, where(f), detail)
         comp.status, comp.ids = "differs", [found]
+    if found == "ok" and not ctx.report.bug_ids():
+        later = tokens.clone()
+        later[:, -1] = (later[:, -1] % (V - 1)) + 1  # another last token: nothing before it may change
+        moved = _logits(call(model, plan, {"x": later}), V)
+        if moved.shape == logits.shape and logits.shape[1] > 1 and not close(moved[:, :-1], logits[:, :-1]):
+            ctx.add("no-causal-mask", f, where(f), "the logits at position t change when the last token changes: "
+                    "the model sees the future")
+            comp.status, comp.ids = "differs", comp.ids + ["no-causal-mask"]
+            return comp
     if found == "ok" and not ctx.report.bug_ids():
         try:
             _check_cache(ctx, f, model, plan, tokens, V, comp)
