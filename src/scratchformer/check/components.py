@@ -211,7 +211,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
             raise ValueError("a triangle bug needs the triangle")
         c5 = triangle(Tq, bugs) if causal else True
         c3 = triangle(3, bugs) if causal else None
-        bugs = {b: v for b, v in bugs.items() if not (own_mask and b in ("no-causal-mask", "mask-inverted"))}
+        bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or v == "causal inverted"))}
         return [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
                              rope_theta=theta)[:2],
                 R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
@@ -240,7 +240,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         ctx.add("no-bias", f, f"{f.name}.__init__")
     space = dict(R.ATTENTION_VARIANTS)
     if own_mask:
-        space["mask-inverted"] = ["causal inverted"]
+        space["mask-inverted"] = (["inverted"] if caller.mask_role is not None else []) + ["causal inverted"]
         space["no-causal-mask"] = ["diagonal hidden", "one ahead visible"]
         space.pop("mask-fill-zero")
         space["mask-fill-zero"] = ["zero"]
