@@ -172,3 +172,15 @@ def test_a_decoder_whose_cross_attention_reads_itself_is_never_exit_0(tmp_path):
     assert src.count("self.src_attn(x, m, m, src_mask)") == 1
     r = check(plant(tmp_path, "annotated", [("self.src_attn(x, m, m, src_mask)", "self.src_attn(x, x, x, src_mask)")]))
     assert r.exit_code == 1 and "cross-attention-kv" in r.bug_ids(), r.text("en")
+
+
+def test_a_todo_hint_is_printed_once_and_zh_detail_lines_are_chinese(tmp_path):
+    skeleton = Path(__file__).resolve().parents[2] / "exercises" / "03_multihead.py"
+    r = check(skeleton)
+    text = r.text("zh")
+    assert r.exit_code == 1 and text.count("TODO 03a") == 1, text
+    r = check(plant(tmp_path, "gpt_video", []))
+    zh = r.text("zh")
+    assert "尺寸: d_model=64 (n_embd = 64 在你的文件里)" in zh
+    assert "（每个头一个模块，按头拼接）" in zh and "（你自己的子层）" in zh
+    assert zh.splitlines()[-2:] == ["4 个已检查，0 个无法检查。", "检查过的组件都与参考实现一致。"]

@@ -520,7 +520,9 @@ def mask_form(module, source: str, found: list[Found], helpers: dict, convention
 
 
 def _their_line(exc: BaseException, module) -> str:
-    """The learner's last line on the way to an exception: ` (at file.py:12: code)`, or ''."""
+    """The learner's last line on the way to an exception: ` (at file.py:12: code)`, or ''; the code is
+    left out when it only repeats the message (a `raise NotImplementedError("TODO ...")` line): a TODO
+    hint is printed once."""
     import os
     import traceback
 
@@ -529,4 +531,7 @@ def _their_line(exc: BaseException, module) -> str:
     if not frames:
         return ""
     fr = frames[-1]
-    return f" (at {os.path.basename(mine)}:{fr.lineno}: {(fr.line or '').strip()})"
+    code = (fr.line or "").strip()
+    if str(exc) and str(exc)[:40] in code:
+        return f" (at {os.path.basename(mine)}:{fr.lineno})"
+    return f" (at {os.path.basename(mine)}:{fr.lineno}: {code})"
