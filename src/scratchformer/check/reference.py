@@ -22,7 +22,7 @@ Bugs = dict  # {catalogue id: sub-variant name}
 # the sub-variants each attention bug comes in (what a learner actually writes)
 ATTENTION_VARIANTS = {
     "missing-scale": ["none"],
-    "wrong-scale": ["sqrt-d_model", "d_k"],
+    "wrong-scale": ["sqrt-d_model", "d_k", "times √d_k", "√(keys' length)"],
     "mask-fill-zero": ["zero"],
     "mask-inverted": ["inverted"],
     "softmax-dim": ["dim=-2", "dim=1"],
@@ -47,6 +47,10 @@ def scaled_dot_product(q, k, v, keep=None, bugs: Bugs | None = None, d_model: in
         scale = math.sqrt(d_model or d_k)
     elif bugs.get("wrong-scale") == "d_k":
         scale = float(d_k)
+    elif bugs.get("wrong-scale") == "times √d_k":  # `head_dim ** 0.5` where `** -0.5` was meant
+        scale = 1.0 / math.sqrt(d_k)
+    elif bugs.get("wrong-scale") == "√(keys' length)":  # `math.sqrt(keys.shape[1])`: the length, not d_k
+        scale = math.sqrt(k.size(-2))
     scores = q @ k.transpose(-2, -1) / scale  # (..., Tq, Tk)
     if keep is not None:
         hide = keep if "mask-inverted" in bugs else ~keep
