@@ -302,6 +302,8 @@ def discover(module, mapping: dict | None = None, source: str = "") -> tuple[lis
             helpers["pad_mask"].append(obj)
         elif kind is not None and (kind not in found or kind == "model"):  # the model: the last one defined
             found[kind] = Found(kind, name, obj, "name")
+        elif kind == "attention" and re.search(r"head$", found[kind].name, re.I) and not re.search(r"head$", name, re.I):
+            found[kind] = Found(kind, name, obj, "name")  # one head (AttentionHead) is a part: the whole wins
         elif kind is not None and inspect.isclass(obj) and not inspect.isclass(found[kind].obj):
             found[kind] = Found(kind, name, obj, "name")  # a module class beats a factory function
     for how, m in (("comment", comment_map(source)), ("--map", mapping or {})):
