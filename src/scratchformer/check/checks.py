@@ -287,6 +287,7 @@ def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool =
     # a mask the block requires is given (LLaMA's `mask`); an optional one is left to its default, as
     # the learner's own model calls it (HF style: attention_mask=None, the causal triangle inside)
     mask_role = next((r for _, r, req in plan if r in ("mask", "lens") and req), None)
+    plan = [(n, r, req) for n, r, req in plan if req or r not in ("mask", "lens")]
     if A is not None and A.mask_role is not None and not A.torch_mha:
         try:
             p = next(block.parameters())
@@ -302,6 +303,8 @@ def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool =
             vals.update(tables(x.shape[1]))
         if mask_role is not None and no_mask:
             vals[mask_role] = None  # the model hands its blocks no mask (the bug switch)
+        elif mask_role is not None and A is not None and A.torch_mha:
+            vals[mask_role] = ~R.causal_keep(x.shape[1]) if not flip else R.causal_keep(x.shape[1])
         elif mask_role is not None:
             form = A.form if A is not None else ctx.form
             if flip and form.kind in ("keep", "pad"):  # the model's own mask in the other polarity
@@ -335,6 +338,7 @@ def check_block(ctx: Ctx, f: Found) -> Component:
         tables = None
     A.extra = tables
     mask_role = next((r for _, r, req in plan if r in ("mask", "lens") and req), None)  # optional: its default
+    plan = [(n, r, req) for n, r, req in plan if req or r not in ("mask", "lens")]
     B, T = 3, 5
     x = ctx.randn(B, T, d)
     causal = R.causal_keep(T)[None]  # (1, T, T)
@@ -343,7 +347,9 @@ def check_block(ctx: Ctx, f: Found) -> Component:
         vals = {"x": x}
         if tables is not None:
             vals.update(tables(x.shape[1]))
-        if mask_role is not None:
+        if mask_role is not None and A.torch_mha:  # nn.MultiheadAttention inside: (T, T), True = hidden
+            vals[mask_role] = ~R.causal_keep(x.shape[1])
+        elif mask_role is not None:
             vals[mask_role] = A.form.square(R.causal_keep(x.shape[1])[None], A.ndim or 4)
         return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
 

@@ -23,7 +23,8 @@ from .report import Component
 def check_scaled_dot_product(ctx: Ctx, f: Found) -> Component:
     obj = ctx.build(f) if inspect.isclass(f.obj) else f.obj
     caller = AttnCaller(obj, ctx.form, "attention")
-    B, h, Tq, Tk, dk = 3, 4, 5, 7, 6
+    B, Tq, Tk = 3, 5, 7
+    h, dk = ctx.sizes.heads, ctx.sizes.d_k  # the learner's (a module-level d_k may scale their scores)
     lens = caller.form.kind == "lens"
     shape = (B, Tq, dk) if lens else (B, h, Tq, dk)
     kshape = (B, Tk, dk) if lens else (B, h, Tk, dk)
@@ -386,8 +387,8 @@ def ffn_params(mod: nn.Module, d: int, dff: int | None = None):
     b2 = bias_of(w2[0][0], d)
     if b1 is None:
         b1 = next((p for n, p in params if tuple(p.shape) == (dff,)), None)
-    if b2 is None and dff != d:
-        b2 = next((p for n, p in params if tuple(p.shape) == (d,)), None)
+    if b2 is None and dff != d:  # a bias of its own name, never a norm's gain inside the block
+        b2 = next((p for n, p in params if tuple(p.shape) == (d,) and n.endswith("bias") and "norm" not in n), None)
     return (w1[0][1], b1, w2[0][1], b2), f"W_1←{w1[0][0]}, W_2←{w2[0][0]} (by shape)"
 
 
@@ -402,8 +403,11 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
         return _check_swiglu(ctx, f, mod, W, words, x, x1, L)
     b1, b2 = W[1], W[3]
 
-    def ref(bugs, act="relu", W=W):
-        return [R.feed_forward(x, *W, act=act, bugs=bugs), R.feed_forward(x1, *W, act=act, bugs=bugs)]
+    inner = [m for m in mod.modules() if isinstance(m, nn.LayerNorm)]  # `norm(x + FFN(x))` inside (a tutorial's)
+
+    def ref(bugs, act="relu", W=W, wrap=False):
+        out = [R.feed_forward(t, *W, act=act, bugs=bugs) for t in (x, x1)]
+        return [inner[0](t + y) for t, y in zip((x, x1), out)] if wrap else out
 
     def grads(bugs, choice):
         lp = [t for t in W if t is not None]
@@ -412,10 +416,14 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
 
     if b1 is None and b2 is None:
         ctx.add("no-bias", f, f"{f.name}.__init__")
-    choices = [{"act": "relu"}, {"act": "gelu"}, {"act": "gelu-tanh"}, {"act": "silu"}]
-    comp = _settle(ctx, f, L, ref, {"ffn-no-activation": ["identity"]}, choices, None, None, words, grads)
+    choices = [{"act": a, "wrap": w} for w in ([False, True] if len(inner) == 1 else [False])
+               for a in ("relu", "gelu", "gelu-tanh", "silu")]
+    comp = _settle(ctx, f, L, ref, {"ffn-no-activation": ["identity"]}, choices, None, None, words,
+                   grads if len(inner) != 1 else None)
     if "ffn-no-activation" not in comp.ids and comp.status == "ok":
         act = next(c["act"] for c in choices if all_close(L, ref({}, **c)))
+        if len(inner) == 1 and all_close(L, ref({}, act=act, wrap=True)):
+            comp.detail += "; with its own norm(x + FFN(x)) inside"
         ctx.add("activation-gelu" if act.startswith("gelu") else "activation-relu", f, where(f)) \
             if act != "silu" else None
     return comp

@@ -86,6 +86,17 @@ def make_config(cls, sizes: "Sizes | None" = None):
                 if v is None:
                     return None
                 kw[fl.name] = v
+    else:  # a plain class (minGPT's GPTConfig(vocab_size, block_size, **kwargs)): its required sizes by name
+        try:
+            params = inspect.signature(cls).parameters.values()
+        except (TypeError, ValueError):
+            params = []
+        for p in params:
+            if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                v = _size_by_name(p.name, sizes or Sizes())
+                if v is None:
+                    return None
+                kw[p.name] = v
     try:
         cfg = cls(**kw)
     except Exception:
@@ -473,6 +484,8 @@ def role_of(name: str, kind: str) -> str | None:
         if kind == "decoder_layer" and re.fullmatch(r"(memory|mem)_mask|attn_mask", n):
             return "attn_mask"
         if kind == "decoder_layer":
+            if re.search(r"dec_enc|enc_dec|cross|memory", n):
+                return "src_mask"
             if re.search(r"tgt|trg|look|self|dec|causal|sub|future|combined", n):
                 return "tgt_mask"
             return "src_mask"

@@ -125,7 +125,10 @@ def from_style(source: str) -> MaskForm | None:
         return MaskForm("add", torch.float64, None, "your attention's `scores + mask`", "你的注意力里的 `scores + mask`")
     if re.search(r"mask==0|mask\.eq\(0\)|~mask|logical_not\(mask|mask==False", s):
         return MaskForm("keep", torch.long, None, "your attention's `mask == 0`", "你的注意力里的 `mask == 0`")
-    if re.search(r"mask\*\(?-1e|mask==1|\*mask|masked_fill\(mask,", s):
+    if re.search(r"masked_fill_?\((self\.)?\w*mask,", s):  # masked_fill(attn_mask, -1e9): True = hidden
+        return MaskForm("pad", torch.bool, None, "your attention's `masked_fill(mask, ...)`",
+                        "你的注意力里的 `masked_fill(mask, ...)`")
+    if re.search(r"mask\*\(?-1e|mask==1|\*mask", s):
         return MaskForm("pad", torch.float64, None, "your attention's `mask * -1e9`", "你的注意力里的 `mask * -1e9`")
     return None
 
