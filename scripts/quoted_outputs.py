@@ -91,6 +91,15 @@ QUOTES = {
     "check-no-scale-zh": Quote(["check", "exercises/mistakes/01_no_scale.py", "--lang", "zh"], run=None, exit=1),
     "check-mask-fill-zero-zh": Quote(["check", "exercises/mistakes/01_mask_fill_zero.py", "--lang", "zh"], run=None,
                                      exit=1),
+    # the styles of today's GPT and LLaMA courses, one planted mistake each (issue 51)
+    "check-gpt-video": Quote(["check", "tests/check/fixtures/mistakes/gpt_video_no_causal_mask.py", "--lang", "en"],
+                             run=None, exit=1),
+    "check-llama": Quote(["check", "tests/check/fixtures/mistakes/llama_rmsnorm_eps_outside.py", "--lang", "en"],
+                         run=None, exit=1),
+    "check-gpt-video-zh": Quote(["check", "tests/check/fixtures/mistakes/gpt_video_no_causal_mask.py", "--lang", "zh"],
+                                run=None, exit=1),
+    "check-llama-zh": Quote(["check", "tests/check/fixtures/mistakes/llama_rmsnorm_eps_outside.py", "--lang", "zh"],
+                            run=None, exit=1),
 }
 
 

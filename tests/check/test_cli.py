@@ -41,6 +41,7 @@ def runs(tmp_path_factory):
                                                       memory_mb=512)) for name, p in files.items()}
     jobs["cli_tutorial1"] = lambda: cli(FIX / "tutorial1.py", "--lang", "en")
     jobs["cli_keras_json"] = lambda: cli(FIX / "keras.py", "--json")
+    jobs["cli_gpt_size"] = lambda: cli(FIX / "gpt_video.py", "--lang", "en", "--size", "n_embd=32,n_head=2")
     jobs["annotated_zh"] = lambda: check_file(FIX / "annotated.py", lang="zh")
     jobs["cli_train"] = lambda: (cli(FIX / "tutorial2.py", "--lang", "en", "--train", "--train-steps", "20",
                                      "--train-png", tmp / "curves.png"), tmp / "curves.png")
@@ -110,6 +111,22 @@ def test_cli_json_for_tools_and_a_correct_file_is_fast(runs):
     assert d["exit_code"] == 0 and d["error"] is None
     assert [c["status"] for c in d["components"]] == ["ok"] * 6
     assert d["seconds"] < 20  # the target: a correct file checked in under 20 s on 2 cores (child included)
+
+
+def test_size_flag_reaches_the_learners_constants_through_the_child(runs):
+    p = runs["cli_gpt_size"]
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "sizes: d_model=32 (n_embd=32 from --size), heads=2 (n_head=2 from --size)" in p.stdout
+    assert p.stdout.splitlines()[-2:] == ["4 checked, 0 could not be checked.",
+                                          "every component checked matches the reference."]
+
+
+def test_size_flag_says_how_to_write_it(capsys):
+    from scratchformer.cli import main
+
+    assert main(["check", str(FIX / "gpt_video.py"), "--size", "n_embd"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --size 'n_embd': write NAME=NUMBER, e.g. --size d_model=64 or --size n_embd=64,n_head=4"
 
 
 def test_chinese_report_through_the_child(runs):

@@ -25,6 +25,8 @@ The Python API (what `commands/check.py` and the exercises call)::
 - `mapping`: {kind: class-or-function name} for what discovery cannot guess, e.g.
   {"attention": "MyAttn"}; the kinds are those of `KINDS`. A comment line `# check: attention`
   right above a class or function does the same inside the file.
+- `sizes`: {name: value} as `--size name=value` gives them (`d_model`, `n_embd`, `heads`, `n_kv_heads`,
+  `max_len`, `block_size`, `vocab_size`, ...): they win over the learner's constants, config and defaults.
 - `timeout_s`: the child process that loads and runs the learner's file is killed after this.
 - `train_steps`, `train_png`: `check --train` (see `train.py`): `report.train["verdict"]` is
   "trains like the reference" or "does not learn" (with `step` and `why`: nan | flat | behind).
@@ -46,14 +48,15 @@ the reference is plain formulas written here (not nn/'s fast paths), each classi
 """
 from __future__ import annotations
 
-KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "positional_encoding",
-         "encoder_layer", "decoder_layer", "causal_mask", "encoder")
+KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "rms_norm", "positional_encoding",
+         "encoder_layer", "decoder_layer", "block", "causal_mask", "encoder", "model")
 
 __all__ = ["KINDS", "check_file", "check_module"]
 
 
 def check_file(path, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
-               timeout_s: float = 60.0, memory_mb: int = 4096, train_steps: int = 0, train_png=None):
+               timeout_s: float = 60.0, memory_mb: int = 4096, train_steps: int = 0, train_png=None,
+               sizes: dict | None = None):
     """Check the learner's file `path` in a child process; returns a `report.Report`.
 
     `train_steps` > 0 also trains their encoder layer beside ours (`check --train`; `report.train`),
@@ -61,11 +64,13 @@ def check_file(path, lang: str = "zh", mask_convention: str | None = None, mappi
     from .child import run_child
 
     return run_child(path, lang=lang, mask_convention=mask_convention, mapping=mapping,
-                     timeout_s=timeout_s, memory_mb=memory_mb, train_steps=train_steps, train_png=train_png)
+                     timeout_s=timeout_s, memory_mb=memory_mb, train_steps=train_steps, train_png=train_png,
+                     sizes=sizes)
 
 
-def check_module(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None):
+def check_module(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
+                 sizes: dict | None = None):
     """Run the checks in this process on an imported module (trusted code only: the tests)."""
     from .run import check_loaded
 
-    return check_loaded(module, lang=lang, mask_convention=mask_convention, mapping=mapping)
+    return check_loaded(module, lang=lang, mask_convention=mask_convention, mapping=mapping, sizes=sizes)

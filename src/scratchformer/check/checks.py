@@ -23,27 +23,29 @@ from . import masks as M
 from . import reference as R
 from .compare import AttnCaller, Ctx, all_close, close, departure, has_lazy, key_keep, randomize, where
 from .components import (check_attention, check_feed_forward, check_layer_norm, check_positional_encoding,
-                         check_scaled_dot_product)
+                         check_rms_norm, check_scaled_dot_product)
 from .discover import CannotCheck, Found, call, call_plan, first_tensor
 from .report import Component
 
 
 # --- layers: the wiring, with the learner's own sublayers -----------------------------------------
 
-_ATTN_NAME = re.compile(r"attention|attn|mha", re.I)
-_FFN_NAME = re.compile(r"feed|ffn|mlp|positionwise", re.I)
+_ATTN_NAME = re.compile(r"attention|attn|mha|注意力", re.I)
+_FFN_NAME = re.compile(r"feed|ffn|mlp|positionwise|前馈|swiglu", re.I)
 
 
 def _is_norm(m: nn.Module) -> bool:
     n = type(m).__name__.lower()
-    return isinstance(m, nn.LayerNorm) or ("norm" in n and "add" not in n and "sublayer" not in n
-                                          and any(p.dim() == 1 for p in m.parameters(recurse=False)))
+    return isinstance(m, (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))) or (
+        ("norm" in n or "归一化" in n) and "add" not in n and "sublayer" not in n
+        and any(p.dim() == 1 for p in m.parameters(recurse=False)))
 
 
 def parts(layer: nn.Module, ctx: Ctx):
     """(attention modules, feed-forward module, norms) of a layer, in registration order."""
     attn, ffn, norms, taken = [], None, [], []
     cls_attn = ctx.found.get("attention")
+    cls_ffn = ctx.found.get("feed_forward")
     for name, m in layer.named_modules():
         if m is layer or any(name.startswith(t + ".") for t in taken):
             continue
@@ -54,19 +56,46 @@ def parts(layer: nn.Module, ctx: Ctx):
             attn.append((name, m))
             taken.append(name)
         elif ffn is None and (_FFN_NAME.search(tn) or _FFN_NAME.search(name.rsplit(".", 1)[-1])
-                              and isinstance(m, nn.Sequential)):
+                              and isinstance(m, nn.Sequential)
+                              or cls_ffn is not None and inspect.isclass(cls_ffn.obj) and isinstance(m, cls_ffn.obj)):
             ffn = (name, m)
             taken.append(name)
         elif _is_norm(m):
             norms.append((name, m))
             taken.append(name)
+    if ffn is None:
+        ffn = _inline_ffn(layer)
     return attn, ffn, norms
 
 
+def _inline_ffn(layer: nn.Module):
+    """torch's own layers keep the feed-forward inline: linear1, activation, linear2 (no module of its own)."""
+    l1, l2 = getattr(layer, "linear1", None), getattr(layer, "linear2", None)
+    if not (isinstance(l1, nn.Linear) and isinstance(l2, nn.Linear) and l1.out_features == l2.in_features):
+        return None
+    try:
+        src = inspect.getsource(type(layer).forward)
+    except (OSError, TypeError):
+        src = ""
+    act = torch.nn.functional.gelu if "gelu" in src.lower() else torch.nn.functional.relu
+
+    def ffn(y, act=act):
+        return l2(act(l1(y)))
+    ffn.no_activation = lambda y: l2(l1(y))  # the `ffn-no-activation` switch of an inline feed-forward
+    return ("linear1, linear2", ffn)
+
+
 def _layer_variants(n_sub: int):
-    """(order, residual mask, extra bug) for Post-LN / Pre-LN and each missing residual."""
+    """(order, residual mask, extra bug) for Post-LN / Pre-LN, the residual taken after the norm, and each
+    missing residual."""
     for order in ("post", "pre"):
         yield order, (True,) * n_sub, None
+    for order in ("pre", "post"):
+        for kind in ("normed", "normed-x"):
+            for i in range(n_sub):
+                res = tuple(kind if j == i else True for j in range(n_sub))
+                yield order, res, ("post-ln-residual", i)
+            yield order, (kind,) * n_sub, ("post-ln-residual", -1)
     for order in ("post", "pre"):
         for i in range(n_sub):
             res = tuple(j != i for j in range(n_sub))
@@ -75,6 +104,13 @@ def _layer_variants(n_sub: int):
 
 
 def _sub(order, norm, f, x, residual):
+    """One sublayer: Post-LN `norm(x + f(x))`, Pre-LN `x + f(norm(x))`; residual False drops the `x +`,
+    "normed" adds the normalised input instead (`y = norm(x); y + f(y)`, a Pre/Post-LN mix-up)."""
+    if residual == "normed":   # y = norm(x); y + f(y)
+        n = norm(x)
+        return n + f(n)
+    if residual == "normed-x":  # norm(x) + f(x)
+        return norm(x) + f(x)
     if order == "post":
         y = f(x)
         return norm(x + y) if residual else norm(y)
@@ -97,7 +133,12 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
     x = ctx.randn(B, T, d)
     keep = key_keep(B, T)
 
+    seq_first = any(r == "kpm" for _, r, _ in plan)
+
     def run(x, keep, ndim):
+        if seq_first:  # torch's API: (T, B, d), key_padding_mask True = padding, no square mask
+            out = call(layer, plan, {"x": x.transpose(0, 1), "kpm": ~keep})
+            return first_tensor(out, shape=(x.shape[1], x.shape[0], x.shape[2])).transpose(0, 1)
         vals = {"x": x}
         if mask_role is not None:
             vals[mask_role] = lay_form.keys(keep, ndim)
@@ -118,24 +159,42 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
         y = _sub(order, n1, a, x, res[0])
         return _sub(order, n2, fmod, y, res[1])
 
-    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, keep, order, res)[:2], ref_one(x1, keep1, order, res)],
+    extra = []
+    if hasattr(fmod, "no_activation"):  # inline linear1/linear2: the activation's absence is a switch here
+        def ref_noact(order, res, bug):
+            def one(x, keep):
+                a = lambda y: A(y, y, y, keep)  # noqa: E731
+                return _sub(order, n2, fmod.no_activation, _sub(order, n1, a, x, res[0]), res[1])
+            return [one(x, keep)[:2], one(x1, keep1)]
+        extra = [(o, (True, True), ("ffn-no-activation", 0, "no activation between linear1 and linear2"))
+                 for o in ("post", "pre")]
+
+    def ref_any(order, res, bug=None):
+        if bug is not None:
+            return ref_noact(order, res, bug)
+        return [ref_one(x, keep, order, res)[:2], ref_one(x1, keep1, order, res)]
+
+    return _layer_settle(ctx, f, L, ref_any,
                          2, ["attention", "feed-forward"],
-                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)")
+                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)", extra)
 
 
 def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):
     comp = Component(f.kind, f.name, "ok", [], words)
     for order, res, bug in list(_layer_variants(n_sub)) + list(extra):
         try:
-            outs = ref(order, res) if bug is None or bug[0] == "no-residual" else ref(order, res, bug)
+            outs = ref(order, res) if bug is None or bug[0] in ("no-residual", "post-ln-residual") \
+                else ref(order, res, bug)
         except (RuntimeError, ValueError, IndexError, CannotCheck):
             continue
         if all_close(L, outs):
-            ctx.add("post-ln" if order == "post" else "pre-ln", f, where(f))
+            if not (bug is not None and bug[0] == "post-ln-residual" and bug[1] < 0):  # else the order is moot
+                ctx.add("post-ln" if order == "post" else "pre-ln", f, where(f))
             if bug is not None:
-                if bug[0] == "no-residual":
+                if bug[0] in ("no-residual", "post-ln-residual"):
                     which = "every sublayer" if bug[1] < 0 else f"the {sub_names[bug[1]]} sublayer"
-                    ctx.add("no-residual", f, where(f), f"no x + ... around {which}")
+                    ctx.add(bug[0], f, where(f), f"no x + ... around {which}" if bug[0] == "no-residual" else
+                            f"{which}: the residual adds norm(x), not x")
                 else:
                     ctx.add(bug[0], f, where(f), bug[2] if len(bug) > 2 else "")
                 comp.status, comp.ids = "differs", [bug[0]]
@@ -177,6 +236,10 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
             finally:
                 layer.eval()
             return first_tensor(out, shape=tuple(x.shape))
+        if any(r == "kpm" for _, r, _ in plan):  # torch's API, sequence first, True = hidden
+            vals = {"x": x.transpose(0, 1), "m": mem.transpose(0, 1), "kpm": ~src_keep, "tgt_mask": ~tgt_keep[0]}
+            out = first_tensor(call(layer, plan, vals), shape=(x.shape[1], x.shape[0], x.shape[2]))
+            return out.transpose(0, 1)
         vals = {"x": x, "m": mem, "src_mask": A2.form.keys(src_keep, A2.ndim),
                 "tgt_mask": A1.form.square(tgt_keep, A1.ndim)}
         return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
@@ -207,6 +270,112 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
     return _layer_settle(ctx, f, L, ref, 3, ["self-attention", "cross-attention", "feed-forward"],
                          f"{attn[0][0]} (self), {attn[1][0]} (cross), {ffn[0]}, "
                          + ", ".join(n for n, _ in norms) + " (your own sublayers)", extra)
+
+
+def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool = False):
+    """A function (block, h) -> the block's output, called the way a model calls it: `(x)`,
+    `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)` with the learner's own rotary tables."""
+    from .components import rope_tables
+
+    plan = call_plan(block.forward, "block")
+    roles = {r for _, r, _ in plan}
+    attn, _, _ = parts(block, ctx)
+    A = AttnCaller(attn[0][1], ctx.form, "attention") if attn else None
+    tables = None
+    if {"freqs", "cos", "sin"} & (roles | ({r for _, r, _ in A.plan} if A and not A.torch_mha else set())):
+        tables, _ = rope_tables(ctx, ctx.sizes.d_model // ctx.sizes.heads)
+    # a mask the block requires is given (LLaMA's `mask`); an optional one is left to its default, as
+    # the learner's own model calls it (HF style: attention_mask=None, the causal triangle inside)
+    mask_role = next((r for _, r, req in plan if r in ("mask", "lens") and req), None)
+    plan = [(n, r, req) for n, r, req in plan if req or r not in ("mask", "lens")]
+    if A is not None and A.mask_role is not None and not A.torch_mha:
+        try:
+            p = next(block.parameters())
+            xs = torch.zeros(1, 3, ctx.sizes.d_model, dtype=p.dtype)
+            A.extra = tables
+            A.settle(xs, xs, xs, torch.ones(1, 3, dtype=torch.bool))
+        except Exception:
+            pass
+
+    def run(b, x):
+        vals = {"x": x}
+        if tables is not None:
+            vals.update(tables(x.shape[1]))
+        if mask_role is not None and no_mask:
+            vals[mask_role] = None  # the model hands its blocks no mask (the bug switch)
+        elif mask_role is not None and A is not None and A.torch_mha:
+            vals[mask_role] = ~R.causal_keep(x.shape[1]) if not flip else R.causal_keep(x.shape[1])
+        elif mask_role is not None:
+            form = A.form if A is not None else ctx.form
+            if flip and form.kind in ("keep", "pad"):  # the model's own mask in the other polarity
+                form = M.MaskForm("pad" if form.kind == "keep" else "keep", form.dtype, form.ndim)
+            vals[mask_role] = form.square(R.causal_keep(x.shape[1])[None], (A.ndim if A else None) or 4)
+        return first_tensor(call(b, plan, vals), shape=tuple(x.shape))
+    run.takes_mask = mask_role is not None
+    return run
+
+
+def check_block(ctx: Ctx, f: Found) -> Component:
+    """A decoder-only block (GPT, LLaMA): causal self-attention and a feed-forward, each with its norm,
+    checked for its wiring with the learner's own sublayers; called as they call it: `(x)`,
+    `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)`."""
+    from .components import rope_tables
+
+    layer = ctx.build(f)
+    d, h = ctx.sizes.d_model, ctx.sizes.heads
+    plan = call_plan(layer.forward, "block")
+    roles = {r for _, r, _ in plan}
+    if "m" in roles:
+        return check_decoder_layer(ctx, f)
+    attn, ffn, norms = parts(layer, ctx)
+    if len(attn) != 1 or ffn is None or len(norms) != 2:
+        raise CannotCheck(f"expected one attention, one feed-forward and two norms inside, found "
+                          f"{len(attn)} / {0 if ffn is None else 1} / {len(norms)}")
+    A = AttnCaller(attn[0][1], ctx.form, "attention")
+    if {"freqs", "cos", "sin"} & ({r for _, r, _ in A.plan} | roles):
+        tables, _ = rope_tables(ctx, d // h)
+    else:
+        tables = None
+    A.extra = tables
+    mask_role = next((r for _, r, req in plan if r in ("mask", "lens") and req), None)  # optional: its default
+    plan = [(n, r, req) for n, r, req in plan if req or r not in ("mask", "lens")]
+    B, T = 3, 5
+    x = ctx.randn(B, T, d)
+    causal = R.causal_keep(T)[None]  # (1, T, T)
+
+    def run(x):
+        vals = {"x": x}
+        if tables is not None:
+            vals.update(tables(x.shape[1]))
+        if mask_role is not None and A.torch_mha:  # nn.MultiheadAttention inside: (T, T), True = hidden
+            vals[mask_role] = ~R.causal_keep(x.shape[1])
+        elif mask_role is not None:
+            vals[mask_role] = A.form.square(R.causal_keep(x.shape[1])[None], A.ndim or 4)
+        return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
+
+    def sub_attn(y):
+        give = A.mask_role is not None and mask_role is not None  # the block hands its mask on
+        return A(y, y, y, R.causal_keep(y.shape[1])[None] if give else None, square=True)
+
+    if has_lazy(layer):
+        run(x.float())
+    layer.double()
+    randomize(layer, 4)
+    if A.mask_role is not None and not A.torch_mha and mask_role is not None:
+        A.settle(x, x, x, torch.ones(B, T, dtype=torch.bool))  # the mask type their attention takes
+    if A.mask_role is not None:
+        A.ndim = A.ndim or 4
+    x1 = ctx.randn(1, 3, d)
+    L = [run(x), run(x1)]
+    fmod, n1, n2 = ffn[1], norms[0][1], norms[1][1]
+
+    def ref_one(x, order, res):
+        y = _sub(order, n1, sub_attn, x, res[0])
+        return _sub(order, n2, fmod, y, res[1])
+
+    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, order, res), ref_one(x1, order, res)],
+                         2, ["attention", "feed-forward"],
+                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)")
 
 
 def check_causal_mask(ctx: Ctx, f: Found) -> Component:
@@ -263,7 +432,7 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
             vals[mask_role] = ctx.form.keys(keep, ndims[0])
         return first_tensor(call(enc, plan, vals), ndim=3)
 
-    for nd in dict.fromkeys([ctx.form.ndim, 4, 3]):
+    for nd in dict.fromkeys([ctx.form.ndim, 4, 3, 2]):
         ndims[0] = nd
         try:
             full = run(inputs, keep)
@@ -276,6 +445,10 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
         raise CannotCheck(f"no mask shape worked ({type(err).__name__}: {err})")
     alone = run(inputs[1:, :4], keep[1:, :4])
     comp = Component(f.kind, f.name, "ok", [], "padding invariance: a padded row equals the same row unpadded")
+    final = _final_norm(ctx, f, enc, lambda: run(inputs, keep))
+    if final is not None:
+        comp.status, comp.ids = "differs", [final]
+        return comp
     if not close(full[1:, :4], alone):
         if any(x.severity == "bug" for x in ctx.report.findings):
             comp.status, comp.detail = "skipped", "its padding test means nothing while the bugs above are there"
@@ -287,10 +460,48 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
     return comp
 
 
+def _final_norm(ctx: Ctx, f: Found, stack: nn.Module, run) -> str | None:
+    """The end of a stack: Pre-LN layers need one final norm (`missing-final-norm` without it); Post-LN
+    layers already end in one (`extra-final-norm` with another). The last layer's output is caught with
+    a hook and compared with what the stack returns."""
+    lf = ctx.found.get("encoder_layer")
+    if lf is None or not inspect.isclass(lf.obj):
+        return None
+    layers = [m for m in stack.modules() if isinstance(m, lf.obj)]
+    if not layers:
+        return None
+    seen = []
+    hook = layers[-1].register_forward_hook(lambda m, i, o: seen.append(first_tensor(o, ndim=3)))
+    try:
+        out = run()
+    finally:
+        hook.remove()
+    if not seen or tuple(seen[-1].shape) != tuple(out.shape):
+        return None
+    last = seen[-1]
+    if last.shape[1] != out.shape[1]:
+        return None
+    inside = {id(m) for layer in layers for m in layer.modules()}
+    norms = [m for m in stack.modules() if id(m) not in inside and _is_norm(m)]
+    order = {x.id for x in ctx.report.findings if x.component == "encoder_layer" and x.id in ("pre-ln", "post-ln")}
+    plain = torch.nn.functional.layer_norm(last, last.shape[-1:])
+    normed = [n(last) for n in norms] + [plain]
+    if "pre-ln" in order and close(out, last):
+        ctx.add("missing-final-norm", f, where(f), "Pre-LN layers and the stack returns the last layer's output "
+                "unnormalised" + (f" ({type(norms[0]).__name__} is never applied)" if norms else ""))
+        return "missing-final-norm"
+    twice = [n(n(last)) for n in norms]
+    if "post-ln" in order and any(close(out, t) for t in normed) or any(close(out, t) for t in twice):
+        ctx.add("extra-final-norm", f, where(f), "Post-LN layers already end in a norm; the stack adds another"
+                if "post-ln" in order else "the final norm runs twice")
+        return "extra-final-norm"
+    return None
+
+
 CHECKS = {"scaled_dot_product": check_scaled_dot_product, "attention": check_attention,
-          "feed_forward": check_feed_forward, "layer_norm": check_layer_norm,
+          "feed_forward": check_feed_forward, "layer_norm": check_layer_norm, "rms_norm": check_rms_norm,
           "positional_encoding": check_positional_encoding, "encoder_layer": check_encoder_layer,
-          "decoder_layer": check_decoder_layer, "causal_mask": check_causal_mask, "encoder": check_encoder}
+          "decoder_layer": check_decoder_layer, "block": check_block, "causal_mask": check_causal_mask, "encoder": check_encoder}
 
 
 def mask_form(module, source: str, found: list[Found], helpers: dict, convention: str | None) -> M.MaskForm:
@@ -315,7 +526,9 @@ def mask_form(module, source: str, found: list[Found], helpers: dict, convention
 
 
 def _their_line(exc: BaseException, module) -> str:
-    """The learner's last line on the way to an exception: ` (at file.py:12: code)`, or ''."""
+    """The learner's last line on the way to an exception: ` (at file.py:12: code)`, or ''; the code is
+    left out when it only repeats the message (a `raise NotImplementedError("TODO ...")` line): a TODO
+    hint is printed once."""
     import os
     import traceback
 
@@ -324,4 +537,7 @@ def _their_line(exc: BaseException, module) -> str:
     if not frames:
         return ""
     fr = frames[-1]
-    return f" (at {os.path.basename(mine)}:{fr.lineno}: {(fr.line or '').strip()})"
+    code = (fr.line or "").strip()
+    if str(exc) and str(exc)[:40] in code:
+        return f" (at {os.path.basename(mine)}:{fr.lineno})"
+    return f" (at {os.path.basename(mine)}:{fr.lineno}: {code})"

@@ -91,7 +91,7 @@ def stopped_line(outcome, lang: str, timeout_s: float) -> str | None:
 
 def run_child(path, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
               timeout_s: float = 60.0, memory_mb: int = 4096, train_steps: int = 0,
-              train_png: str | None = None) -> Report:
+              train_png: str | None = None, sizes: dict | None = None) -> Report:
     path = Path(path)
     report = Report(str(path), lang=lang)
     why = not_a_python_file(path, lang)
@@ -103,7 +103,7 @@ def run_child(path, lang: str = "zh", mask_convention: str | None = None, mappin
         out, ready = Path(tmp) / "report.json", Path(tmp) / "ready"
         cmd = [sys.executable, "-m", "scratchformer.check.child", str(path.resolve()), "--out", str(out),
                "--ready", str(ready), "--lang", lang, "--memory-mb", str(memory_mb),
-               "--map", json.dumps(mapping or {})]
+               "--map", json.dumps(mapping or {}), "--sizes", json.dumps(sizes or {})]
         if mask_convention:
             cmd += ["--mask-convention", mask_convention]
         if train_steps:
@@ -160,6 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-mb", type=int, default=4096)
     ap.add_argument("--mask-convention", default=None)
     ap.add_argument("--map", default="{}")
+    ap.add_argument("--sizes", default="{}")
     ap.add_argument("--train-steps", type=int, default=0)
     ap.add_argument("--train-png", default=None)
     a = ap.parse_args(argv)
@@ -242,7 +243,8 @@ def main(argv=None) -> int:
     try:
         mapping = json.loads(a.map)
         report = check_loaded(module, lang=a.lang, mask_convention=a.mask_convention, mapping=mapping,
-                              source=source, path=a.file, train_steps=a.train_steps, train_png=a.train_png)
+                              source=source, path=a.file, train_steps=a.train_steps, train_png=a.train_png,
+                              sizes=json.loads(a.sizes))
     except SystemExit as e:
         report.error = _msg(a.lang, f"你的代码在检查时调用了 exit({e.code!r})", f"your code called exit({e.code!r}) while being checked")
         report.error += "".join("\n" + ln for ln in _learner_frames(e, path))

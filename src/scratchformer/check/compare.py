@@ -103,10 +103,10 @@ def has_lazy(mod: nn.Module) -> bool:
 
 
 _HINTS = {
-    "q": r"(w_?)?q(_?(proj|linear|lin|layer))?|query|queries|to_q|linear_?q|lin_?q|fc_?q|q_?fc",
-    "k": r"(w_?)?k(_?(proj|linear|lin|layer))?|key|keys|to_k|linear_?k|lin_?k|fc_?k|k_?fc",
-    "v": r"(w_?)?v(_?(proj|linear|lin|layer))?|value|values|to_v|linear_?v|lin_?v|fc_?v|v_?fc",
-    "o": r"(w_?)?o(_?(proj|linear|lin|layer))?|out(_?(proj|linear|put|layer))?|dense|fc|fc_?o(ut)?|proj|linear_?o(ut)?|to_out|combine\w*",
+    "q": r"(w_?)?q(_?(proj|linear|lin|layer|w))?|query|queries|to_q|linear_?q|lin_?q|fc_?q|q_?fc|wq|query_proj|查询",
+    "k": r"(w_?)?k(_?(proj|linear|lin|layer|w))?|key|keys|to_k|linear_?k|lin_?k|fc_?k|k_?fc|wk|key_proj|键",
+    "v": r"(w_?)?v(_?(proj|linear|lin|layer|w))?|value|values|to_v|linear_?v|lin_?v|fc_?v|v_?fc|wv|value_proj|值",
+    "o": r"(w_?)?o(_?(proj|linear|lin|layer))?|out(_?(proj|linear|put|layer))?|dense|fc|fc_?o(ut)?|proj|linear_?o(ut)?|to_out|combine\w*|wo|c_proj|o_w|输出",
 }
 
 
@@ -118,11 +118,14 @@ def _role(path: str) -> str | None:
     return None
 
 
-def map_attention(mod: nn.Module, d: int):
-    """{"q"|"k"|"v"|"o": (weight, bias | None)} from the learner's parameters, and the mapping in words."""
-    params = list(mod.named_parameters())
-    sq = [(n, p) for n, p in params if tuple(p.shape) == (d, d)]
-    fused = [(n, p) for n, p in params if tuple(p.shape) == (3 * d, d)]
+def map_attention(mod: nn.Module, d: int, h: int | None = None):
+    """({"q"|"k"|"v"|"o": (weight, bias | None)}, the mapping in words, the weights, h_kv) from the
+    learner's parameters: one fused W_QKV (3d×d), per-head query/key/value Linears (the GPT video's
+    `Head`), four d×d maps, or W_K, W_V with fewer rows (grouped-query attention, h_kv K/V heads)."""
+    params = [(n, p) for n, p in mod.named_parameters()]
+    mats = [(n, p) for n, p in params if p.dim() == 2]
+    sq = [(n, p) for n, p in mats if tuple(p.shape) == (d, d)]
+    fused = [(n, p) for n, p in mats if tuple(p.shape) == (3 * d, d)]
     biases = {n.rsplit(".", 1)[0]: p for n, p in params if p.dim() == 1 and n.endswith("bias")}
     if len(sq) == 1 and len(fused) == 1:
         (fn, fw), (on, ow) = fused[0], sq[0]
@@ -130,17 +133,63 @@ def map_attention(mod: nn.Module, d: int):
         ws = fw.chunk(3, 0)
         bs = fb.chunk(3, 0) if fb is not None else (None,) * 3
         w = {"q": (ws[0], bs[0]), "k": (ws[1], bs[1]), "v": (ws[2], bs[2]), "o": (ow, biases.get(on.rsplit(".", 1)[0]))}
-        return w, f"W_Q,W_K,W_V←{fn} (3 rows blocks), W_O←{on}", [fw, ow]
+        return w, f"W_Q,W_K,W_V←{fn} (3 rows blocks), W_O←{on}", [fw, ow], None
+    if len(sq) == 1 and len(mats) == 2 and h is not None:
+        (fn, fw) = next((n, p) for n, p in mats if p is not sq[0][1])
+        r = (fw.shape[0] - d) // 2
+        if fw.shape[1] == d and fw.shape[0] > d and (fw.shape[0] - d) % 2 == 0 and r % (d // h) == 0 and r < d:
+            # one fused W_QKV for grouped-query attention: rows d (Q), then h_kv·d_k (K), h_kv·d_k (V)
+            fb = biases.get(fn.rsplit(".", 1)[0])
+            ws = fw.split([d, r, r], 0)
+            bs = fb.split([d, r, r], 0) if fb is not None else (None,) * 3
+            on, ow = sq[0]
+            w = {"q": (ws[0], bs[0]), "k": (ws[1], bs[1]), "v": (ws[2], bs[2]), "o": (ow, biases.get(on.rsplit(".", 1)[0]))}
+            return w, f"W_Q,W_K,W_V←{fn} (rows {d}, {r}, {r}: 3 rows blocks), W_O←{on}", [fw, ow], r // (d // h)
+    narrow = [(n, p) for n, p in mats if p.shape[1] == d and p.shape[0] < d and d % p.shape[0] == 0]
+    if len(sq) == 1 and narrow and h is not None:
+        # per-head modules: heads.0.query (d_k, d), heads.0.key, ...: concatenated head by head
+        per = {r: [] for r in "qkv"}
+        for n, p in narrow:
+            r = _role(n.rsplit(".", 1)[0])
+            if r in per:
+                per[r].append((n, p))
+        rows = {r: sum(p.shape[0] for _, p in ps) for r, ps in per.items()}
+        if all(rows[r] == d for r in "qkv") and len(per["q"]) > 1:
+            w = {}
+            for r in "qkv":
+                bs = [biases.get(n.rsplit(".", 1)[0]) for n, _ in per[r]]
+                w[r] = (torch.cat([p for _, p in per[r]], 0),
+                        None if any(b is None for b in bs) else torch.cat(bs, 0))
+            on, ow = sq[0]
+            w["o"] = (ow, biases.get(on.rsplit(".", 1)[0]))
+            words = (f"W_Q←{len(per['q'])} heads' {per['q'][0][0].split('.')[-2]}, W_K←…{per['k'][0][0].split('.')[-2]}, "
+                     f"W_V←…{per['v'][0][0].split('.')[-2]} (per-head modules, concatenated), W_O←{on}")
+            return w, words, [p for _, p in narrow] + [ow], None
+    if len(sq) == 2 and len(narrow) == 2 and h is not None and narrow[0][1].shape == narrow[1][1].shape:
+        # grouped-query attention: W_Q and W_O are d×d, W_K and W_V (h_kv·d_k)×d
+        by = {_role(n.rsplit(".", 1)[0]): (n, p) for n, p in sq + narrow}
+        if set(by) == {"q", "k", "v", "o"} and tuple(by["q"][1].shape) == (d, d):
+            w = {r: (p, biases.get(n.rsplit(".", 1)[0])) for r, (n, p) in by.items()}
+            h_kv = narrow[0][1].shape[0] // (d // h)
+            words = ", ".join(f"W_{r.upper()}←{by[r][0]}" for r in "qkvo") + f" (by names; {h_kv} K/V heads)"
+            return w, words, [p for _, p in sq + narrow], h_kv
+    if len(sq) == 3 and len(mats) == 3 and {_role(n.rsplit(".", 1)[0]) for n, _ in sq} == {"q", "k", "v"}:
+        # HF BERT's self-attention: Q, K, V here, W_O in the next module (BertSelfOutput): W_O = I
+        by = {_role(n.rsplit(".", 1)[0]): (n, p) for n, p in sq}
+        w = {r: (p, biases.get(n.rsplit(".", 1)[0])) for r, (n, p) in by.items()}
+        w["o"] = (torch.eye(d, dtype=sq[0][1].dtype), None)
+        words = ", ".join(f"W_{r.upper()}←{by[r][0]}" for r in "qkv") + " (by names), no W_O here (identity)"
+        return w, words, [p for _, p in sq], None
     if len(sq) != 4:
-        raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), found {len(sq)}: "
-                          + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
+        raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), a fused {3 * d}×{d} W_QKV, "
+                          f"or per-head maps; found " + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
     paths = [n.rsplit(".", 1)[0] if n.endswith(".weight") else n for n, _ in sq]
     roles = [_role(p) for p in paths]
     order = roles if sorted(r or "" for r in roles) == ["k", "o", "q", "v"] else ["q", "k", "v", "o"]
     w = {r: (p, biases.get(path)) for r, (n, p), path in zip(order, sq, paths)}
     how = "names" if order is roles else "registration order"
     words = ", ".join(f"W_{r.upper()}←{n}" for r, (n, _) in zip(order, sq))
-    return w, f"{words} (by {how})", [p for _, p in sq]
+    return w, f"{words} (by {how})", [p for _, p in sq], None
 
 
 def _detached(w):
@@ -188,11 +237,24 @@ def key_keep(B: int, S: int) -> torch.Tensor:
     return keep
 
 
+def _torch_like(fn) -> bool:
+    """A learner's attention written to nn.MultiheadAttention's API: forward(query, key, value,
+    attn_mask, key_padding_mask), sequence first unless it says batch_first, True = hidden."""
+    if not isinstance(fn, nn.Module):
+        return False
+    try:
+        names = list(inspect.signature(fn.forward).parameters)
+    except (TypeError, ValueError):
+        return False
+    return "key_padding_mask" in names and "attn_mask" in names
+
+
 class AttnCaller:
     """Calls an attention module (or function) by its own parameter names, with a mask in the learner's form."""
 
     def __init__(self, fn, form: M.MaskForm, kind: str = "attention"):
-        self.torch_mha = isinstance(fn, nn.MultiheadAttention)
+        self.torch_mha = isinstance(fn, nn.MultiheadAttention) or _torch_like(fn)
+        self.extra = None
         if self.torch_mha:  # torch's own, inside a learner's layer: its masks say True = blocked
             self.fn, self.plan, self.self_only, self.mask_role, self.mask_required = fn, [], False, "mask", False
             learner_said = form.source.startswith(("your function", "your line", "--mask"))
@@ -206,15 +268,25 @@ class AttnCaller:
         if not self.self_only and not {"q", "k", "v"} <= roles:
             raise CannotCheck("forward takes neither (query, key, value, ...) nor (x, ...)")
         self.mask_role = "lens" if "lens" in roles else "mask" if "mask" in roles else None
+        self.extra = None  # T -> {role: value}: rotary tables, start_pos (set by the attention check)
         self.mask_required = any(req for _, r, req in self.plan if r == self.mask_role)
         self.form = M.MaskForm("lens", torch.long, None, form.source, form.source_zh) \
             if self.mask_role == "lens" and form.kind != "lens" else form
+        if self.mask_role == "mask" and form.kind != "add":
+            try:  # its own code adds the mask to the scores (HF's extended mask): that is what it takes
+                own = M.from_style(inspect.getsource(type(fn) if isinstance(fn, nn.Module) else fn))
+            except (OSError, TypeError):
+                own = None
+            if own is not None and own.kind == "add":
+                self.form = own
         self.ndim = form.ndim
 
     def __call__(self, q, k, v, keep=None, square=False, out_shape=None):
         if self.torch_mha:
             return self._torch(q, k, v, keep, square)
         vals = {"q": q, "k": k, "v": v, "x": q}
+        if self.extra is not None:
+            vals.update(self.extra(q.shape[-2]))
         if self.mask_role is not None:
             if keep is None and self.mask_required:
                 keep = torch.ones(q.shape[0], k.shape[-2], dtype=torch.bool)
@@ -229,28 +301,42 @@ class AttnCaller:
             am = ~keep[0]  # (T, T), True = blocked
         elif keep is not None:
             kpm = ~keep  # (B, S), True = padding
-        if not self.fn.batch_first:
+        first = not getattr(self.fn, "batch_first", False)
+        if first:
             q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (T, B, d)
-        out = self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am, need_weights=False)[0]
-        return out if self.fn.batch_first else out.transpose(0, 1)
+        if isinstance(self.fn, nn.MultiheadAttention):
+            out = self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am, need_weights=False)[0]
+        else:  # the learner's own, written to torch's API
+            out = first_tensor(self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am), ndim=3)
+        return out.transpose(0, 1) if first else out
 
     def settle(self, q, k, v, keep):
-        """Find the mask rank the learner's code accepts ((B,1,1,S) or (B,1,S)), trying theirs first."""
+        """Find the mask rank and type the learner's code accepts ((B,1,1,S), (B,1,S), (B,S); their
+        int / bool / additive float), trying theirs first."""
         if self.torch_mha:
             return
         if self.mask_role is None or self.form.kind == "lens":
             self(q, k, v, keep)
             return
         errors = []
-        for nd in dict.fromkeys([self.form.ndim, 4, 3, 2]):
-            if nd is None:
-                continue
-            self.ndim = nd
-            try:
-                self(q, k, v, keep)
-                return
-            except NotImplementedError:
-                raise  # a skeleton's TODO, whatever the mask
-            except Exception as e:  # the learner's code: any error means "not this rank"
-                errors.append(f"{type(e).__name__}: {e}")
+        forms = [self.form]
+        if self.form.kind in ("keep", "pad"):
+            forms += [M.MaskForm(self.form.kind, torch.bool, self.form.ndim, self.form.source, self.form.source_zh),
+                      M.MaskForm("add", torch.float64, self.form.ndim, "an additive float mask (the one your code takes)",
+                                 "加性浮点掩码（你的代码接受的）")]
+        first = self.form
+        for form in forms:
+            self.form = form
+            for nd in dict.fromkeys([first.ndim, 4, 3, 2]):
+                if nd is None:
+                    continue
+                self.ndim = nd
+                try:
+                    self(q, k, v, keep)
+                    return
+                except NotImplementedError:
+                    raise  # a skeleton's TODO, whatever the mask
+                except Exception as e:  # the learner's code: any error means "not this rank / type"
+                    errors.append(f"{type(e).__name__}: {e}")
+        self.form = first
         raise CannotCheck(f"no mask shape worked ({errors[0] if errors else '?'})")

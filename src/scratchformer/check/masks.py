@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-KINDS = ("keep", "pad", "lens")
+KINDS = ("keep", "pad", "lens", "add")
 _WORDS = {"keep": ("1/True = 可以关注", "1/True = may attend"), "pad": ("1/True = padding", "1/True = padding"),
+          "add": ("加性掩码（0 = 可以关注，−∞/−1e9 = 屏蔽）", "additive (0 = may attend, −∞/−1e9 = hidden)"),
           "lens": ("有效长度 valid_lens", "valid lengths")}
 
 
@@ -44,6 +45,8 @@ class MaskForm:
         return m[:, None] if nd == 4 else m  # (B, 1, T, T) | (B, T, T)
 
     def _cast(self, keep):
+        if self.kind == "add":  # added to the scores: 0 where it may attend, −1e9 where hidden
+            return torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, -1e9)
         m = ~keep if self.kind == "pad" else keep
         return m if self.dtype == torch.bool else m.to(self.dtype)
 
@@ -114,12 +117,18 @@ def from_text(source: str) -> MaskForm | None:
 
 def from_style(source: str) -> MaskForm | None:
     """How the attention code applies the mask: `mask == 0` (keep) or `mask * -1e9` (pad)."""
-    s = re.sub(r"\s+", "", source)
+    s = re.sub(r"[ \t]+", "", source).replace("\n", ";")  # lines kept apart: `mask\nnext` is not `masknext`
     if "valid_lens" in s:
         return MaskForm("lens", torch.long, None, "your attention's valid_lens (d2l)", "你的注意力的 valid_lens（d2l）")
+    m = re.search(r"\+=?\(?(?:self\.)?(?:attn_|attention_)?mask\b(?!\*)", s)
+    if m and not re.search(r"mask==0|mask\.eq\(0\)|~mask|logical_not\(mask|masked_fill\(mask", s):
+        return MaskForm("add", torch.float64, None, "your attention's `scores + mask`", "你的注意力里的 `scores + mask`")
     if re.search(r"mask==0|mask\.eq\(0\)|~mask|logical_not\(mask|mask==False", s):
         return MaskForm("keep", torch.long, None, "your attention's `mask == 0`", "你的注意力里的 `mask == 0`")
-    if re.search(r"mask\*\(?-1e|mask==1|\*mask|masked_fill\(mask,", s):
+    if re.search(r"masked_fill_?\((self\.)?\w*mask,", s):  # masked_fill(attn_mask, -1e9): True = hidden
+        return MaskForm("pad", torch.bool, None, "your attention's `masked_fill(mask, ...)`",
+                        "你的注意力里的 `masked_fill(mask, ...)`")
+    if re.search(r"mask\*\(?-1e|mask==1|\*mask", s):
         return MaskForm("pad", torch.float64, None, "your attention's `mask * -1e9`", "你的注意力里的 `mask * -1e9`")
     return None
 
@@ -127,5 +136,5 @@ def from_style(source: str) -> MaskForm | None:
 def flag(kind: str) -> MaskForm:
     if kind not in KINDS:
         raise ValueError(f"--mask-convention {kind!r}: use one of {', '.join(KINDS)}")
-    dtype = {"keep": torch.long, "pad": torch.float64, "lens": torch.long}[kind]
+    dtype = {"keep": torch.long, "pad": torch.float64, "lens": torch.long, "add": torch.float64}[kind]
     return MaskForm(kind, dtype, None, "--mask-convention", "--mask-convention")

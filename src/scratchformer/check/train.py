@@ -154,8 +154,8 @@ def train_beside(ctx: Ctx, steps: int = 300, png: str | None = None, n_layers: i
             raise CannotCheck("--train needs one attention, one feed-forward and two norms in the encoder layer")
         caller = AttnCaller(attn[0][1], ctx.form)
         caller.settle(probe, probe, probe, torch.ones(2, 5, dtype=torch.bool))
-        w, _, _ = map_attention(attn[0][1], d)
-        W, _ = ffn_params(ffn[1], d, ctx.sizes.d_ff)
+        w, _, _, _ = map_attention(attn[0][1], d)
+        W, _ = ffn_params(ffn[1], d)
         nps = []
         for _, m in norms:
             _, g, b = norm_params(m, d)

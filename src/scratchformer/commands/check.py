@@ -40,6 +40,18 @@ def positive(flag: str, value: float, unit: str) -> None:
         raise UserError(f"{flag} {value}: give a finite number above 0 ({unit})")
 
 
+def parse_sizes(items: list[str] | None) -> dict:
+    out = {}
+    for item in items or []:
+        for pair in item.split(","):
+            name, _, value = pair.partition("=")
+            name, value = name.strip(), value.strip()
+            if not name or not value.isdigit() or int(value) <= 0:
+                raise UserError(f"--size {pair!r}: write NAME=NUMBER, e.g. --size d_model=64 or --size n_embd=64,n_head=4")
+            out[name] = int(value)
+    return out
+
+
 def register(cli) -> None:
     p = cli.verb("check", help="check your own hand-written Transformer (FILE.py) against ours and name the bug")
     p.add_argument("file", type=Path, help="your Python file (it is loaded in a child process, never run as a script)")
@@ -50,10 +62,13 @@ def register(cli) -> None:
                         "Default: read from your mask function or code")
     p.add_argument("--map", action="append", metavar="KIND=Name",
                    help="what discovery cannot guess, e.g. --map attention=MyAttn,feed_forward=Block")
+    p.add_argument("--size", action="append", metavar="NAME=N",
+                   help="a size your code uses when the file does not fix it, e.g. --size d_model=64,heads=4 "
+                        "(or your own names: n_embd, n_head, block_size, n_kv_heads)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds your code may run (default 60)")
     p.add_argument("--memory-mb", type=float, default=4096, help="memory your code may use (default 4096 MB)")
     p.add_argument("--train", action="store_true",
-                   help="also train your encoder layer beside ours (same weights, same batches, about a minute)")
+                   help="also train your encoder layer (or decoder-only block) beside ours (same weights, same batches, about a minute)")
     p.add_argument("--train-steps", type=int, default=300, help="--train: steps (default 300)")
     p.add_argument("--train-png", type=Path, default=Path("check_train.png"),
                    help="--train: the PNG with both loss curves (default ./check_train.png)")
@@ -86,6 +101,7 @@ def check(args) -> int:
                             f"give a path you can write") from None
     timeout = args.timeout + (args.train_steps * 1.0 if args.train else 0)  # a step is ~0.05 s on an idle core
     report = check_file(args.file, lang=lang, mask_convention=args.mask_convention, mapping=parse_map(args.map),
+                        sizes=parse_sizes(args.size),
                         timeout_s=timeout, memory_mb=max(1, int(args.memory_mb)),
                         train_steps=args.train_steps if args.train else 0,
                         train_png=args.train_png if args.train else None)
