@@ -17,7 +17,7 @@ from ...errors import UserError
 from ...fileio import atomic_write_text, inside
 from ...nn.compute import compute_type_from
 from ...nn.quant import Int8Linear, quantize_int8
-from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
+from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble, build_seq2seq
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .data import source_ids
@@ -33,7 +33,7 @@ def _load_run_model(run_dir: Path, weights: str | None, quantize: str = "none") 
         weights = _final_weights(final) if final.exists() else "model.safetensors"
     if not (run_dir / weights).exists():
         raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
-    model = build_checked(lambda: Seq2Seq(recipe.model), run_dir / weights, run_dir / "config.json")
+    model = build_checked(lambda: build_seq2seq(recipe.model), run_dir / weights, run_dir / "config.json")
     if quantize == "int8":
         quantize_int8(model)
     return recipe, model.eval()
@@ -99,9 +99,10 @@ class Translator:
             return asked, f"precision={asked!r} was asked for"
         if self.quantized:
             return "fp32", "the projections are int8 (they take float32 activations): bf16 would only add casts"
-        d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
-            else self.model.cfg.transformer.d_model
-        return choose_precision(rows, d)
+        cfg = self.model.members[0].cfg if hasattr(self.model, "members") else self.model.cfg
+        if cfg.kind == "lstm":  # the probe times a Transformer block, which says nothing of an LSTM step
+            return "fp32", "an LSTM translator decodes in float32 (the bf16 probe measures Transformer blocks)"
+        return choose_precision(rows, cfg.transformer.d_model)
 
     def bf16_model(self) -> torch.nn.Module:
         """The model with its weights in bfloat16 (made once, kept beside the float32 one): what
