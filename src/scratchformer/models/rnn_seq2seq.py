@@ -32,6 +32,8 @@ from ..errors import UserError
 from ..nn import AdditiveAttention, Linear
 from .embedding import Embeddings, token_dropout
 
+NO_ATTENTION = ("an LSTM translator has no self-attention: `attention` and `doctor` need a Transformer run "
+                "(model.kind=transformer); `align RUN TEXT` draws its additive cross-attention")
 LEAN_REASON = "an LSTM decoder steps through its decode: its state is (h, c) per layer, not a KV cache"
 
 
