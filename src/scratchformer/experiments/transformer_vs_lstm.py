@@ -56,8 +56,8 @@ def recipe_dict(data: str, model: str, seed: int, minutes: float, files: dict) -
                  "joint_vocab": d["joint_vocab"], "max_len": 64, "max_tokens": 2000, "label_smoothing": 0.1,
                  "bleu_sentences": 150},
         "model": {"kind": model, "transformer": tc, "tie_output": True, "share_embeddings": d["joint_vocab"]},
-        "train": {"epochs": None, "max_minutes": minutes, "lr": 1e-3, "schedule": "noam", "warmup_steps": 200,
-                  "weight_decay": 0.01, "betas": [0.9, 0.98], "eval_every": 50, "log_every": 10, "seed": seed,
+        "train": {"epochs": None, "max_minutes": minutes, "lr": 2e-3, "schedule": "noam", "warmup_steps": 60,
+                  "weight_decay": 0.01, "betas": [0.9, 0.98], "eval_every": 40, "log_every": 10, "seed": seed,
                   "metric": "bleu", "metric_mode": "max", "precision": "fp32", "progress": False},
         "decode": {"beam": 1, "precision": "fp32"},
         "average_last": 1,
@@ -250,8 +250,8 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
         f"2-layer decoder of {D_LSTM} units fed [embedding; additive-attention context]); dropout 0.1, tied output "
         "(and shared embeddings with the joint en-fr vocabulary)",
         f"- data: hsk-zh-en (char -> BPE 2000) and en-fr (`fr-en` reversed, joint BPE 4000); all training pairs, the "
-        f"first {N_VALID} validation pairs (150 decoded for validation BLEU every 50 steps), the first {N_TEST} test pairs",
-        f"- training: Adam (0.9, 0.98), lr 1e-3, noam warmup 200, weight decay 0.01, label smoothing 0.1, 2,000 tokens "
+        f"first {N_VALID} validation pairs (150 decoded for validation BLEU every 40 steps), the first {N_TEST} test pairs",
+        f"- training: Adam (0.9, 0.98), peak lr 2e-3, noam warmup 60, weight decay 0.01, label smoothing 0.1, 2,000 tokens "
         f"a batch, float32, `train.max_minutes={minutes:g}` per run (validation included), one thread, `nice -n 10`; "
         f"{seeds} seeds; the runs of the two models alternate so that both see the same machine load",
         "- test: greedy, the run's best weights; BLEU/chrF by sacrebleu "
