@@ -202,3 +202,39 @@ def test_ensemble_of_lstm_members_decodes_through_the_same_search(run):
     tr = Translator.load(out, ensemble=[out])  # the same member twice: the mean of equal probabilities
     assert tr.translate(["ab cd ef"], beam=2) == Translator.load(out).translate(["ab cd ef"], beam=2)
     assert BOS_ID not in tr.hypotheses(["ab"])[0].tokens
+
+
+def test_sentence_scores_are_sacrebleus_sentence_bleu_and_chrf_worst_first():
+    import sacrebleu
+
+    from scratchformer.tasks.translate.task import sentence_scores
+
+    srcs, refs = ["a", "b", "c"], ["the cat sat on the mat", "hello there", "go ."]
+    hyps = ["the cat sat on a mat", "goodbye", "go ."]
+    rep = sentence_scores(srcs, hyps, refs, sort="bleu")
+    assert [r["i"] for r in rep["sentences"]] == [2, 1, 3]  # worst first
+    for r in rep["sentences"]:
+        assert r["bleu"] == pytest.approx(sacrebleu.sentence_bleu(r["hypothesis"], [r["reference"]]).score)
+        assert r["chrf"] == pytest.approx(sacrebleu.sentence_chrf(r["hypothesis"], [r["reference"]]).score)
+    assert rep["sentences"][2]["bleu"] == pytest.approx(100.0) and 0 < rep["sentences"][1]["bleu"] < 100  # smoothed, not 0
+    assert "smooth:exp" in rep["sentence_bleu_signature"] and "eff:yes" in rep["sentence_bleu_signature"]
+    assert [r["i"] for r in sentence_scores(srcs, hyps, refs)["sentences"]] == [1, 2, 3]
+    with pytest.raises(UserError, match="--sort 'meteor': choose one of input, bleu, chrf"):
+        sentence_scores(srcs, hyps, refs, sort="meteor")
+
+
+def test_evaluate_per_sentence_prints_and_returns_each_sentence(run, capsys):
+    d, out = run
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--per-sentence", "--sort", "chrf", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    rows = rep["sentences"]
+    assert len(rows) == 40 and rep["sorted_by"] == "chrf"
+    assert [r["chrf"] for r in rows] == sorted(r["chrf"] for r in rows)
+    assert {r["i"] for r in rows} == set(range(1, 41))
+    pairs = [line.split("\t") for line in (d / "test.tsv").read_text().splitlines()]
+    assert all([r["source"], r["reference"]] == pairs[r["i"] - 1] for r in rows)
+    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--sort", "bleu"]) == 0
+    text = capsys.readouterr().out
+    assert "per sentence (worst first by bleu; sentence BLEU nrefs:1|case:mixed|eff:yes|tok:13a|smooth:exp" in text
+    assert text.count("  hypothesis: ") == 40 and text.count("  reference:  ") == 40

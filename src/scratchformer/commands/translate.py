@@ -63,6 +63,11 @@ def register(cli) -> None:
 
     ev = cli.verbs.choices["evaluate"]
     _decode_args(ev)
+    ev.add_argument("--per-sentence", action="store_true",
+                    help="translation runs: also each sentence's source, reference, hypothesis, sentence BLEU "
+                         "(sacrebleu, exp smoothing) and chrF")
+    ev.add_argument("--sort", choices=["input", "bleu", "chrf"],
+                    help="with --per-sentence: input order (default) or worst first by bleu / chrf")
     cli.evaluators["translate"] = evaluate
 
 
@@ -150,7 +155,9 @@ def evaluate(args) -> int:
         pairs, name = split_of(load_translation(tr.recipe.data), args.split, args.run_dir, "evaluate"), args.split
     if args.ensemble:
         name = f"{name}_ensemble{len(args.ensemble) + 1}"
-    rep = tr.evaluate(pairs, args.run_dir, name, **_overrides(args))
+    per_sentence = args.per_sentence or args.sort is not None
+    rep = tr.evaluate(pairs, args.run_dir, name, per_sentence=per_sentence, sort=args.sort or "input",
+                      **_overrides(args))
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
     else:
@@ -159,6 +166,13 @@ def evaluate(args) -> int:
               f"{rep['sentences_per_s']:.1f} sentences/s")
         print(f"BLEU {rep['bleu']:.2f}  {rep['bleu_signature']}")
         print(f"chrF {rep['chrf']:.2f}  {rep['chrf_signature']}")
+        if per_sentence:
+            order = "worst first by " + rep["sorted_by"] if rep["sorted_by"] != "input" else "in input order"
+            print(f"per sentence ({order}; sentence BLEU {rep['sentence_bleu_signature']}, "
+                  f"chrF {rep['sentence_chrf_signature']}):")
+            for row in rep["sentences"]:
+                print(f"[{row['i']}] BLEU {row['bleu']:.1f}  chrF {row['chrf']:.1f}\n  source:     {row['source']}\n"
+                      f"  reference:  {row['reference']}\n  hypothesis: {row['hypothesis']}")
         print(f"translations: {args.run_dir / f'{name}_hyps.txt'}")
     return 0
 

@@ -23,7 +23,7 @@ from ..runs import RunDir
 from .data import source_ids
 from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
-from .task import corpus_scores
+from .task import SENTENCE_SORTS, corpus_scores, sentence_scores
 
 
 def _load_run_model(run_dir: Path, weights: str | None, quantize: str = "none") -> tuple[TranslateRecipe, Seq2Seq]:
@@ -213,17 +213,24 @@ class Translator:
         return [self.tgt_tok.decode(h.tokens) for h in hyps]
 
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
-                 name: str = "eval", **overrides) -> dict[str, Any]:
+                 name: str = "eval", per_sentence: bool = False, sort: str = "input",
+                 **overrides) -> dict[str, Any]:
         """BLEU and chrF (sacrebleu, with signatures) of translating the sources of `pairs`;
-        writes `<name>_metrics.json` and `<name>_hyps.txt` into `out_dir` when given."""
+        writes `<name>_metrics.json` and `<name>_hyps.txt` into `out_dir` when given.
+        `per_sentence`: also each sentence's sentence BLEU and chrF (`task.sentence_scores`),
+        in input order or worst first (`sort` = "bleu" / "chrf"), under "sentences"."""
         srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
         cfg = self.decode_config(**self._precision(overrides))  # what the decode below runs with
+        if per_sentence and sort not in SENTENCE_SORTS:  # before decoding: nothing spent on a typo
+            sentence_scores([], [], [], sort)
         t0 = time.perf_counter()
         hyps = self.translate(srcs, **overrides)
         elapsed = time.perf_counter() - t0
         rep = corpus_scores(hyps, refs)
         rep.update(n=len(pairs), decode=cfg.to_dict(), seconds=round(elapsed, 2),
                    sentences_per_s=len(pairs) / max(elapsed, 1e-9))
+        if per_sentence:
+            rep.update(sentence_scores(srcs, hyps, refs, sort))
         if out_dir is not None:
             out_dir = Path(out_dir)
             atomic_write_text(inside(out_dir, f"{name}_metrics.json", "report"), json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
