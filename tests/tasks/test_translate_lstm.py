@@ -238,3 +238,38 @@ def test_evaluate_per_sentence_prints_and_returns_each_sentence(run, capsys):
     text = capsys.readouterr().out
     assert "per sentence (worst first by bleu; sentence BLEU nrefs:1|case:mixed|eff:yes|tok:13a|smooth:exp" in text
     assert text.count("  hypothesis: ") == 40 and text.count("  reference:  ") == 40
+
+
+# ---------------------------------------------------------------------------- devices
+def test_every_device_torch_knows_is_accepted_and_an_absent_one_is_one_line(tmp_path, capsys):
+    from scratchformer.train import TrainConfig
+    from scratchformer.train.device import available_devices, check_available, parse_device, resolve_precision
+
+    for name in ("cpu", "cuda", "cuda:1", "mps", "xpu", "xpu:0"):
+        assert TrainConfig(device=name).device == name  # a recipe names any device; where it runs is checked later
+    with pytest.raises(UserError, match=r"train.device='gpu' is not a device torch knows; use cpu, cuda, cuda:N, mps or xpu"):
+        TrainConfig(device="gpu")
+    assert available_devices()[0] == "cpu" and check_available(parse_device("cpu"), "cpu").type == "cpu"
+    if not torch.backends.mps.is_available():
+        with pytest.raises(UserError, match=r"^device 'mps' is not available here; available: cpu"):
+            check_available(parse_device("mps"), "mps")
+        write_pairs(tmp_path / "train.tsv", upper_case_pairs(20, 0, WORDS, 3))
+        assert main(["train", "translate", "--data", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "r"),
+                     "--set", "train.device=mps"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"error: device 'mps' is not available here; available: {', '.join(available_devices())}"
+    # mixed precision: the dtype each device supports
+    assert resolve_precision("auto", torch.device("mps"))[0] == "fp16"
+    assert resolve_precision("auto", torch.device("xpu"))[0] == "bf16"
+    assert resolve_precision("fp32", torch.device("mps")) == ("fp32", None)
+
+
+def test_inference_device_flag(run, capsys):
+    d, out = run
+    assert main(["translate", str(out), "ab cd", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.strip() == "AB CD"
+    if not torch.cuda.is_available():
+        assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--device", "cuda:0"]) == 2
+        assert capsys.readouterr().err.strip().startswith("error: device 'cuda:0' is not available here; available: cpu")
+    assert main(["translate", str(out), "ab", "--device", "tpu"]) == 2
+    assert "is not a device torch knows" in capsys.readouterr().err

@@ -156,6 +156,9 @@ def evaluate(args) -> int:
 
     if getattr(args, "context", None) is not None:
         raise UserError("--context is for language-model runs; for a classifier use --max-len N")
+    from .common import refuse_translation_flags
+
+    refuse_translation_flags(args, "classification")
     clf = Classifier.load(args.run_dir, blend=not args.no_blend, compute_type=compute_type(args))
     say_compute(clf, args)
     trained_max_len = clf.recipe.data.max_len

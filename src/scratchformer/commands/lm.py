@@ -94,6 +94,9 @@ def evaluate(args) -> int:
 
     if getattr(args, "max_len", None) is not None:
         raise UserError("--max-len is for classification runs; for a language model use --context N")
+    from .common import refuse_translation_flags
+
+    refuse_translation_flags(args, "language-model")
     if args.context is None and (args.rope_scaling or args.max_windows):
         raise UserError("--rope-scaling and --max-windows go with --context N")
     lm = LanguageModel.load(args.run_dir, compute_type=compute_type(args))

@@ -19,6 +19,7 @@ def _decode_args(p) -> None:
     add("--max-len-ratio", type=float, help="output limit: RATIO * source tokens + offset")
     add("--no-cache", action="store_true", help="recompute the whole prefix at every step (slow; for checking)")
     add("--precision", choices=["fp32", "bf16", "auto"], help="deprecated: --compute-type float32|bfloat16|auto")
+    add("--device", help="where to decode: any device torch knows (cpu, cuda, cuda:N, mps, xpu; default cpu)")
     add("--ensemble", action="append", type=Path, default=[], metavar="RUN",
         help="another run trained with the same tokenizers, decoded together with RUN_DIR "
              "(next-token probabilities averaged); repeat for more")
@@ -104,7 +105,8 @@ def translate(args) -> int:
 
     from ..tasks.translate import Translator
 
-    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, compute_type=compute_type(args))
+    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, compute_type=compute_type(args),
+                         device=args.device)
     overrides = _overrides(args)
     given = read_inputs(args.texts, None) if args.texts or not args.file else None  # arguments or stdin, as before
 
@@ -148,7 +150,8 @@ def evaluate(args) -> int:
                         ("--rope-scaling", getattr(args, "rope_scaling", None))):
         if value is not None:
             raise UserError(f"{flag} is for language-model or classification runs, not translation")
-    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args))
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args),
+                         device=args.device)
     if args.data:
         pairs, name = read_parallel_spec(args.data), file_report_name(args.data)
     else:
@@ -191,7 +194,8 @@ def align(args) -> int:
         raise UserError(f"align --out {path} is a folder; give the path of a .png file")
     if not path.parent.is_dir():
         raise UserError(f"align --out {path}: the folder {path.parent} does not exist")
-    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args))
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args),
+                         device=args.device)
     src, out, weights, translation = tr.align(args.text, **_overrides(args))
     plot_view(AttentionView("cross-attention", out, src, weights), path, mean_column=True,
               title=f"cross-attention (rows: output, columns: source): {args.text} -> {translation}")
