@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -93,21 +94,27 @@ def length_thirds(srcs: list[str], hyps: list[str], refs: list[str], count) -> d
     return out
 
 
+def _generated(hyps) -> int:
+    """Decoder steps a greedy decode took: output tokens, plus the <eos> of finished ones."""
+    return sum(len(h.tokens) + int(h.finished) for h in hyps)
+
+
 def decode_speed(run_dir: Path, srcs: list[str]) -> dict:
-    """Greedy float32 sentences per second at batch 1 (one call per sentence) and batch 32."""
+    """Greedy float32 decoding at batch 1 (one call per sentence) and batch 32: sentences and
+    generated tokens per second. Tokens per second is what the ratios use: a model that stops
+    early (or runs to the length limit) would otherwise look faster (or slower) per sentence."""
     from ..tasks.translate import Translator
 
     tr = Translator.load(run_dir, compute_type="float32")
     tr.translate(srcs[:4], beam=1)  # warm-up
-    t0 = time.perf_counter()
-    for s in srcs:
-        tr.translate([s], beam=1)
-    one = len(srcs) / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    for i in range(0, len(srcs), 32):
-        tr.translate(srcs[i:i + 32], beam=1, batch_tokens=10 ** 6)
-    many = len(srcs) / (time.perf_counter() - t0)
-    return {"decode_sent_s_b1": one, "decode_sent_s_b32": many}
+    out = {}
+    for name, size in (("b1", 1), ("b32", 32)):
+        t0, n = time.perf_counter(), 0
+        for i in range(0, len(srcs), size):
+            n += _generated(tr.hypotheses(srcs[i:i + size], beam=1, batch_tokens=10 ** 6))
+        elapsed = time.perf_counter() - t0
+        out[f"decode_sent_s_{name}"], out[f"decode_tok_s_{name}"] = len(srcs) / elapsed, n / elapsed
+    return out
 
 
 def one_run(data: str, model: str, seed: int, minutes: float, files: dict, run_dir: Path,
@@ -118,7 +125,12 @@ def one_run(data: str, model: str, seed: int, minutes: float, files: dict, run_d
 
     done = run_dir / "cell.json"
     if done.exists():
-        return json.loads(done.read_text(encoding="utf-8"))
+        cell = json.loads(done.read_text(encoding="utf-8"))
+        if "decode_tok_s_b1" not in cell:  # a cell measured before decoding speed counted tokens
+            test = read_parallel(files["test"])
+            cell.update(decode_speed(run_dir, [s for s, _ in test][:N_SPEED]))
+            atomic_write_text(done, json.dumps(cell, indent=1) + "\n")
+        return cell
     recipe = TranslateRecipe.from_dict(recipe_dict(data, model, seed, minutes, files))
     result = train_translator(recipe, run_dir, log=lambda m: None)
     rows = read_metrics(run_dir / "metrics.jsonl")
@@ -148,8 +160,63 @@ def one_run(data: str, model: str, seed: int, minutes: float, files: dict, run_d
     atomic_write_text(done, json.dumps(cell, indent=1) + "\n")
     log(f"{data} {model} seed {seed}: {cell['params'] / 1e6:.2f}M params, {cell['steps']} steps, "
         f"{cell['train_tgt_tok_s']:.0f} target tok/s, test BLEU {cell['test_bleu']:.2f} chrF {cell['test_chrf']:.1f}, "
-        f"decode {cell['decode_sent_s_b1']:.1f} / {cell['decode_sent_s_b32']:.1f} sent/s (batch 1 / 32)")
+        f"decode {cell['decode_tok_s_b1']:.0f} / {cell['decode_tok_s_b32']:.0f} tok/s (batch 1 / 32)")
     return cell
+
+
+def paired_speed(runs: dict[str, Path], files: dict, out: Path, rounds: int = 3, steps: int = 4) -> dict:
+    """Transformer / LSTM speed ratios measured side by side in this process, alternating, so that
+    the machine's changing load falls on both alike (the per-run numbers above are each taken
+    under their own minutes' load): training = forward + backward + Adam step on the same
+    batches (target tokens per second), decoding = greedy float32 sentences per second at batch
+    1 and 32 on the same sentences. `rounds` alternations; the ratio of the summed times."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..data.readers import read_parallel
+    from ..data.specials import PAD_ID
+    from ..tasks.translate import EncodedSplit, Translator
+
+    done = out / "paired.json"
+    if done.exists():
+        return json.loads(done.read_text(encoding="utf-8"))
+    trs = {m: Translator.load(runs[m], compute_type="float32") for m in MODELS}
+    recipe = trs["transformer"].recipe
+    pairs = read_parallel(files["train"])[:3000]
+    split = EncodedSplit(pairs, trs["transformer"].src_tok, trs["transformer"].tgt_tok, recipe.data, shuffle=True,
+                         seed=0, max_len=recipe.data.max_len)
+    batches = split.batches(0)[: rounds * steps]
+    opts = {m: torch.optim.Adam(trs[m].model.parameters(), lr=1e-4) for m in MODELS}
+    secs = {(m, k): 0.0 for m in MODELS for k in ("train", "b1", "b32")}
+    made = {(m, k): 0 for m in MODELS for k in ("b1", "b32")}  # generated tokens
+    tokens = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
+    srcs = [s for s, _ in read_parallel(files["test"])[:N_SPEED]]
+    for m in MODELS:  # warm-up
+        trs[m].translate(srcs[:2], beam=1)
+    for r in range(rounds):
+        for m in (MODELS if r % 2 == 0 else MODELS[::-1]):
+            model = trs[m].model.train()
+            t0 = time.perf_counter()
+            for b in batches[r * steps:(r + 1) * steps]:
+                logits = model(b.src, b.tgt_in)  # (B, T, V)
+                loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID)
+                opts[m].zero_grad()
+                loss.backward()
+                opts[m].step()
+            secs[(m, "train")] += time.perf_counter() - t0
+            model.eval()
+            for name, size, part in (("b1", 1, srcs[r::rounds]), ("b32", 32, srcs)):
+                t0 = time.perf_counter()
+                for i in range(0, len(part), size):
+                    made[(m, name)] += _generated(trs[m].hypotheses(part[i:i + size], beam=1, batch_tokens=10 ** 6))
+                secs[(m, name)] += time.perf_counter() - t0
+    tok_s = {(m, k): made[(m, k)] / secs[(m, k)] for m in MODELS for k in ("b1", "b32")}
+    res = {"paired_train_ratio": secs[("lstm", "train")] / secs[("transformer", "train")],
+           "paired_decode_b1_ratio": tok_s[("transformer", "b1")] / tok_s[("lstm", "b1")],
+           "paired_decode_b32_ratio": tok_s[("transformer", "b32")] / tok_s[("lstm", "b32")],
+           "paired_train_tgt_tok_s": {m: tokens / secs[(m, "train")] for m in MODELS}}
+    atomic_write_text(done, json.dumps(res, indent=1) + "\n")
+    return res
 
 
 def time_to_reach(curve: list, level: float) -> float:
@@ -162,10 +229,10 @@ def checks(data: str) -> list[dict]:
     return [
         {"says": f"{data}: Transformer trains > 3x faster (target tokens/s)", "kind": "ratio",
          "column": "train_tgt_tok_s", "a": a, "b": b, "region": {">": 3}},
-        {"says": f"{data}: Transformer decodes > 3x faster, batch 1", "kind": "ratio",
-         "column": "decode_sent_s_b1", "a": a, "b": b, "region": {">": 3}},
-        {"says": f"{data}: Transformer decodes > 3x faster, batch 32", "kind": "ratio",
-         "column": "decode_sent_s_b32", "a": a, "b": b, "region": {">": 3}},
+        {"says": f"{data}: Transformer decodes > 3x faster, batch 1 (generated tokens/s)", "kind": "ratio",
+         "column": "decode_tok_s_b1", "a": a, "b": b, "region": {">": 3}},
+        {"says": f"{data}: Transformer decodes > 3x faster, batch 32 (generated tokens/s)", "kind": "ratio",
+         "column": "decode_tok_s_b32", "a": a, "b": b, "region": {">": 3}},
         {"says": f"{data}: Transformer has the higher test BLEU", "kind": "diff",
          "column": "test_bleu", "a": a, "b": b, "region": {">": 0}},
     ]
@@ -205,11 +272,21 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
     make_dirs(out)
     minutes = minutes if minutes is not None else (0.15 if quick else 2.0)
     cells = []
+    paired = []
     for data in datas:
         files = write_splits(data, out / "data")
         for seed in range(seeds):
+            dirs = {m: out / "runs" / f"{data}-{m}-s{seed}" for m in MODELS}
             for model in MODELS:
-                cells.append(one_run(data, model, seed, minutes, files, out / "runs" / f"{data}-{model}-s{seed}", log))
+                cells.append(one_run(data, model, seed, minutes, files, dirs[model], log))
+    for data in datas:  # after every run: the side-by-side ratios (resumable, one file per pair)
+        files = write_splits(data, out / "data")
+        for seed in range(seeds):
+            dirs = {m: out / "runs" / f"{data}-{m}-s{seed}" for m in MODELS}
+            p = paired_speed(dirs, files, out / "runs" / f"{data}-s{seed}", rounds=2 if quick else 3)
+            paired.append({"data": data, "seed": seed, **{k: v for k, v in p.items() if k.endswith("ratio")}})
+            log(f"{data} seed {seed} side by side: Transformer / LSTM speed x{p['paired_train_ratio']:.2f} training, "
+                f"x{p['paired_decode_b1_ratio']:.2f} decoding at batch 1, x{p['paired_decode_b32_ratio']:.2f} at batch 32")
     level = {d: 0.5 * min(c["best_valid_bleu"] for c in cells if c["data"] == d) for d in datas}
     for c in cells:
         c["seconds_to_level"] = time_to_reach(c["curve"], level[c["data"]])
@@ -217,19 +294,33 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
     runs["cell"] = runs["data"] + "/" + runs["model"]
     runs["diverged"] = False
     outcomes = [evaluate_check(c, runs, ["data", "model"], quick) for d in datas for c in checks(d)]
+    side = pd.DataFrame(paired)
+    side["cell"], side["diverged"] = side["data"], False
+    for d in datas:
+        for col, what in (("paired_train_ratio", "trains"), ("paired_decode_b1_ratio", "decodes at batch 1"),
+                          ("paired_decode_b32_ratio", "decodes at batch 32")):
+            side[col + "_log"] = side[col].map(math.log)
+            o = evaluate_check({"says": f"{d}: Transformer {what} > 3x faster (side by side, paired by seed)",
+                                "kind": "value", "column": col + "_log", "a": {"data": d},
+                                "region": {">": math.log(3)}}, side, ["data"], quick)
+            if o.estimate is not None:  # the interval of the mean log ratio, shown as a ratio
+                o.measured = (f"{col} = x{math.exp(o.estimate):.3g} [x{math.exp(o.low):.3g}, x{math.exp(o.high):.3g}] "
+                              f"(95% CI, t over seeds of the log ratio, n = {int((side['data'] == d).sum())})")
+            outcomes.append(o)
+    atomic_write_text(out / "paired.csv", side.to_csv(index=False))
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
     plot(cells, level, out / "curves.png")
     cols = ["params", "steps", "train_tgt_tok_s", "seconds_to_level", "test_bleu", "test_chrf", "bleu_short",
-            "bleu_medium", "bleu_long", "decode_sent_s_b1", "decode_sent_s_b32"]
+            "bleu_medium", "bleu_long", "decode_tok_s_b1", "decode_tok_s_b32"]
     summary = runs.groupby(["data", "model"], sort=False)[cols].agg(["mean", "std"])
     table = ["| data | model | params | steps | target tok/s | s to level | test BLEU | chrF | BLEU short / medium / long "
-             "| decode sent/s b1 | b32 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| decode tok/s b1 | b32 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (data, model), r in summary.iterrows():
         f = lambda c, p=1: f"{r[(c, 'mean')]:.{p}f} ± {r[(c, 'std')]:.{p}f}"  # noqa: E731
         table.append(f"| {data} | {model} | {r[('params', 'mean')] / 1e6:.2f}M | {r[('steps', 'mean')]:.0f} | "
                      f"{f('train_tgt_tok_s', 0)} | {f('seconds_to_level', 0)} | {f('test_bleu', 2)} | {f('test_chrf')} | "
                      f"{r[('bleu_short', 'mean')]:.1f} / {r[('bleu_medium', 'mean')]:.1f} / {r[('bleu_long', 'mean')]:.1f} | "
-                     f"{f('decode_sent_s_b1')} | {f('decode_sent_s_b32')} |")
+                     f"{f('decode_tok_s_b1', 0)} | {f('decode_tok_s_b32', 0)} |")
     command = (f"scratchformer experiment transformer-vs-lstm --seeds {seeds}{' --quick' if quick else ''}"
                f" --set minutes={minutes:g} --out {out}")
     report = "\n".join([
@@ -241,6 +332,9 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
         "and seeds; training throughput, decoding speed and BLEU.", "",
         "## Verdict", "", verdict_table(outcomes),
         "## Numbers (mean ± std over seeds)", "", *table, "",
+        "Side by side (both models in one process, alternating; Transformer / LSTM speed, per seed): "
+        + "; ".join(f"{r.data} seed {r.seed}: training x{r.paired_train_ratio:.2f}, decoding x{r.paired_decode_b1_ratio:.2f} "
+                    f"(batch 1) / x{r.paired_decode_b32_ratio:.2f} (batch 32)" for r in side.itertuples()) + ".", "",
         f"Time-to-BLEU level: half of the lowest best validation BLEU of that data set's runs "
         f"({', '.join(f'{d} {v:.2f}' for d, v in level.items())}), the same for both models; NaN = not reached.", "",
         "![curves](curves.png)", "",
@@ -257,7 +351,8 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
         "- test: greedy, the run's best weights; BLEU/chrF by sacrebleu "
         f"(`{cells[0]['bleu_signature'] if cells else ''}` on en-fr/hsk targets, English or French: 13a)",
         f"- decoding speed: greedy, float32, the first {N_SPEED} test sources, one call per sentence (batch 1) or "
-        "per 32 sentences (batch 32)",
+        "per 32 sentences (batch 32); generated tokens (with <eos>) per second, so that a model that stops early "
+        "does not look faster",
         f"- machine: {cpu_name()}, 2 cores shared with other jobs (absolute numbers are depressed; the ratios are "
         f"taken under the same load), {time.strftime('%Y-%m-%d')}",
         f"- reproduce: `{command}`", "",

@@ -166,7 +166,7 @@ class TrainConfig(JsonConfig):
 
         parse_device(self.device, "train.device")
         if self.precision == "fp16" and self.device == "cpu":
-            raise bad("precision", "needs a GPU (device cuda, mps or xpu); on CPU use 'bf16' or 'fp32'")
+            raise bad("precision", "needs a GPU (CUDA, MPS or XPU: device cuda, mps or xpu); on CPU use 'bf16' or 'fp32'")
         for name in ("eval_every", "save_every"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0 (0 = once per epoch)")
