@@ -273,3 +273,17 @@ def test_inference_device_flag(run, capsys):
         assert capsys.readouterr().err.strip().startswith("error: device 'cuda:0' is not available here; available: cpu")
     assert main(["translate", str(out), "ab", "--device", "tpu"]) == 2
     assert "is not a device torch knows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("share,tie,layers", [(False, True, 1), (True, False, 3)])
+def test_params_closed_form_counts_the_lstm_translator(share, tie, layers):
+    from scratchformer.experiments.params import closed_form, count_tensors
+
+    tc = TransformerConfig(d_model=12, n_heads=2, d_ff=16, n_layers=2, n_decoder_layers=layers)
+    cfg = Seq2SeqConfig(kind="lstm", src_vocab_size=30, tgt_vocab_size=30 if share else 40, transformer=tc,
+                        share_embeddings=share, tie_output=tie, src_bigram_buckets=0 if share else 8)
+    model = build_seq2seq(cfg)
+    counted = count_tensors({k: list(p.shape) for k, p in model.named_parameters()})  # shared and tied: once
+    terms = closed_form({"task": "translate", "model": cfg.to_dict()})
+    assert {k: v for k, v in counted.items() if v} == {k: t.value for k, t in terms.items()}
+    assert terms["cross-attention"].value == sum(p.numel() for p in model.attention.parameters())

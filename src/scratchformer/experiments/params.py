@@ -30,12 +30,15 @@ def component_of(name: str) -> str:
     parts = name.split(".")
     if "cross_attn" in parts:
         return "cross-attention"
+    if parts[0] == "attention":  # the LSTM translator's additive attention over the source
+        return "cross-attention"
     if "self_attn" in parts or "attention" in parts:
         return "attention"
     if "ffn" in parts:
         return "ffn"
-    if parts[0] == "lstm":
-        return "recurrence"
+    if parts[0] in ("lstm", "init_state") or (parts[0] in ("encoder", "decoder") and len(parts) == 2
+                                              and parts[1].startswith(("weight_", "bias_"))):
+        return "recurrence"  # nn.LSTM tensors (weight_ih_l0, ...) and the LSTM decoder's initial state
     if any(p.startswith(("norm", "ln", "layernorm", "LayerNorm")) for p in parts):
         return "norms"
     if parts[0] in ("embed", "src_embed", "tgt_embed", "embeddings"):
@@ -128,6 +131,21 @@ def closed_form(recipe: dict) -> dict[str, Term]:
         elif not model.get("tie_embeddings", True):
             _add(terms, "head", t.d_model * model.get("vocab_size", 0), "d·V")
         final = 1
+    elif task == "translate" and model.get("kind") == "lstm":  # models/rnn_seq2seq.py: no positions, no norms
+        t = TransformerConfig.from_dict(model.get("transformer", {})).replace(position="none", final_norm=False)
+        d, h, L = t.d_model, t.d_model // 2, t.decoder_layers
+        terms = {"recurrence": Term(t.n_layers * 2 * 4 * h * (d + h + 2) + 4 * d * (3 * d + 2)
+                                    + (L - 1) * 4 * d * (2 * d + 2) + d * d + d,
+                                    "L_enc·2·4·h·(d + h + 2) + 4·d·(3d + 2) + (L_dec − 1)·4·d·(2d + 2) + d² + d, h = d/2"),
+                 "cross-attention": Term(2 * d * d + d, "2·d² + d (additive: W_q, W_k, w_v)")}
+        value, formula = _embedding(t, model.get("src_vocab_size", 0), model.get("src_bigram_buckets", 0), "V_src")
+        _add(terms, "embeddings", value, formula)
+        if not model.get("share_embeddings", False):
+            value, formula = _embedding(t, model.get("tgt_vocab_size", 0), 0, "V_tgt")
+            _add(terms, "embeddings", value, formula)
+        if not model.get("tie_output", True):
+            _add(terms, "head", d * model.get("tgt_vocab_size", 0), "d·V_tgt")
+        final = 0
     elif task == "translate":
         t = TransformerConfig.from_dict(model.get("transformer", {}))
         enc = _block_terms(t, t.n_layers, cross=False)
@@ -146,7 +164,7 @@ def closed_form(recipe: dict) -> dict[str, Term]:
         final = 2  # one norm after each stack
     else:
         raise UserError(f"params: task {task!r} unknown; the recipe needs task classify, lm or translate")
-    if t.use_final_norm and not t.ablate_norm:
+    if final and t.use_final_norm and not t.ablate_norm:
         per_norm = t.d_model * (2 if t.norm == "layernorm" and t.bias else 1)
         _add(terms, "norms", final * per_norm, f"{final}·{_norm_f(per_norm, t.d_model)} (final)")
     return terms
