@@ -12,7 +12,6 @@ import os
 import torch
 
 from scratchformer.errors import UserError
-from scratchformer.train.config import TrainConfig
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")  # the ones we name; torch.device parses any it knows
@@ -108,7 +107,8 @@ def resolve_precision(asked: str, device: torch.device) -> tuple[str, str | None
     return asked, None
 
 
-def resolve_device(cfg: TrainConfig) -> torch.device:
+def resolve_device(cfg) -> torch.device:
+    """`cfg`: a `TrainConfig` (its device and precision; not imported: config.py parses devices here)."""
     device = parse_device(cfg.device, "train.device")
     if device.type in ("cuda", "xpu") and device.index is None and "LOCAL_RANK" in os.environ:
         device = torch.device(device.type, int(os.environ["LOCAL_RANK"]))  # one GPU per torchrun process
