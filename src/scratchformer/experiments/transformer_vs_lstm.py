@@ -235,31 +235,44 @@ def checks(data: str) -> list[dict]:
          "column": "decode_tok_s_b32", "a": a, "b": b, "region": {">": 3}},
         {"says": f"{data}: Transformer has the higher test BLEU", "kind": "diff",
          "column": "test_bleu", "a": a, "b": b, "region": {">": 0}},
+        {"says": f"{data}: Transformer reaches the lower validation loss in the budget", "kind": "diff",
+         "column": "best_valid_loss", "a": a, "b": b, "region": {"<": 0}},
     ]
 
 
-def plot(runs: list[dict], level: dict, path: Path) -> None:
+def plot(runs: list[dict], level: dict, path: Path, run_dirs: Path) -> None:
+    """One PNG: validation BLEU (top) and validation loss (bottom) against wall-clock minutes, a
+    column per data set, every seed a line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..train.curves import read_metrics
+
     datas = list(dict.fromkeys(r["data"] for r in runs))
-    fig, axes = plt.subplots(1, len(datas), figsize=(6 * len(datas), 4.2), squeeze=False)
+    fig, axes = plt.subplots(2, len(datas), figsize=(6 * len(datas), 7.5), squeeze=False)
     colours = {"transformer": "tab:blue", "lstm": "tab:red"}
-    for ax, data in zip(axes[0], datas):
+    for col, data in enumerate(datas):
+        top, bottom = axes[0][col], axes[1][col]
         for r in (r for r in runs if r["data"] == data):
+            label = f"{r['model']} ({r['params'] / 1e6:.2f}M)" if r["seed"] == 0 else None
             t, b = zip(*r["curve"]) if r["curve"] else ((), ())
-            ax.plot([x / 60 for x in t], b, color=colours[r["model"]], marker="o", ms=3, alpha=0.8,
-                    label=f"{r['model']} ({r['params'] / 1e6:.2f}M)" if r["seed"] == 0 else None)
-        ax.axhline(level[data], color="grey", ls=":", lw=1, label=f"time-to-BLEU level {level[data]:.1f}")
-        ax.set(title=f"{data}: validation BLEU (greedy, 100 sentences)", xlabel="wall-clock minutes (validation included)",
-               ylabel="BLEU")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+            top.plot([x / 60 for x in t], b, color=colours[r["model"]], marker="o", ms=3, alpha=0.8, label=label)
+            rows = [m for m in read_metrics(run_dirs / f"{data}-{r['model']}-s{r['seed']}" / "metrics.jsonl")
+                    if m.get("split") == "valid" and "loss" in m]
+            bottom.plot([m["elapsed"] / 60 for m in rows], [m["loss"] for m in rows], color=colours[r["model"]],
+                        marker="o", ms=3, alpha=0.8, label=label)
+        top.axhline(level[data], color="grey", ls=":", lw=1, label=f"time-to-BLEU level {level[data]:.2f}")
+        top.set(title=f"{data}: validation BLEU (greedy, 100 sentences)", ylabel="BLEU")
+        bottom.set(title=f"{data}: validation loss (NLL per target token)", ylabel="loss",
+                   xlabel="wall-clock minutes (validation included)")
+        for ax in (top, bottom):
+            ax.legend(fontsize=8)
+            ax.grid(alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
 
@@ -288,8 +301,13 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
             log(f"{data} seed {seed} side by side: Transformer / LSTM speed x{p['paired_train_ratio']:.2f} training, "
                 f"x{p['paired_decode_b1_ratio']:.2f} decoding at batch 1, x{p['paired_decode_b32_ratio']:.2f} at batch 32")
     level = {d: 0.5 * min(c["best_valid_bleu"] for c in cells if c["data"] == d) for d in datas}
+    from ..train.curves import read_metrics
+
     for c in cells:
         c["seconds_to_level"] = time_to_reach(c["curve"], level[c["data"]])
+        losses = [m["loss"] for m in read_metrics(out / "runs" / f"{c['data']}-{c['model']}-s{c['seed']}" / "metrics.jsonl")
+                  if m.get("split") == "valid" and "loss" in m]
+        c["best_valid_loss"] = min(losses, default=float("nan"))
     runs = pd.DataFrame([{k: v for k, v in c.items() if k != "curve"} for c in cells])
     runs["cell"] = runs["data"] + "/" + runs["model"]
     runs["diverged"] = False
@@ -309,16 +327,16 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
             outcomes.append(o)
     atomic_write_text(out / "paired.csv", side.to_csv(index=False))
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
-    plot(cells, level, out / "curves.png")
-    cols = ["params", "steps", "train_tgt_tok_s", "seconds_to_level", "test_bleu", "test_chrf", "bleu_short",
+    plot(cells, level, out / "curves.png", out / "runs")
+    cols = ["params", "steps", "train_tgt_tok_s", "seconds_to_level", "best_valid_loss", "test_bleu", "test_chrf", "bleu_short",
             "bleu_medium", "bleu_long", "decode_tok_s_b1", "decode_tok_s_b32"]
     summary = runs.groupby(["data", "model"], sort=False)[cols].agg(["mean", "std"])
-    table = ["| data | model | params | steps | target tok/s | s to level | test BLEU | chrF | BLEU short / medium / long "
-             "| decode tok/s b1 | b32 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    table = ["| data | model | params | steps | target tok/s | s to level | best valid loss | test BLEU | chrF "
+             "| BLEU short / medium / long | decode tok/s b1 | b32 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (data, model), r in summary.iterrows():
         f = lambda c, p=1: f"{r[(c, 'mean')]:.{p}f} ± {r[(c, 'std')]:.{p}f}"  # noqa: E731
         table.append(f"| {data} | {model} | {r[('params', 'mean')] / 1e6:.2f}M | {r[('steps', 'mean')]:.0f} | "
-                     f"{f('train_tgt_tok_s', 0)} | {f('seconds_to_level', 0)} | {f('test_bleu', 2)} | {f('test_chrf')} | "
+                     f"{f('train_tgt_tok_s', 0)} | {f('seconds_to_level', 0)} | {f('best_valid_loss', 3)} | {f('test_bleu', 2)} | {f('test_chrf')} | "
                      f"{r[('bleu_short', 'mean')]:.1f} / {r[('bleu_medium', 'mean')]:.1f} / {r[('bleu_long', 'mean')]:.1f} | "
                      f"{f('decode_tok_s_b1', 0)} | {f('decode_tok_s_b32', 0)} |")
     command = (f"scratchformer experiment transformer-vs-lstm --seeds {seeds}{' --quick' if quick else ''}"
