@@ -287,3 +287,27 @@ def test_params_closed_form_counts_the_lstm_translator(share, tie, layers):
     terms = closed_form({"task": "translate", "model": cfg.to_dict()})
     assert {k: v for k, v in counted.items() if v} == {k: t.value for k, t in terms.items()}
     assert terms["cross-attention"].value == sum(p.numel() for p in model.attention.parameters())
+
+
+# ---------------------------------------------------------------------------- experiment transformer-vs-lstm
+def test_experiment_options_are_one_line_errors(tmp_path, capsys):
+    for extra, msg in ((["--set", "minutes=soon"], "transformer-vs-lstm takes --set minutes=M (minutes per run, > 0)"),
+                       (["--set", "train.lr=1"], "transformer-vs-lstm takes --set minutes=M"),
+                       (["--data", "de-en"], "--data de-en: transformer-vs-lstm runs on hsk-zh-en, en-fr; got de-en"),
+                       (["--grid", "a=1,2"], "transformer-vs-lstm takes no --grid")):
+        assert main(["experiment", "transformer-vs-lstm", "--out", str(tmp_path / "x")] + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and msg in err and "\n" not in err
+
+
+def test_experiment_measures_time_to_level_and_length_thirds():
+    from scratchformer.experiments.transformer_vs_lstm import length_thirds, time_to_reach
+
+    assert time_to_reach([(10.0, 0.5), (20.0, 2.0), (30.0, 3.0)], 2.0) == 20.0
+    assert time_to_reach([(10.0, 0.5)], 2.0) != time_to_reach([(10.0, 0.5)], 2.0)  # NaN: never reached
+    srcs = ["a", "a b c d e f", "a b", "a b c", "a b c d e", "a b c d"]
+    refs = ["x y z w v"] * 6
+    hyps = ["x y z w v", "q", "x y z w v", "x y z w v", "q", "q"]  # right on the short ones, wrong on the long ones
+    thirds = length_thirds(srcs, hyps, refs, lambda s: len(s.split()))
+    assert thirds["bleu_short"] == pytest.approx(100.0) and thirds["bleu_long"] == 0.0
+    assert 0.0 < thirds["bleu_medium"] < 100.0  # one right ("a b c"), one wrong ("a b c d")
