@@ -311,3 +311,15 @@ def test_experiment_measures_time_to_level_and_length_thirds():
     thirds = length_thirds(srcs, hyps, refs, lambda s: len(s.split()))
     assert thirds["bleu_short"] == pytest.approx(100.0) and thirds["bleu_long"] == 0.0
     assert 0.0 < thirds["bleu_medium"] < 100.0  # one right ("a b c"), one wrong ("a b c d")
+
+
+def test_other_tasks_refuse_the_translation_only_evaluate_flags():
+    from argparse import Namespace
+
+    from scratchformer.commands.common import refuse_translation_flags
+
+    refuse_translation_flags(Namespace(per_sentence=False, sort=None, device="cpu"), "classification")  # nothing asked
+    with pytest.raises(UserError, match="^--per-sentence and --sort are for translation runs .*this is a classification run$"):
+        refuse_translation_flags(Namespace(per_sentence=True, sort=None, device=None), "classification")
+    with pytest.raises(UserError, match="^--device cuda: language-model runs evaluate on the CPU so far"):
+        refuse_translation_flags(Namespace(per_sentence=False, sort=None, device="cuda"), "language-model")
