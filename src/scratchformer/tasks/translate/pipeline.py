@@ -66,7 +66,7 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
         f"{tgt_tok.vocab_size}{' (joint)' if recipe.data.joint_vocab else ''}; "
         f"<unk> rate on valid source {src_tok.unk_rate([s for s, _ in data.valid[:2000]]):.2%}; "
         f"{train.n_tokens / 1e6:.2f}M train tokens, padding {train.sampler.padding_fraction(train.sampler.epoch_batches(0)):.1%}")
-    check_model_memory(lambda: Seq2Seq(recipe.model), "the translation model")  # before any allocation
+    check_model_memory(lambda: build_seq2seq(recipe.model), "the translation model")  # before any allocation
     torch.manual_seed(seed)
     model = build_seq2seq(recipe.model)
     if encoder is not None:
