@@ -316,10 +316,25 @@ def test_experiment_measures_time_to_level_and_length_thirds():
 def test_other_tasks_refuse_the_translation_only_evaluate_flags():
     from argparse import Namespace
 
-    from scratchformer.commands.common import refuse_translation_flags
+    from scratchformer.tasks.cli_args import refuse_translation_flags  # commands.common hands it on too
 
     refuse_translation_flags(Namespace(per_sentence=False, sort=None, device="cpu"), "classification")  # nothing asked
     with pytest.raises(UserError, match="^--per-sentence and --sort are for translation runs .*this is a classification run$"):
         refuse_translation_flags(Namespace(per_sentence=True, sort=None, device=None), "classification")
     with pytest.raises(UserError, match="^--device cuda: language-model runs evaluate on the CPU so far"):
         refuse_translation_flags(Namespace(per_sentence=False, sort=None, device="cuda"), "language-model")
+
+
+@pytest.mark.parametrize("task, noun", [("classify", "classification"), ("lm", "language-model")])
+def test_evaluate_of_another_task_refuses_them_from_its_face(task, noun, tmp_path, capsys):
+    # the translate face puts the flags on the `evaluate` parser all tasks share; the run's own face
+    # (tasks/<task>/cli.py) refuses them before it loads anything (a config.json naming the task is enough)
+    run = tmp_path / task
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"task": task}))
+    assert main(["evaluate", str(run), "--sort", "bleu"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --per-sentence and --sort are for translation runs "
+                                               f"(sentence BLEU); this is a {noun} run")
+    assert main(["evaluate", str(run), "--device", "cuda:1"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --device cuda:1: {noun} runs evaluate on the CPU so far "
+                                               "(translation runs take --device)")
