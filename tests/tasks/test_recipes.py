@@ -16,7 +16,8 @@ from scratchformer.tasks.translate import TranslateRecipe
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 TASK_OF = {"thucnews-mlm.json": MLMRecipe, "thucnews100k-mlm.json": MLMRecipe, "shakespeare-small.json": LMRecipe, "shakespeare-large.json": LMRecipe,
            "sanguo-small.json": LMRecipe, "hsk-base.json": TranslateRecipe, "hsk-ensemble.json": TranslateRecipe,
-           "en-fr-base.json": TranslateRecipe, "hsk-e5.json": TranslateRecipe}
+           "en-fr-base.json": TranslateRecipe, "hsk-e5.json": TranslateRecipe,
+           "d2l-en-fr.json": TranslateRecipe}
 
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.json")), ids=lambda p: p.name)

@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 from ..errors import UserError
 from ..tasks.cli_args import (COMPUTE_TYPES, add_compute_type, compute_type, positive_int,  # noqa: F401  (moved; kept here)
-                              recipe_for_run, say_compute)
+                              recipe_for_run, refuse_translation_flags, say_compute)
 from ..tasks.runs import resolve_recipe
 
 
@@ -195,3 +195,4 @@ def add_recipe_args(p) -> None:
                    help="train into a non-empty --out: delete the files of the run there (only files "
                         "scratchformer writes; anything else is kept)")
     p.set_defaults(claims_out=True)  # cli.main locks and checks --out (run_folder_guard)
+

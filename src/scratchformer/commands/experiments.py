@@ -98,12 +98,14 @@ def experiment_cmd(args) -> int:
         _log(f"--out not given: writing into {args.out}/ (rerun the same command to resume)")
     run = program(args.name)
     if run is not None:  # an experiment written as a program (its own tiny models, no spec)
-        if args.set or args.grid or args.data:
-            raise UserError(f"experiment {args.name} takes no --set/--grid/--data (it is not a sweep of train runs)")
         options = {"bugs": args.bugs} if args.name == "copy-task" else {}
+        if args.name == "transformer-vs-lstm":  # its runs are translation runs: a time budget and data sets
+            options.update(_budget_options(args))
+        elif args.set or args.grid or args.data:
+            raise UserError(f"experiment {args.name} takes no --set/--grid/--data (it is not a sweep of train runs)")
         if args.bugs and args.name != "copy-task":
             raise UserError("--bugs is for the copy-task experiment only")
-        seeds = args.seeds or (3 if args.name == "copy-task" else 5)
+        seeds = args.seeds or (3 if args.name in ("copy-task", "transformer-vs-lstm") else 5)
         from ..train.runfolder import lock_run_folder
 
         with lock_run_folder(args.out, "experiment"):  # one experiment per --out, like a sweep's
@@ -117,6 +119,31 @@ def experiment_cmd(args) -> int:
                          retrain_changed=args.retrain_changed, data=args.data)
     print(res.report)
     return 0
+
+
+def _budget_options(args) -> dict:
+    """`--set minutes=M` (wall-clock minutes per run) and `--data a,b` (which of its data sets)."""
+    from ..errors import UserError
+    from ..experiments.transformer_vs_lstm import DATA
+
+    options: dict = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            if key != "minutes" or float(value) <= 0:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--set {item}: transformer-vs-lstm takes --set minutes=M (minutes per run, > 0)") from None
+        options["minutes"] = float(value)
+    if args.grid:
+        raise UserError("transformer-vs-lstm takes no --grid: its grid is the two models x its data sets")
+    if args.data:
+        datas = tuple(d.strip() for d in args.data.split(","))
+        unknown = [d for d in datas if d not in DATA]
+        if unknown:
+            raise UserError(f"--data {args.data}: transformer-vs-lstm runs on {', '.join(DATA)}; got {', '.join(unknown)}")
+        options["datas"] = datas
+    return options
 
 
 def params_cmd(args) -> int:

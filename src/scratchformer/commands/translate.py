@@ -41,7 +41,8 @@ def translate(args) -> int:
 
     from ..tasks.translate import Translator
 
-    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, compute_type=compute_type(args))
+    tr = Translator.load(args.run_dir, args.weights, ensemble=args.ensemble, compute_type=compute_type(args),
+                         device=args.device)
     overrides = decode_overrides(args)
     given = read_inputs(args.texts, None) if args.texts or not args.file else None  # arguments or stdin, as before
 
@@ -91,7 +92,8 @@ def align(args) -> int:
         raise UserError(f"align --out {path} is a folder; give the path of a .png file")
     if not path.parent.is_dir():
         raise UserError(f"align --out {path}: the folder {path.parent} does not exist")
-    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args))
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args),
+                         device=args.device)
     src, out, weights, translation = tr.align(args.text, **decode_overrides(args))
     plot_view(AttentionView("cross-attention", out, src, weights), path, mean_column=True,
               title=f"cross-attention (rows: output, columns: source): {args.text} -> {translation}")

@@ -34,12 +34,15 @@ def component_of(name: str) -> str:
     parts = name.split(".")
     if "cross_attn" in parts:
         return "cross-attention"
+    if parts[0] == "attention":  # the LSTM translator's additive attention over the source
+        return "cross-attention"
     if "self_attn" in parts or "attention" in parts:
         return "attention"
     if "ffn" in parts:
         return "ffn"
-    if parts[0] == "lstm":
-        return "recurrence"
+    if parts[0] in ("lstm", "init_state") or (parts[0] in ("encoder", "decoder") and len(parts) == 2
+                                              and parts[1].startswith(("weight_", "bias_"))):
+        return "recurrence"  # nn.LSTM tensors (weight_ih_l0, ...) and the LSTM decoder's initial state
     if any(p.startswith(("norm", "ln", "layernorm", "LayerNorm")) for p in parts):
         return "norms"
     if parts[0] in _EMBEDDING_TENSORS:

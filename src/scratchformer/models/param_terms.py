@@ -96,6 +96,26 @@ def seq2seq_terms(model: dict) -> tuple[dict[str, Term], TransformerConfig]:
     return final_norms(terms, t, 2), t  # one norm after each stack
 
 
+def lstm_seq2seq_terms(model: dict) -> tuple[dict[str, Term], TransformerConfig]:
+    """The terms of the LSTM encoder-decoder (models/rnn_seq2seq.py: no positions, no norms): a
+    bidirectional encoder of h = d/2 per direction, a decoder whose first layer also reads the
+    attention context, the decoder's initial state, additive attention, embeddings and output."""
+    t = TransformerConfig.from_dict(model.get("transformer", {})).replace(position="none", final_norm=False)
+    d, h, L = t.d_model, t.d_model // 2, t.decoder_layers
+    terms = {"recurrence": Term(t.n_layers * 2 * 4 * h * (d + h + 2) + 4 * d * (3 * d + 2)
+                                + (L - 1) * 4 * d * (2 * d + 2) + d * d + d,
+                                "L_enc·2·4·h·(d + h + 2) + 4·d·(3d + 2) + (L_dec − 1)·4·d·(2d + 2) + d² + d, h = d/2"),
+             "cross-attention": Term(2 * d * d + d, "2·d² + d (additive: W_q, W_k, w_v)")}
+    value, formula = embedding(t, model.get("src_vocab_size", 0), model.get("src_bigram_buckets", 0), "V_src")
+    add(terms, "embeddings", value, formula)
+    if not model.get("share_embeddings", False):
+        value, formula = embedding(t, model.get("tgt_vocab_size", 0), 0, "V_tgt")
+        add(terms, "embeddings", value, formula)
+    if not model.get("tie_output", True):
+        add(terms, "head", d * model.get("tgt_vocab_size", 0), "d·V_tgt")
+    return terms, t  # no final norms
+
+
 def lm_head(terms: dict[str, Term], t: TransformerConfig, model: dict) -> dict[str, Term]:
     """An LM head (lm, mlm runs): none when tied to the embeddings, else d·V; then the final norm."""
     if not model.get("tie_embeddings", True):

@@ -37,8 +37,14 @@ from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings, token_dropout
 
 
+KINDS = ("transformer", "lstm")
+
+
 @dataclass
 class Seq2SeqConfig(JsonConfig):
+    # "lstm": the recurrent translator (models/rnn_seq2seq.py: bidirectional LSTM encoder, additive
+    # attention), sized by `transformer` (d_model, n_layers, n_decoder_layers, dropout)
+    kind: str = "transformer"
     src_vocab_size: int = 0
     tgt_vocab_size: int = 0
     transformer: TransformerConfig = field(default_factory=lambda: TransformerConfig(
@@ -66,6 +72,14 @@ class Seq2SeqConfig(JsonConfig):
         return self.bert.pad_token_id if self.bert is not None else 0
 
     def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UserError(f"model.kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}")
+        if self.kind == "lstm" and (self.init or self.bert is not None):
+            raise UserError("model.init loads a pretrained Transformer encoder; an LSTM translator "
+                            "(model.kind=lstm) trains from scratch: drop --init or set model.kind=transformer")
+        if self.kind == "lstm" and self.transformer.d_model % 2:
+            raise UserError(f"model.kind=lstm splits model.transformer.d_model between the encoder's two "
+                            f"directions: make it even (got {self.transformer.d_model})")
         if not self.encoder_lr_scale > 0:
             raise UserError(f"model.encoder_lr_scale must be > 0, got {self.encoder_lr_scale}")
         if self.freeze_encoder_layers < 0:
@@ -236,6 +250,16 @@ class Seq2SeqStep:
         else:  # position + scale * embedding, one call
             x = torch.add(self.positions[self.cache.length], x, alpha=self.scale)
         return self.out(self.decoder(x))  # (N, V)
+
+
+def build_seq2seq(cfg: Seq2SeqConfig) -> nn.Module:
+    """The translator `cfg.kind` names: our Transformer (`Seq2Seq`) or the LSTM with additive
+    attention (`LSTMSeq2Seq`); both offer encode / decode / new_cache to the one search."""
+    if cfg.kind == "lstm":
+        from .rnn_seq2seq import LSTMSeq2Seq
+
+        return LSTMSeq2Seq(cfg)
+    return Seq2Seq(cfg)
 
 
 class Seq2SeqEnsemble(nn.Module):

@@ -36,18 +36,26 @@ class AdditiveAttention(nn.Module):
         self.w_v = nn.Linear(hidden_dim, 1, bias=False)
         self.dropout = nn.Dropout(dropout)
 
-    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    def project_keys(self, k: torch.Tensor) -> torch.Tensor:
+        """k `(B, Tk, Dk)` -> W_k k `(B, Tk, hidden)`: a decoder that attends over the same keys at
+        every step (an RNN translator's memory) computes this once and passes it as `projected_keys`."""
+        return self.W_k(k)
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor, projected_keys: torch.Tensor | None = None) -> torch.Tensor:
         """q `(B, Tq, Dq)`, k `(B, Tk, Dk)` -> `(B, Tq, Tk)`: w_vᵀ tanh(W_q q + W_k k) per pair."""
-        features = self.W_q(q)[:, :, None, :] + self.W_k(k)[:, None, :, :]  # (B, Tq, Tk, hidden)
+        kp = self.W_k(k) if projected_keys is None else projected_keys  # (B, Tk, hidden)
+        features = self.W_q(q)[:, :, None, :] + kp[:, None, :, :]  # (B, Tq, Tk, hidden)
         return self.w_v(torch.tanh(features)).squeeze(-1)  # (B, Tq, Tk)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 padding_mask: torch.Tensor | None = None,
-                attn_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """q `(B, Tq, Dq)`, k `(B, Tk, Dk)`, v `(B, Tk, Dv)` -> `(out (B, Tq, Dv), weights (B, Tq, Tk))`."""
+                attn_mask: torch.Tensor | None = None,
+                projected_keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """q `(B, Tq, Dq)`, k `(B, Tk, Dk)`, v `(B, Tk, Dv)` -> `(out (B, Tq, Dv), weights (B, Tq, Tk))`.
+        `projected_keys`: `project_keys(k)` computed earlier (the same numbers, once per source)."""
         check_mask(padding_mask, "padding_mask", allow_float=False)
         check_mask(attn_mask, "attn_mask", allow_float=False)
-        scores = self.scores(q, k)
+        scores = self.scores(q, k, projected_keys)
         allowed = torch.ones_like(scores, dtype=torch.bool)
         if padding_mask is not None:
             allowed = allowed & padding_mask[:, None, :]  # (B, 1, Tk)

@@ -26,7 +26,24 @@ def recipe_for_run(cls, args, flags: dict | None = None):
     for name in ("valid", "test"):
         if getattr(args, name, None):
             given[f"data.{name}_file"] = getattr(args, name)
-    return resolve_recipe(cls, args.config, args.set, given, base)
+    recipe = resolve_recipe(cls, args.config, args.set, given, base)
+    train = getattr(recipe, "train", None)
+    if train is not None and hasattr(train, "device"):  # before any data is read: an absent device is one line
+        from ..train.device import check_available, parse_device
+
+        check_available(parse_device(train.device, "train.device"), train.device)
+    return recipe
+
+
+def refuse_translation_flags(args, noun: str) -> None:
+    """`evaluate` flags that only translation runs honour (the translate face puts them on the
+    `evaluate` parser every task shares), refused in one line on a `noun` run rather than silently
+    ignored: --per-sentence/--sort, and a --device other than the CPU."""
+    if getattr(args, "per_sentence", False) or getattr(args, "sort", None):
+        raise UserError(f"--per-sentence and --sort are for translation runs (sentence BLEU); this is a {noun} run")
+    device = getattr(args, "device", None)
+    if device not in (None, "cpu"):
+        raise UserError(f"--device {device}: {noun} runs evaluate on the CPU so far (translation runs take --device)")
 
 
 COMPUTE_TYPES = ("auto", "float32", "bfloat16", "int8")  # CTranslate2's names (nn/compute.py)

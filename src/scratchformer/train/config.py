@@ -34,7 +34,7 @@ class TrainConfig(JsonConfig):
         the paper's scale factor and the peak is ``lr * noam_d_model**-0.5 * warmup_steps**-0.5``.
 
     Precision: ``bf16`` runs forward passes under ``torch.autocast(bfloat16)`` (CPU or CUDA);
-    ``fp16`` needs CUDA and uses a ``GradScaler``; ``auto`` is bf16 where the device computes in
+    ``fp16`` needs a GPU (cuda, mps, xpu) and uses a ``GradScaler``; ``auto`` is bf16 where the device computes in
     bf16 and fp32 elsewhere (`train/device.py`, which prints its choice). ``grad_clip`` <= 0 or
     None disables clipping.
     Evaluation: every ``eval_every`` steps (0 = at the end of each epoch) on the validation
@@ -162,12 +162,11 @@ class TrainConfig(JsonConfig):
             raise bad("precision", f"is unknown; use one of {', '.join(PRECISIONS)}")
         if self.strategy not in STRATEGIES:
             raise bad("strategy", f"is unknown; use one of {', '.join(STRATEGIES)}")
-        if not isinstance(self.device, str) or not (
-            self.device == "cpu" or self.device.startswith("cuda")
-        ):
-            raise bad("device", "must be 'cpu' or 'cuda' (or 'cuda:N')")
+        from .device import parse_device  # any device torch knows; whether it is here: at training
+
+        parse_device(self.device, "train.device")
         if self.precision == "fp16" and self.device == "cpu":
-            raise bad("precision", "needs a CUDA device (device='cuda'); on CPU use 'bf16' or 'fp32'")
+            raise bad("precision", "needs a GPU (CUDA, MPS or XPU: device cuda, mps or xpu); on CPU use 'bf16' or 'fp32'")
         for name in ("eval_every", "save_every"):
             if getattr(self, name) < 0:
                 raise bad(name, "must be >= 0 (0 = once per epoch)")

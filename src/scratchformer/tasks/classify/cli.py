@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli_args import compute_type, positive_int, recipe_for_run, say_compute
+from ..cli_args import compute_type, positive_int, recipe_for_run, refuse_translation_flags, say_compute
 from ..slots import add_flag
 
 
@@ -92,6 +92,7 @@ def evaluate(args) -> int:
 
     if getattr(args, "context", None) is not None:
         raise UserError("--context is for language-model runs; for a classifier use --max-len N")
+    refuse_translation_flags(args, "classification")
     clf = Classifier.load(args.run_dir, blend=not args.no_blend, compute_type=compute_type(args))
     say_compute(clf, args)
     trained_max_len = clf.recipe.data.max_len

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli_args import compute_type, positive_int, recipe_for_run, say_compute
+from ..cli_args import compute_type, positive_int, recipe_for_run, refuse_translation_flags, say_compute
 from ..slots import add_flag
 
 
@@ -47,6 +47,7 @@ def evaluate(args) -> int:
 
     if getattr(args, "max_len", None) is not None:
         raise UserError("--max-len is for classification runs; for a language model use --context N")
+    refuse_translation_flags(args, "language-model")
     if args.context is None and (args.rope_scaling or args.max_windows):
         raise UserError("--rope-scaling and --max-windows go with --context N")
     lm = LanguageModel.load(args.run_dir, compute_type=compute_type(args))

@@ -21,6 +21,7 @@ def decode_args(p) -> None:
     add("--max-len-ratio", type=float, help="output limit: RATIO * source tokens + offset")
     add("--no-cache", action="store_true", help="recompute the whole prefix at every step (slow; for checking)")
     add("--precision", choices=["fp32", "bf16", "auto"], help="deprecated: --compute-type float32|bfloat16|auto")
+    add("--device", help="where to decode: any device torch knows (cpu, cuda, cuda:N, mps, xpu; default cpu)")
     add("--ensemble", action="append", type=Path, default=[], metavar="RUN",
         help="another run trained with the same tokenizers, decoded together with RUN_DIR "
              "(next-token probabilities averaged); repeat for more")
@@ -42,6 +43,12 @@ def flags(p) -> None:
 
 def evaluate_flags(ev) -> None:
     decode_args(ev)
+    add = _adder(ev)
+    add("--per-sentence", action="store_true",
+        help="translation runs: also each sentence's source, reference, hypothesis, sentence BLEU "
+             "(sacrebleu, exp smoothing) and chrF")
+    add("--sort", choices=["input", "bleu", "chrf"],
+        help="with --per-sentence: input order (default) or worst first by bleu / chrf")
 
 
 def decode_overrides(args) -> dict:
@@ -74,14 +81,17 @@ def evaluate(args) -> int:
                         ("--rope-scaling", getattr(args, "rope_scaling", None))):
         if value is not None:
             raise UserError(f"{flag} is for language-model or classification runs, not translation")
-    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args))
+    tr = Translator.load(args.run_dir, ensemble=args.ensemble, compute_type=compute_type(args),
+                         device=args.device)
     if args.data:
         pairs, name = read_parallel_spec(args.data), file_report_name(args.data)
     else:
         pairs, name = split_of(load_translation(tr.recipe.data), args.split, args.run_dir, "evaluate"), args.split
     if args.ensemble:
         name = f"{name}_ensemble{len(args.ensemble) + 1}"
-    rep = tr.evaluate(pairs, args.run_dir, name, **decode_overrides(args))
+    per_sentence = args.per_sentence or args.sort is not None
+    rep = tr.evaluate(pairs, args.run_dir, name, per_sentence=per_sentence, sort=args.sort or "input",
+                      **decode_overrides(args))
     if args.json:
         print(json.dumps(rep, ensure_ascii=False))
     else:
@@ -90,5 +100,12 @@ def evaluate(args) -> int:
               f"{rep['sentences_per_s']:.1f} sentences/s")
         print(f"BLEU {rep['bleu']:.2f}  {rep['bleu_signature']}")
         print(f"chrF {rep['chrf']:.2f}  {rep['chrf_signature']}")
+        if per_sentence:
+            order = "worst first by " + rep["sorted_by"] if rep["sorted_by"] != "input" else "in input order"
+            print(f"per sentence ({order}; sentence BLEU {rep['sentence_bleu_signature']}, "
+                  f"chrF {rep['sentence_chrf_signature']}):")
+            for row in rep["sentences"]:
+                print(f"[{row['i']}] BLEU {row['bleu']:.1f}  chrF {row['chrf']:.1f}\n  source:     {row['source']}\n"
+                      f"  reference:  {row['reference']}\n  hypothesis: {row['hypothesis']}")
         print(f"translations: {args.run_dir / f'{name}_hyps.txt'}")
     return 0

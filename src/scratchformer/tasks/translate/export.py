@@ -44,7 +44,11 @@ def load_translator(run_dir: str | Path):
     if run.task_name() != "translate":
         raise UserError(f"{run_dir} holds a {run.task_name()!r} run; --format transformers/ctranslate2 exports "
                         "translation runs (classify and lm runs: --format onnx)")
-    return Translator.load(run_dir)
+    tr = Translator.load(run_dir)
+    if tr.recipe.model.kind != "transformer":
+        raise UserError(f"{run_dir}: --format transformers/ctranslate2 exports Transformer translators; this run is "
+                        f"model.kind={tr.recipe.model.kind}: serve the run folder instead")
+    return tr
 
 
 def write_transformers(tr, folder: Path) -> dict:

@@ -13,10 +13,12 @@ def _train(recipe, out_dir, resume: bool = False, log=print):
 
 
 def _params(recipe: dict) -> dict:
-    """The closed form of an encoder-decoder: both stacks, cross-attention, embeddings, output."""
-    from ...models.param_terms import seq2seq_terms
+    """The closed form of an encoder-decoder: both stacks, cross-attention, embeddings, output
+    (the Transformer's, or the LSTM translator's with model.kind=lstm)."""
+    from ...models.param_terms import lstm_seq2seq_terms, seq2seq_terms
 
-    return seq2seq_terms(recipe.get("model", {}))[0]
+    model = recipe.get("model", {})
+    return (lstm_seq2seq_terms if model.get("kind") == "lstm" else seq2seq_terms)(model)[0]
 
 
 def _load(run_dir, **options):

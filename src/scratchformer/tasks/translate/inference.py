@@ -17,13 +17,13 @@ from ...errors import UserError
 from ...fileio import atomic_write_text, inside
 from ...nn.compute import compute_type_from
 from ...nn.quant import Int8Linear, quantize_int8
-from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble
+from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble, build_seq2seq
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .data import source_ids
 from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
-from .task import corpus_scores
+from .task import SENTENCE_SORTS, corpus_scores, sentence_scores
 
 
 def _load_run_model(run_dir: Path, weights: str | None, quantize: str = "none") -> tuple[TranslateRecipe, Seq2Seq]:
@@ -33,7 +33,7 @@ def _load_run_model(run_dir: Path, weights: str | None, quantize: str = "none") 
         weights = _final_weights(final) if final.exists() else "model.safetensors"
     if not (run_dir / weights).exists():
         raise UserError(f"{run_dir / weights} is missing: the run has not saved a model yet")
-    model = build_checked(lambda: Seq2Seq(recipe.model), run_dir / weights, run_dir / "config.json")
+    model = build_checked(lambda: build_seq2seq(recipe.model), run_dir / weights, run_dir / "config.json")
     if quantize == "int8":
         quantize_int8(model)
     return recipe, model.eval()
@@ -65,6 +65,7 @@ class Translator:
     def __init__(self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, recipe: TranslateRecipe,
                  compute_type: str | None = None):
         self.model, self.src_tok, self.tgt_tok, self.recipe = model.eval(), src_tok, tgt_tok, recipe
+        self.device = next(model.parameters()).device  # where the sources go (`load(device=...)`)
         # None: the recipe's decode.precision decides (auto by default), as before compute_type
         self.compute_type = compute_type
         self._last = threading.local()  # the deprecated last_precision / precision_reason, per thread
@@ -99,9 +100,10 @@ class Translator:
             return asked, f"precision={asked!r} was asked for"
         if self.quantized:
             return "fp32", "the projections are int8 (they take float32 activations): bf16 would only add casts"
-        d = self.model.members[0].cfg.transformer.d_model if hasattr(self.model, "members") \
-            else self.model.cfg.transformer.d_model
-        return choose_precision(rows, d)
+        cfg = self.model.members[0].cfg if hasattr(self.model, "members") else self.model.cfg
+        if cfg.kind == "lstm":  # the probe times a Transformer block, which says nothing of an LSTM step
+            return "fp32", "an LSTM translator decodes in float32 (the bf16 probe measures Transformer blocks)"
+        return choose_precision(rows, cfg.transformer.d_model, self.device.type)
 
     def bf16_model(self) -> torch.nn.Module:
         """The model with its weights in bfloat16 (made once, kept beside the float32 one): what
@@ -118,16 +120,24 @@ class Translator:
     @classmethod
     def load(cls, run_dir: str | Path, weights: str | None = None,
              ensemble: Sequence[str | Path] = (), quantize: str | None = None,
-             compute_type: str | None = None) -> "Translator":
+             compute_type: str | None = None, device: str | None = None) -> "Translator":
         """`weights`: a file name in `run_dir`; default: the one final.json names (best or
         averaged), else model.safetensors. `ensemble`: more run directories trained with the
         same tokenizers (usually the same recipe, other seeds); their models are decoded
         together with this one (`Seq2SeqEnsemble`), each with its final.json weights.
         `compute_type`: auto (the default: per batch, what a probe measures faster), float32,
         bfloat16 (a bf16 copy of the model) or int8 (int8 projections, CPU); `nn/compute.py`.
-        `quantize='int8'` is the deprecated spelling of compute_type='int8'."""
+        `quantize='int8'` is the deprecated spelling of compute_type='int8'. `device`: any device
+        torch knows (cpu, cuda, cuda:N, mps, xpu); one not available here is a one-line UserError."""
         compute_type = compute_type_from(compute_type, quantize, default=None)
         quantize = "int8" if compute_type == "int8" else "none"
+        if device is not None and device != "cpu":
+            from ...train.device import check_available, parse_device
+
+            if compute_type == "int8":
+                raise UserError(f"compute_type='int8' runs on the CPU; drop it or use device='cpu' (got {device!r})")
+            check_available(parse_device(device, "device"), device)
+            return cls.load(run_dir, weights, ensemble, compute_type=compute_type).to(device)
         run_dir = Path(run_dir)
         if RunDir(run_dir).is_ensemble:  # a `train_ensemble` run
             if weights is not None:
@@ -148,6 +158,13 @@ class Translator:
                 members.append(_load_run_model(other, None, quantize)[1])
             model = Seq2SeqEnsemble(members)
         return cls(model, src_tok, tgt_tok, recipe, compute_type)
+
+    def to(self, device: str | torch.device) -> "Translator":
+        """Move the model (and the sources of every later call) to `device`."""
+        self.model.to(device)
+        self.device = next(self.model.parameters()).device
+        self._bf16 = None
+        return self
 
     def _precision(self, overrides: dict, warn: bool = False) -> dict:
         """The decode's precision from the compute type chosen at load; a `precision=` override
@@ -210,6 +227,7 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], getattr(self.src_tok, "pad_id", PAD_ID))
+            src = src.to(self.device)
             precision, why = self._last.choice = self.choose_precision(len(chunk) * cfg.beam, cfg.precision)
             hyps = decode(self.bf16_model() if precision == "bf16" else self.model, src, cfg)
             for i, h in zip(chunk, hyps):
@@ -226,17 +244,24 @@ class Translator:
         return [self.tgt_tok.decode(h.tokens) for h in hyps]
 
     def evaluate(self, pairs: Sequence[tuple[str, str]], out_dir: str | Path | None = None,
-                 name: str = "eval", **overrides) -> dict[str, Any]:
+                 name: str = "eval", per_sentence: bool = False, sort: str = "input",
+                 **overrides) -> dict[str, Any]:
         """BLEU and chrF (sacrebleu, with signatures) of translating the sources of `pairs`;
-        writes `<name>_metrics.json` and `<name>_hyps.txt` into `out_dir` when given."""
+        writes `<name>_metrics.json` and `<name>_hyps.txt` into `out_dir` when given.
+        `per_sentence`: also each sentence's sentence BLEU and chrF (`task.sentence_scores`),
+        in input order or worst first (`sort` = "bleu" / "chrf"), under "sentences"."""
         srcs, refs = [s for s, _ in pairs], [t for _, t in pairs]
         cfg = self.decode_config(**self._precision(overrides))  # what the decode below runs with
+        if per_sentence and sort not in SENTENCE_SORTS:  # before decoding: nothing spent on a typo
+            sentence_scores([], [], [], sort)
         t0 = time.perf_counter()
         hyps = self.translate(srcs, **overrides)
         elapsed = time.perf_counter() - t0
         rep = corpus_scores(hyps, refs)
         rep.update(n=len(pairs), decode=cfg.to_dict(), seconds=round(elapsed, 2),
                    sentences_per_s=len(pairs) / max(elapsed, 1e-9))
+        if per_sentence:
+            rep.update(sentence_scores(srcs, hyps, refs, sort))
         if out_dir is not None:
             out_dir = Path(out_dir)
             atomic_write_text(inside(out_dir, f"{name}_metrics.json", "report"), json.dumps(rep, indent=1, ensure_ascii=False) + "\n")
@@ -250,12 +275,12 @@ class Translator:
         cfg = self.decode_config(**overrides)
         src_ids = self.encode([text], cfg)[0]
         hyp = self.hypotheses([text], **overrides)[0]
-        src = torch.tensor([src_ids])
+        src = torch.tensor([src_ids], device=self.device)
         tgt_out = hyp.tokens + [EOS_ID]
-        tgt_in = torch.tensor([[BOS_ID] + tgt_out[:-1]])
+        tgt_in = torch.tensor([[BOS_ID] + tgt_out[:-1]], device=self.device)
         model = self.model.members[0] if isinstance(self.model, Seq2SeqEnsemble) else self.model
         memory, mask = model.encode(src)  # an ensemble shows its first member's attention
         _, weights = model.decode(tgt_in, memory, mask, need_weights=True)
         show = lambda tok, i: tok.decode([i], skip_special=False).strip() or tok.id_to_token(i)  # noqa: E731
         return ([show(self.src_tok, i) for i in src_ids], [show(self.tgt_tok, i) for i in tgt_out],
-                [cross[0] for _, cross in weights], self.tgt_tok.decode(hyp.tokens))
+                [cross[0].cpu() for _, cross in weights], self.tgt_tok.decode(hyp.tokens))

@@ -31,6 +31,11 @@ class TranslateInspector:
         self.model = getattr(self.tr.model, "members", [self.tr.model])[0]
         if hasattr(self.tr.model, "members"):
             self.notes.append("an ensemble: member 0 is examined")
+        if self.model.cfg.kind == "lstm":
+            from ...errors import UserError
+            from ...models.rnn_seq2seq import NO_ATTENTION
+
+            raise UserError(f"{run_dir}: {NO_ATTENTION}")
 
     def _forward(self, src: torch.Tensor, tgt_in: torch.Tensor):
         """Logits and the three kinds of attention."""

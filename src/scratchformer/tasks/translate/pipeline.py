@@ -11,7 +11,7 @@ import torch
 from ...config import check_model_memory
 from ...data.tokenizers import Tokenizer
 from ...fileio import atomic_write_bytes, atomic_write_text, remove
-from ...models.seq2seq import Seq2Seq
+from ...models.seq2seq import build_seq2seq
 from ...train import Trainer
 from ...train.checkpoint import load_weights, save_weights
 from ...train.once import build_once, write_once
@@ -66,9 +66,9 @@ def train_translator(recipe: TranslateRecipe, out_dir: str | Path, resume: bool 
         f"{tgt_tok.vocab_size}{' (joint)' if recipe.data.joint_vocab else ''}; "
         f"<unk> rate on valid source {src_tok.unk_rate([s for s, _ in data.valid[:2000]]):.2%}; "
         f"{train.n_tokens / 1e6:.2f}M train tokens, padding {train.sampler.padding_fraction(train.sampler.epoch_batches(0)):.1%}")
-    check_model_memory(lambda: Seq2Seq(recipe.model), "the translation model")  # before any allocation
+    check_model_memory(lambda: build_seq2seq(recipe.model), "the translation model")  # before any allocation
     torch.manual_seed(seed)
-    model = Seq2Seq(recipe.model)
+    model = build_seq2seq(recipe.model)
     if encoder is not None:
         encoder.load_into(model)
     if recipe.model.bert is not None and recipe.model.encoder_lr_scale != 1.0:
