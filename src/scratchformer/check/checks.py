@@ -106,6 +106,8 @@ def _layer_variants(n_sub: int):
 def _sub(order, norm, f, x, residual):
     """One sublayer: Post-LN `norm(x + f(x))`, Pre-LN `x + f(norm(x))`; residual False drops the `x +`,
     "normed" adds the normalised input instead (`y = norm(x); y + f(y)`, a Pre/Post-LN mix-up)."""
+    if order == "inner":  # the sublayer holds its own residual and norm (`norm(x + f(x))` inside it)
+        return f(x)
     if residual == "normed":   # y = norm(x); y + f(y)
         n = norm(x)
         return n + f(n)
@@ -123,6 +125,9 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
     d = ctx.sizes.d_model
     plan = call_plan(layer.forward, "encoder_layer")
     attn, ffn, norms = parts(layer, ctx)
+    inner = len(attn) == 1 and ffn is not None and _own_norms(attn + [ffn]) and not norms
+    if inner:
+        norms = [("", None), ("", None)]
     if len(attn) != 1 or ffn is None or len(norms) != 2:
         raise CannotCheck(f"expected one attention, one feed-forward and two norms inside, found "
                           f"{len(attn)} / {0 if ffn is None else 1} / {len(norms)}")
@@ -176,19 +181,28 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
 
     return _layer_settle(ctx, f, L, ref_any,
                          2, ["attention", "feed-forward"],
-                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)", extra)
+                         f"{attn[0][0]}, {ffn[0]}" + ("" if inner else f", {norms[0][0]}, {norms[1][0]}")
+                         + " (your own sublayers)", extra, inner)
 
 
-def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):
+def _own_norms(subs) -> bool:
+    """Every sublayer module holds a norm of its own (the nlp-tutorial's `norm(x + f(x))` inside each)."""
+    return all(isinstance(m, nn.Module) and any(_is_norm(c) for c in m.modules() if c is not m) for _, m in subs)
+
+
+def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=(), inner=False):
+    """`inner`: the sublayers hold their own residual and norm; the layer only chains them."""
     comp = Component(f.kind, f.name, "ok", [], words)
-    for order, res, bug in list(_layer_variants(n_sub)) + list(extra):
+    variants = [("inner", (True,) * n_sub, None)] + [("inner",) + tuple(e[1:]) for e in extra] if inner \
+        else list(_layer_variants(n_sub)) + list(extra)
+    for order, res, bug in variants:
         try:
             outs = ref(order, res) if bug is None or bug[0] in ("no-residual", "post-ln-residual") \
                 else ref(order, res, bug)
         except (RuntimeError, ValueError, IndexError, CannotCheck):
             continue
         if all_close(L, outs):
-            if not (bug is not None and bug[0] == "post-ln-residual" and bug[1] < 0):  # else the order is moot
+            if order != "inner" and not (bug is not None and bug[0] == "post-ln-residual" and bug[1] < 0):
                 ctx.add("post-ln" if order == "post" else "pre-ln", f, where(f))
             if bug is not None:
                 if bug[0] in ("no-residual", "post-ln-residual"):
@@ -199,7 +213,7 @@ def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):
                     ctx.add(bug[0], f, where(f), bug[2] if len(bug) > 2 else "")
                 comp.status, comp.ids = "differs", [bug[0]]
             return comp
-    first = ref("post", (True,) * n_sub)
+    first = ref("inner" if inner else "post", (True,) * n_sub)
     ctx.add("unknown-difference", f, where(f), "neither Post-LN nor Pre-LN wiring of your own sublayers: "
             + departure(L[0], first[0]))
     comp.status, comp.ids = "differs", ["unknown-difference"]
@@ -215,6 +229,9 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
     if "m" not in roles and not d2l_state:
         raise CannotCheck("forward takes no encoder output (memory / enc_output, or d2l's state)")
     attn, ffn, norms = parts(layer, ctx)
+    inner = len(attn) == 2 and ffn is not None and _own_norms(attn + [ffn]) and not norms
+    if inner:
+        norms = [("", None)] * 3
     if len(attn) != 2 or ffn is None or len(norms) != 3:
         raise CannotCheck(f"expected two attentions, one feed-forward and three norms inside, found "
                           f"{len(attn)} / {0 if ffn is None else 1} / {len(norms)}")
@@ -268,8 +285,8 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
              (("cross-attention-kv", "the second attention gets (x, x, x) instead of (x, memory, memory)"),
               ("no-causal-mask", "the self-attention ignores tgt_mask"))]
     return _layer_settle(ctx, f, L, ref, 3, ["self-attention", "cross-attention", "feed-forward"],
-                         f"{attn[0][0]} (self), {attn[1][0]} (cross), {ffn[0]}, "
-                         + ", ".join(n for n, _ in norms) + " (your own sublayers)", extra)
+                         f"{attn[0][0]} (self), {attn[1][0]} (cross), {ffn[0]}"
+                         + "".join(", " + n for n, _ in norms if n) + " (your own sublayers)", extra, inner)
 
 
 def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool = False):

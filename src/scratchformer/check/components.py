@@ -207,15 +207,30 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
 
     theta = rope_theta(ctx) if rotary else 10000.0
 
-    def ref(bugs, fill=-1e9, w=w, causal=False, rope=None):
+    # `norm(x + attention(x))` inside the module (the nlp-tutorial's): one LayerNorm of width d in it
+    inner = [m for m in mod.modules() if isinstance(m, nn.LayerNorm) and tuple(m.normalized_shape) == (d,)]
+
+    def wrapped(q, y, bugs):
+        if "no-residual" in bugs:
+            return inner[0](y)
+        if "post-ln-residual" in bugs:
+            return inner[0](q) + y
+        return inner[0](q + y)
+
+    def ref(bugs, fill=-1e9, w=w, causal=False, rope=None, wrap=False):
         if own_mask and ("no-causal-mask" in bugs or bugs.get("mask-inverted") == "causal inverted") and not causal:
             raise ValueError("a triangle bug needs the triangle")
+        if not wrap and ({"no-residual", "post-ln-residual"} & set(bugs)):
+            raise ValueError("a residual bug needs the residual inside")
         c5 = triangle(Tq, bugs) if causal else True
         c3 = triangle(3, bugs) if causal else None
-        bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or v == "causal inverted"))}
-        return [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
-                             rope_theta=theta)[:2],
-                R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
+        outer = {b: v for b, v in bugs.items() if b in ("no-residual", "post-ln-residual")}
+        bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or v == "causal inverted"))
+                and b not in outer}
+        out = [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
+                            rope_theta=theta)[:2],
+               R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
+        return [wrapped(xq[:2], out[0], outer), wrapped(x1, out[1], outer)] if wrap else out
 
     def grads(bugs, choice):
         """d(loss)/d(weights) and d(loss)/d(inputs), on the rows with something to attend to (a NaN
@@ -234,6 +249,8 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         c5 = R.causal_keep(Tq)[None, None] if choice.get("causal") else True
         out_ref = R.multi_head(*ins_r, wr, h, kb[:2] & c5, bugs, fill=choice["fill"], rope_pairing=choice.get("rope"),
                                h_kv=h_kv, rope_theta=theta)
+        if choice.get("wrap"):
+            out_ref = wrapped(ins_r[0], out_ref, {})
         n = 1 if caller.self_only else 3
         return grads_equal((caller(*ins_l, keep[:2]) * G).sum(), lp + ins_l[:n], (out_ref * G).sum(), rp + ins_r[:n])
 
@@ -249,8 +266,12 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         space.update(R.ROPE_VARIANTS)
     if h_kv is not None and h_kv < h:
         space.update(R.GQA_VARIANTS)
-    choices = [{"fill": fl, "causal": c, "rope": r} for c in causal_choices for r in pairings
-               for fl in (-1e9, float("-inf"), "add")]
+    wraps = [False, True] if len(inner) == 1 else [False]
+    if len(inner) == 1:
+        space["no-residual"] = ["none"]
+        space["post-ln-residual"] = ["norm(x) + attention"]
+    choices = [{"fill": fl, "causal": c, "rope": r, "wrap": wr} for wr in wraps for c in causal_choices
+               for r in pairings for fl in (-1e9, float("-inf"), "add")]
     if table_from:
         words += f"; rotary positions from {table_from}" + (f", θ = {theta:g}" if theta != 10000.0 else "")
     if any(c for c in causal_choices):

@@ -472,6 +472,11 @@ _ROLE = {"query": "q", "q": "q", "queries": "q", "key": "k", "k": "k", "keys": "
 
 def role_of(name: str, kind: str) -> str | None:
     n = name.lower()
+    m = re.fullmatch(r"(?:input|in|x)_?(q|k|v)", n)  # input_Q, input_K, input_V (the nlp-tutorial spelling)
+    if m:
+        return m.group(1)
+    if re.fullmatch(r"(enc|dec|encoder|decoder|src|tgt|trg)_?(inputs?|x|embs?|embeddings)", n):
+        return "x"  # enc_inputs, dec_inputs: the layer's input (B, T, d)
     if n in ("valid_lens", "valid_len", "lens", "lengths", "enc_valid_lens", "seq_lens"):
         return "lens"
     if re.search(r"(^|_)cos($|_)", n):
