@@ -427,8 +427,18 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
     inner = [m for m in mod.modules() if isinstance(m, nn.LayerNorm)]  # `norm(x + FFN(x))` inside (a tutorial's)
 
     def ref(bugs, act="relu", W=W, wrap=False):
+        outer = {b for b in bugs if b in ("no-residual", "post-ln-residual")}
+        if outer and not wrap:
+            raise ValueError("a residual bug needs the residual inside")
+        bugs = {b: v for b, v in bugs.items() if b not in outer}
         out = [R.feed_forward(t, *W, act=act, bugs=bugs) for t in (x, x1)]
-        return [inner[0](t + y) for t, y in zip((x, x1), out)] if wrap else out
+        if not wrap:
+            return out
+        if "no-residual" in outer:
+            return [inner[0](y) for y in out]
+        if "post-ln-residual" in outer:
+            return [inner[0](t) + y for t, y in zip((x, x1), out)]
+        return [inner[0](t + y) for t, y in zip((x, x1), out)]
 
     def grads(bugs, choice):
         lp = [t for t in W if t is not None]
@@ -439,7 +449,10 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
         ctx.add("no-bias", f, f"{f.name}.__init__")
     choices = [{"act": a, "wrap": w} for w in ([False, True] if len(inner) == 1 else [False])
                for a in ("relu", "gelu", "gelu-tanh", "silu")]
-    comp = _settle(ctx, f, L, ref, {"ffn-no-activation": ["identity"]}, choices, None, None, words,
+    space = {"ffn-no-activation": ["identity"]}
+    if len(inner) == 1:  # its own `norm(x + FFN(x))`: the residual's mistakes are its own too
+        space.update({"no-residual": ["none"], "post-ln-residual": ["norm(x) + FFN(x)"]})
+    comp = _settle(ctx, f, L, ref, space, choices, None, None, words,
                    grads if len(inner) != 1 else None)
     if "ffn-no-activation" not in comp.ids and comp.status == "ok":
         act = next(c["act"] for c in choices if all_close(L, ref({}, **c)))
