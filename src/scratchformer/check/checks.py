@@ -57,7 +57,8 @@ def parts(layer: nn.Module, ctx: Ctx):
             taken.append(name)
         elif ffn is None and (_FFN_NAME.search(tn) or _FFN_NAME.search(name.rsplit(".", 1)[-1])
                               and isinstance(m, nn.Sequential)
-                              or cls_ffn is not None and inspect.isclass(cls_ffn.obj) and isinstance(m, cls_ffn.obj)):
+                              or cls_ffn is not None and inspect.isclass(cls_ffn.obj) and isinstance(m, cls_ffn.obj)
+                              or _sequential_ffn(m)):
             ffn = (name, m)
             taken.append(name)
         elif _is_norm(m):
@@ -66,6 +67,15 @@ def parts(layer: nn.Module, ctx: Ctx):
     if ffn is None:
         ffn = _inline_ffn(layer)
     return attn, ffn, norms
+
+
+def _sequential_ffn(m: nn.Module) -> bool:
+    """An `nn.Sequential` that maps d -> wider -> d through Linears (a feed-forward by what it does, whatever
+    the attribute is called: `ff`, `net`, `body`)."""
+    if not isinstance(m, nn.Sequential):
+        return False
+    lin = [c for c in m if isinstance(c, nn.Linear)]
+    return len(lin) >= 2 and lin[0].in_features == lin[-1].out_features and lin[0].out_features > lin[0].in_features
 
 
 def _inline_ffn(layer: nn.Module):
