@@ -39,7 +39,7 @@ def check_scaled_dot_product(ctx: Ctx, f: Found) -> Component:
                 R.scaled_dot_product(q[:1, ..., :3, :], k[:1, ..., :3, :], v[:1, ..., :3, :], None, bugs)[0]]
 
     space = {b: s for b, s in R.ATTENTION_VARIANTS.items() if b in R.SDPA_BUGS}
-    space["wrong-scale"] = ["d_k", "times √d_k", "√(keys' length)"]
+    space["wrong-scale"] = ["d_k", "times √d_k", "√(keys' length)", "d_k^(1/4)"]
     return _settle(ctx, f, L, ref, space, [{"fill": -1e9}, {"fill": float("-inf")}, {"fill": "add"}],
                    lambda: caller(q, k, v, keep)[2], lambda: R.scaled_dot_product(q, k, v, kb)[0][2], "")
 

@@ -38,6 +38,7 @@ class Sizes:
     config: object = None        # the learner's config object (GPTConfig(), ModelArgs()), dropout set to 0
     consts: dict = field(default_factory=dict)  # the learner's module-level ints and floats by name
     passed: dict = field(default_factory=dict)  # (class, parameter) -> the size its call sites pass it
+    flags: dict = field(default_factory=dict)   # (class, parameter) -> the True/False every call site passes
 
     @property
     def d_k(self) -> int:
@@ -157,6 +158,7 @@ def passed_sizes(source: str) -> dict:
                 if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
                     inits[c.name] = ([a.arg for a in fn.args.args[1:]] + [a.arg for a in fn.args.kwonlyargs], fn)
     edges = {}  # (callee, parameter) -> [(caller, the name passed)]
+    flags = {}  # (callee, parameter) -> {the literal True / False passed}
     for caller, (_, fn) in inits.items():
         for node in ast.walk(fn):
             if not isinstance(node, ast.Call):
@@ -167,6 +169,8 @@ def passed_sizes(source: str) -> dict:
             names = inits[callee][0]
             pairs = list(zip(names, node.args)) + [(k.arg, k.value) for k in node.keywords if k.arg]
             for param, expr in pairs:
+                if isinstance(expr, ast.Constant) and isinstance(expr.value, bool):
+                    flags.setdefault((callee, param), set()).add(expr.value)
                 if isinstance(expr, ast.Name):
                     edges.setdefault((callee, param), []).append((caller, expr.id))
 
@@ -180,7 +184,17 @@ def passed_sizes(source: str) -> dict:
             if size is not None:
                 return size
         return None
-    return {k: v for k in edges if (v := size_of(*k)) is not None}
+    def flag_of(cls, param, depth=0):
+        """The one True/False every call site passes (through the callers' own parameters), else None."""
+        seen = set(flags.get((cls, param), ()))
+        for caller, name in edges.get((cls, param), []):
+            v = flag_of(caller, name, depth + 1) if depth < 6 and name in inits[caller][0] else None
+            if v is None:
+                return None
+            seen.add(v)
+        return next(iter(seen)) if len(seen) == 1 else None
+    sizes = {k: v for k in edges if (v := size_of(*k)) is not None}
+    return sizes, {k: v for k in set(flags) | set(edges) if (v := flag_of(*k)) is not None}
 
 
 def learner_sizes(module, source: str = "", overrides: dict | None = None) -> "Sizes":
@@ -188,7 +202,7 @@ def learner_sizes(module, source: str = "", overrides: dict | None = None) -> "S
     a config class built with its defaults (`GPTConfig()`, `ModelArgs()`), `# check: name=value`
     comments, then `--size name=value` (`overrides`). Unfixed sizes keep the tiny defaults."""
     sizes = Sizes()
-    sizes.passed = passed_sizes(source)
+    sizes.passed, sizes.flags = passed_sizes(source)
     consts = {n: v for n, v in vars(module).items()
               if not n.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
     sizes.consts = consts
@@ -466,6 +480,9 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: floa
         if cfg is not None and hasattr(cfg, p.name) and default is _MISSING:
             v = getattr(cfg, p.name)  # a field of their config by the same name (hidden_dim, multiple_of)
             kwargs[p.name] = dropout if "drop" in p.name.lower() and isinstance(v, float) else v
+            continue
+        if (getattr(obj, "__name__", ""), p.name) in sizes.flags and "drop" not in p.name.lower():
+            kwargs[p.name] = sizes.flags[(obj.__name__, p.name)]  # a switch their model always sets (mask=True)
             continue
         if p.name.lower() == "bias" and default is _MISSING:
             kwargs[p.name] = bool(getattr(cfg, "bias", True))

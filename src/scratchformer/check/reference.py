@@ -22,7 +22,7 @@ Bugs = dict  # {catalogue id: sub-variant name}
 # the sub-variants each attention bug comes in (what a learner actually writes)
 ATTENTION_VARIANTS = {
     "missing-scale": ["none"],
-    "wrong-scale": ["sqrt-d_model", "d_k", "times √d_k", "√(keys' length)"],
+    "wrong-scale": ["sqrt-d_model", "d_k", "times √d_k", "√(keys' length)", "d_k^(1/4)"],
     "mask-fill-zero": ["zero"],
     "mask-inverted": ["inverted"],
     "softmax-dim": ["dim=-2", "dim=1"],
@@ -51,6 +51,8 @@ def scaled_dot_product(q, k, v, keep=None, bugs: Bugs | None = None, d_model: in
         scale = 1.0 / math.sqrt(d_k)
     elif bugs.get("wrong-scale") == "√(keys' length)":  # `math.sqrt(keys.shape[1])`: the length, not d_k
         scale = math.sqrt(k.size(-2))
+    elif bugs.get("wrong-scale") == "d_k^(1/4)":  # q and k each meant to take d_k^(1/4): one of them did
+        scale = d_k ** 0.25
     scores = q @ k.transpose(-2, -1) / scale  # (..., Tq, Tk)
     if keep is not None:
         hide = keep if "mask-inverted" in bugs else ~keep
