@@ -78,6 +78,16 @@ def _sequential_ffn(m: nn.Module) -> bool:
     return len(lin) >= 2 and lin[0].in_features == lin[-1].out_features and lin[0].out_features > lin[0].in_features
 
 
+def _no_activation(ctx, f, comp: Component, ffn) -> Component:
+    """A feed-forward that is a bare `nn.Sequential` of the layer (no class of its own, so no check of its
+    own): Linears with nothing non-linear between them is `ffn-no-activation`."""
+    m = ffn[1] if ffn is not None else None
+    if comp.status == "ok" and _sequential_ffn(m) and all(isinstance(c, (nn.Linear, nn.Dropout, nn.Identity)) for c in m):
+        ctx.add("ffn-no-activation", f, where(f), f"{ffn[0]}: Linear layers with no activation between them")
+        comp.status, comp.ids = "differs", ["ffn-no-activation"]
+    return comp
+
+
 def _inline_ffn(layer: nn.Module):
     """torch's own layers keep the feed-forward inline: linear1, activation, linear2 (no module of its own)."""
     l1, l2 = getattr(layer, "linear1", None), getattr(layer, "linear2", None)
@@ -189,10 +199,10 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
             return ref_noact(order, res, bug)
         return [ref_one(x, keep, order, res)[:2], ref_one(x1, keep1, order, res)]
 
-    return _layer_settle(ctx, f, L, ref_any,
+    return _no_activation(ctx, f, _layer_settle(ctx, f, L, ref_any,
                          2, ["attention", "feed-forward"],
                          f"{attn[0][0]}, {ffn[0]}" + ("" if inner else f", {norms[0][0]}, {norms[1][0]}")
-                         + " (your own sublayers)", extra, inner)
+                         + " (your own sublayers)", extra, inner), ffn)
 
 
 def _own_norms(subs) -> bool:
@@ -294,9 +304,9 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
     extra = [(o, (True,) * 3, (b, 0, detail)) for o in ("post", "pre") for b, detail in
              (("cross-attention-kv", "the second attention gets (x, x, x) instead of (x, memory, memory)"),
               ("no-causal-mask", "the self-attention ignores tgt_mask"))]
-    return _layer_settle(ctx, f, L, ref, 3, ["self-attention", "cross-attention", "feed-forward"],
+    return _no_activation(ctx, f, _layer_settle(ctx, f, L, ref, 3, ["self-attention", "cross-attention", "feed-forward"],
                          f"{attn[0][0]} (self), {attn[1][0]} (cross), {ffn[0]}"
-                         + "".join(", " + n for n, _ in norms if n) + " (your own sublayers)", extra, inner)
+                         + "".join(", " + n for n, _ in norms if n) + " (your own sublayers)", extra, inner), ffn)
 
 
 def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool = False):
@@ -400,9 +410,9 @@ def check_block(ctx: Ctx, f: Found) -> Component:
         y = _sub(order, n1, sub_attn, x, res[0])
         return _sub(order, n2, fmod, y, res[1])
 
-    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, order, res), ref_one(x1, order, res)],
+    return _no_activation(ctx, f, _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, order, res), ref_one(x1, order, res)],
                          2, ["attention", "feed-forward"],
-                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)")
+                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)"), ffn)
 
 
 def check_causal_mask(ctx: Ctx, f: Found) -> Component:

@@ -202,6 +202,8 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         sub = bugs.get("no-causal-mask") if own_mask else None
         if own_mask and bugs.get("mask-inverted") == "causal inverted":
             return ones.triu(1)[None, None]
+        if own_mask and bugs.get("mask-inverted") == "causal inverted, diagonal kept":  # tril ↔ triu swapped
+            return ones.triu()[None, None]
         return (ones.tril(-1) if sub == "diagonal hidden" else ones.tril(1) if sub == "one ahead visible"
                 else ones.tril())[None, None]
 
@@ -218,14 +220,15 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         return inner[0](q + y)
 
     def ref(bugs, fill=-1e9, w=w, causal=False, rope=None, wrap=False):
-        if own_mask and ("no-causal-mask" in bugs or bugs.get("mask-inverted") == "causal inverted") and not causal:
+        if own_mask and ("no-causal-mask" in bugs or str(bugs.get("mask-inverted")).startswith("causal inverted")) \
+                and not causal:
             raise ValueError("a triangle bug needs the triangle")
         if not wrap and ({"no-residual", "post-ln-residual"} & set(bugs)):
             raise ValueError("a residual bug needs the residual inside")
         c5 = triangle(Tq, bugs) if causal else True
         c3 = triangle(3, bugs) if causal else None
         outer = {b: v for b, v in bugs.items() if b in ("no-residual", "post-ln-residual")}
-        bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or v == "causal inverted"))
+        bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or str(v).startswith("causal inverted")))
                 and b not in outer}
         out = [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
                             rope_theta=theta)[:2],
@@ -258,7 +261,8 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         ctx.add("no-bias", f, f"{f.name}.__init__")
     space = dict(R.ATTENTION_VARIANTS)
     if own_mask:
-        space["mask-inverted"] = (["inverted"] if caller.mask_role is not None else []) + ["causal inverted"]
+        space["mask-inverted"] = (["inverted"] if caller.mask_role is not None else []) + \
+            ["causal inverted", "causal inverted, diagonal kept"]
         space["no-causal-mask"] = ["diagonal hidden", "one ahead visible"]
         space.pop("mask-fill-zero")
         space["mask-fill-zero"] = ["zero"]
