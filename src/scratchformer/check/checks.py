@@ -390,9 +390,10 @@ def check_block(ctx: Ctx, f: Found) -> Component:
             vals[mask_role] = A.form.square(R.causal_keep(x.shape[1])[None], A.ndim or 4)
         return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
 
-    def sub_attn(y):
-        give = A.mask_role is not None and mask_role is not None  # the block hands its mask on
-        return A(y, y, y, R.causal_keep(y.shape[1])[None] if give else None, square=True)
+    give = A.mask_role is not None and mask_role is not None  # the block hands its mask on
+
+    def sub_attn(y, drop_mask=False):
+        return A(y, y, y, R.causal_keep(y.shape[1])[None] if give and not drop_mask else None, square=True)
 
     if has_lazy(layer):
         run(x.float())
@@ -406,13 +407,19 @@ def check_block(ctx: Ctx, f: Found) -> Component:
     L = [run(x), run(x1)]
     fmod, n1, n2 = ffn[1], norms[0][1], norms[1][1]
 
-    def ref_one(x, order, res):
-        y = _sub(order, n1, sub_attn, x, res[0])
+    def ref_one(x, order, res, drop_mask=False):
+        y = _sub(order, n1, lambda z: sub_attn(z, drop_mask), x, res[0])
         return _sub(order, n2, fmod, y, res[1])
 
-    return _no_activation(ctx, f, _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, order, res), ref_one(x1, order, res)],
-                         2, ["attention", "feed-forward"],
-                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)"), ffn)
+    def ref(order, res, bug=None):
+        drop = bug is not None and bug[0] == "no-causal-mask"
+        return [ref_one(x, order, res, drop), ref_one(x1, order, res, drop)]
+
+    # the block is handed the causal mask and never passes it on to its attention
+    extra = [(o, (True, True), ("no-causal-mask", 0, "the attention never gets the block's causal mask"))
+             for o in ("post", "pre")] if give else []
+    return _no_activation(ctx, f, _layer_settle(ctx, f, L, ref, 2, ["attention", "feed-forward"],
+                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)", extra), ffn)
 
 
 def check_causal_mask(ctx: Ctx, f: Found) -> Component:
