@@ -82,7 +82,7 @@ def _no_activation(ctx, f, comp: Component, ffn) -> Component:
     """A feed-forward that is a bare `nn.Sequential` of the layer (no class of its own, so no check of its
     own): Linears with nothing non-linear between them is `ffn-no-activation`."""
     m = ffn[1] if ffn is not None else None
-    if comp.status == "ok" and _sequential_ffn(m) and all(isinstance(c, (nn.Linear, nn.Dropout, nn.Identity)) for c in m):
+    if comp.status == "ok" and ctx.found.get("feed_forward") is None and _sequential_ffn(m) and all(isinstance(c, (nn.Linear, nn.Dropout, nn.Identity)) for c in m):
         ctx.add("ffn-no-activation", f, where(f), f"{ffn[0]}: Linear layers with no activation between them")
         comp.status, comp.ids = "differs", ["ffn-no-activation"]
     return comp
