@@ -266,6 +266,9 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         space["no-causal-mask"] = ["diagonal hidden", "one ahead visible"]
         space.pop("mask-fill-zero")
         space["mask-fill-zero"] = ["zero"]
+    if caller.torch_mha and not getattr(mod, "batch_first", False):  # sequence first: its own head mistakes
+        space["heads-not-transposed"] = space["heads-not-transposed"] + [R.SEQ_FIRST_SPLIT]
+        space["heads-merge-order"] = space["heads-merge-order"] + R.SEQ_FIRST_MERGE
     if rotary:
         space.update(R.ROPE_VARIANTS)
     if h_kv is not None and h_kv < h:
