@@ -314,6 +314,8 @@ class AttnCaller:
         kpm = am = None
         if keep is not None and square:
             am = ~keep[0]  # (T, T), True = blocked
+            if getattr(self, "square_additive", False):  # their code adds it to the scores: 0 / −∞
+                am = torch.zeros(am.shape, dtype=q.dtype).masked_fill(am, float("-inf"))
         elif keep is not None:
             kpm = ~keep  # (B, S), True = padding
         first = not getattr(self.fn, "batch_first", False)

@@ -190,6 +190,26 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         rotary, table_from = True, "inside your attention"
     x1 = ctx.randn(1, 3, d)
     L = [caller(xq, xk, xv, keep)[:2], caller(x1, x1, x1)]
+    # torch's API takes a square `attn_mask` beside the key padding mask: probe it too (causal, True = blocked)
+    square = caller.torch_mha and not caller.self_only
+    if square:
+        # bool (torch's own, True = blocked) or additive float (0 / −∞): the form their code reads is the one
+        # that gives the bug-free numbers; neither: probed as bool, so a mistake in it is named
+        cz = R.causal_keep(Tq)[None]
+        want = [R.multi_head(xq, xq, xq, w, h, cz, fill=fl, h_kv=h_kv) for fl in (-1e9, float("-inf"))]
+        outs = {}
+        for additive in (False, True):
+            caller.square_additive = additive
+            try:
+                outs[additive] = caller(xq, xq, xq, cz, square=True)
+            except Exception:
+                continue
+        pick = next((a for a, o in outs.items() if any(close(o, wv) for wv in want)), False if False in outs else None)
+        if pick is None:
+            square = False
+        else:
+            caller.square_additive = pick
+            L.append(outs[pick])
     kb = keep[:, None, None, :] if caller.mask_role is not None else torch.ones(B, 1, 1, Tk, dtype=torch.bool)
     causal_choices = [False, True] if caller.self_only else [False]
     pairings = ["interleaved", "half"] if rotary else [None]
@@ -228,11 +248,16 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         c5 = triangle(Tq, bugs) if causal else True
         c3 = triangle(3, bugs) if causal else None
         outer = {b: v for b, v in bugs.items() if b in ("no-residual", "post-ln-residual")}
+        bugs_all = bugs
         bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or str(v).startswith("causal inverted")))
-                and b not in outer}
+                and b not in outer and not str(v).startswith("attn_mask ")}
         out = [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
                             rope_theta=theta)[:2],
                R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
+        if square:  # the square mask's own mistakes apply to it alone
+            sq_bugs = {b: v for b, v in bugs.items() if b not in ("mask-inverted", "mask-fill-zero")}
+            sq_bugs.update({b: v[len("attn_mask "):] for b, v in bugs_all.items() if str(v).startswith("attn_mask ")})
+            out.append(R.multi_head(xq, xq, xq, w, h, R.causal_keep(Tq)[None], sq_bugs, fill=fill, h_kv=h_kv))
         return [wrapped(xq[:2], out[0], outer), wrapped(x1, out[1], outer)] if wrap else out
 
     def grads(bugs, choice):
@@ -266,6 +291,9 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         space["no-causal-mask"] = ["diagonal hidden", "one ahead visible"]
         space.pop("mask-fill-zero")
         space["mask-fill-zero"] = ["zero"]
+    if square:  # the square attn_mask read the other way round, or filled with 0, the padding mask right
+        space["mask-inverted"] = space["mask-inverted"] + ["attn_mask inverted"]
+        space["mask-fill-zero"] = space["mask-fill-zero"] + ["attn_mask zero"]
     if caller.torch_mha and not getattr(mod, "batch_first", False):  # sequence first: its own head mistakes
         space["heads-not-transposed"] = space["heads-not-transposed"] + [R.SEQ_FIRST_SPLIT]
         space["heads-merge-order"] = space["heads-merge-order"] + R.SEQ_FIRST_MERGE
