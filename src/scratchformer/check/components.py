@@ -14,7 +14,7 @@ from torch import nn
 from . import reference as R
 from .compare import (AttnCaller, Ctx, _detached, all_close, close, departure, grads_equal, has_lazy, key_keep,
                       map_attention, randomize, search, where)
-from .discover import CannotCheck, Found, first_tensor
+from .discover import CannotCheck, Found, first_tensor, kind_of_class
 from .report import Component
 
 
@@ -159,8 +159,37 @@ def rope_theta(ctx: Ctx) -> float:
     return 10000.0
 
 
+def _whole_attention(ctx: Ctx, f: Found, mod: nn.Module):
+    """HF BERT splits attention in two: Q, K, V in one class (no W_O), W_O with its residual and norm in
+    the next. Where the found class has no output map and another attention class of the file builds it,
+    that whole (BertAttention) is what is checked, W_O and `norm(x + ...)` included."""
+    d = ctx.sizes.d_model
+    if has_lazy(mod) or not inspect.isclass(f.obj):  # d2l's LazyLinear: no shapes yet, and never split so
+        return None
+    mats = [p for p in mod.parameters() if p.dim() == 2]
+    if len(mats) != 3 or any(tuple(p.shape) != (d, d) for p in mats):
+        return None
+    for name, cls in vars(ctx.module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and cls is not f.obj
+                and getattr(cls, "__module__", None) == ctx.module.__name__ and kind_of_class(name) == "attention"):
+            continue
+        try:
+            src = inspect.getsource(cls.__init__)
+        except (OSError, TypeError):
+            continue
+        if re.search(rf"\b{re.escape(f.name)}\(", src):
+            return Found("attention", name, cls, f.how)
+    return None
+
+
 def check_attention(ctx: Ctx, f: Found) -> Component:
     mod = ctx.build(f)
+    whole = _whole_attention(ctx, f, mod)
+    if whole is not None:
+        try:
+            mod, f = ctx.build(whole), whole
+        except CannotCheck:
+            pass
     caller = AttnCaller(mod, ctx.form, "attention")
     d, h = ctx.sizes.d_model, ctx.sizes.heads
     roles = {r for _, r, _ in caller.plan}
