@@ -184,3 +184,21 @@ def test_a_todo_hint_is_printed_once_and_zh_detail_lines_are_chinese(tmp_path):
     assert "尺寸: d_model=64 (n_embd = 64 在你的文件里)" in zh
     assert "（每个头一个模块，按头拼接）" in zh and "（你自己的子层）" in zh
     assert zh.splitlines()[-2:] == ["4 个已检查，0 个无法检查。", "检查过的组件都与参考实现一致。"]
+
+
+def test_a_size_less_parameter_takes_the_size_and_switch_its_call_sites_pass():
+    from scratchformer.check.discover import passed_sizes
+    src = ("import torch.nn as nn\n"
+           "class Att(nn.Module):\n    def __init__(self, k, heads=4, mask=False):\n        super().__init__()\n"
+           "class Blk(nn.Module):\n    def __init__(self, k, heads=4, mask=False):\n"
+           "        super().__init__()\n        self.a = Att(k, heads=heads, mask=mask)\n"
+           "class Enc(nn.Module):\n    def __init__(self, k, mask=False):\n        super().__init__()\n"
+           "        self.a = Att(k, mask=False)\n"
+           "class Model(nn.Module):\n    def __init__(self, emb=32, depth=2):\n        super().__init__()\n"
+           "        self.b = nn.Sequential(*[Blk(k=emb, heads=4, mask=True) for _ in range(depth)])\n"
+           "        self.e = Enc(emb)\n")
+    sizes, flags = passed_sizes(src)
+    assert sizes == {("Blk", "k"): "d_model", ("Att", "k"): "d_model", ("Att", "heads"): "heads",
+                     ("Enc", "k"): "d_model"}
+    # Blk always gets mask=True; Att gets True through Blk and False from Enc: no one value, left to its default
+    assert flags == {("Blk", "mask"): True}
