@@ -258,10 +258,16 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
 
     theta = rope_theta(ctx) if rotary else 10000.0
 
-    # `norm(x + attention(x))` inside the module (the nlp-tutorial's): one LayerNorm of width d in it
+    # the residual and its norm inside the module, one LayerNorm of width d in it: Post-LN
+    # `norm(x + attention(x))` (wrap True, the nlp-tutorial's) or Pre-LN `x + attention(norm(x))` ("pre")
     inner = [m for m in mod.modules() if isinstance(m, nn.LayerNorm) and tuple(m.normalized_shape) == (d,)]
 
-    def wrapped(q, y, bugs):
+    def normed(t, wrap):
+        return inner[0](t) if wrap == "pre" else t
+
+    def wrapped(q, y, bugs, wrap=True):
+        if wrap == "pre":
+            return y if "no-residual" in bugs else inner[0](q) + y if "post-ln-residual" in bugs else q + y
         if "no-residual" in bugs:
             return inner[0](y)
         if "post-ln-residual" in bugs:
@@ -280,14 +286,18 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         bugs_all = bugs
         bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or str(v).startswith("causal inverted")))
                 and b not in outer and not str(v).startswith("attn_mask ")}
-        out = [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
-                            rope_theta=theta)[:2],
-               R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
+        n1 = normed(x1, wrap)
+        out = [R.multi_head(normed(xq, wrap), normed(xk, wrap), normed(xv, wrap), w, h, kb & c5, bugs, fill=fill,
+                            rope_pairing=rope, h_kv=h_kv, rope_theta=theta)[:2],
+               R.multi_head(n1, n1, n1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
         if square:  # the square mask's own mistakes apply to it alone
             sq_bugs = {b: v for b, v in bugs.items() if b not in ("mask-inverted", "mask-fill-zero")}
             sq_bugs.update({b: v[len("attn_mask "):] for b, v in bugs_all.items() if str(v).startswith("attn_mask ")})
-            out.append(R.multi_head(xq, xq, xq, w, h, R.causal_keep(Tq)[None], sq_bugs, fill=fill, h_kv=h_kv))
-        return [wrapped(xq[:2], out[0], outer), wrapped(x1, out[1], outer)] if wrap else out
+            nq = normed(xq, wrap)
+            out.append(R.multi_head(nq, nq, nq, w, h, R.causal_keep(Tq)[None], sq_bugs, fill=fill, h_kv=h_kv))
+        if not wrap:
+            return out
+        return [wrapped(q, y, outer, wrap) for q, y in zip((xq[:2], x1, xq), out)]
 
     def grads(bugs, choice):
         """d(loss)/d(weights) and d(loss)/d(inputs), on the rows with something to attend to (a NaN
@@ -304,10 +314,11 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
             ins_l[1] = ins_l[2] = ins_l[0]
             ins_r[1] = ins_r[2] = ins_r[0]
         c5 = R.causal_keep(Tq)[None, None] if choice.get("causal") else True
-        out_ref = R.multi_head(*ins_r, wr, h, kb[:2] & c5, bugs, fill=choice["fill"], rope_pairing=choice.get("rope"),
-                               h_kv=h_kv, rope_theta=theta)
-        if choice.get("wrap"):
-            out_ref = wrapped(ins_r[0], out_ref, {})
+        wrap = choice.get("wrap")
+        out_ref = R.multi_head(*[normed(t, wrap) for t in ins_r], wr, h, kb[:2] & c5, bugs, fill=choice["fill"],
+                               rope_pairing=choice.get("rope"), h_kv=h_kv, rope_theta=theta)
+        if wrap:
+            out_ref = wrapped(ins_r[0], out_ref, {}, wrap)
         n = 1 if caller.self_only else 3
         return grads_equal((caller(*ins_l, keep[:2]) * G).sum(), lp + ins_l[:n], (out_ref * G).sum(), rp + ins_r[:n])
 
@@ -330,7 +341,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         space.update(R.ROPE_VARIANTS)
     if h_kv is not None and h_kv < h:
         space.update(R.GQA_VARIANTS)
-    wraps = [False, True] if len(inner) == 1 else [False]
+    wraps = [False, True, "pre"] if len(inner) == 1 else [False]
     if len(inner) == 1:
         space["no-residual"] = ["none"]
         space["post-ln-residual"] = ["norm(x) + attention"]
@@ -495,9 +506,12 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
         if outer and not wrap:
             raise ValueError("a residual bug needs the residual inside")
         bugs = {b: v for b, v in bugs.items() if b not in outer}
-        out = [R.feed_forward(t, *W, act=act, bugs=bugs) for t in (x, x1)]
+        out = [R.feed_forward(inner[0](t) if wrap == "pre" else t, *W, act=act, bugs=bugs) for t in (x, x1)]
         if not wrap:
             return out
+        if wrap == "pre":  # Pre-LN inside: x + FFN(norm(x))
+            return [y if "no-residual" in outer else (inner[0](t) if "post-ln-residual" in outer else t) + y
+                    for t, y in zip((x, x1), out)]
         if "no-residual" in outer:
             return [inner[0](y) for y in out]
         if "post-ln-residual" in outer:
@@ -511,7 +525,7 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
 
     if b1 is None and b2 is None:
         ctx.add("no-bias", f, f"{f.name}.__init__")
-    choices = [{"act": a, "wrap": w} for w in ([False, True] if len(inner) == 1 else [False])
+    choices = [{"act": a, "wrap": w} for w in ([False, True, "pre"] if len(inner) == 1 else [False])
                for a in ("relu", "gelu", "gelu-tanh", "silu")]
     space = {"ffn-no-activation": ["identity"]}
     if len(inner) == 1:  # its own `norm(x + FFN(x))`: the residual's mistakes are its own too
