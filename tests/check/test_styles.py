@@ -184,3 +184,67 @@ def test_a_todo_hint_is_printed_once_and_zh_detail_lines_are_chinese(tmp_path):
     assert "尺寸: d_model=64 (n_embd = 64 在你的文件里)" in zh
     assert "（每个头一个模块，按头拼接）" in zh and "（你自己的子层）" in zh
     assert zh.splitlines()[-2:] == ["4 个已检查，0 个无法检查。", "检查过的组件都与参考实现一致。"]
+
+
+def test_a_size_less_parameter_takes_the_size_and_switch_its_call_sites_pass():
+    from scratchformer.check.discover import passed_sizes
+    src = ("import torch.nn as nn\n"
+           "class Att(nn.Module):\n    def __init__(self, k, heads=4, mask=False):\n        super().__init__()\n"
+           "class Blk(nn.Module):\n    def __init__(self, k, heads=4, mask=False):\n"
+           "        super().__init__()\n        self.a = Att(k, heads=heads, mask=mask)\n"
+           "class Enc(nn.Module):\n    def __init__(self, k, mask=False):\n        super().__init__()\n"
+           "        self.a = Att(k, mask=False)\n"
+           "class Model(nn.Module):\n    def __init__(self, emb=32, depth=2):\n        super().__init__()\n"
+           "        self.b = nn.Sequential(*[Blk(k=emb, heads=4, mask=True) for _ in range(depth)])\n"
+           "        self.e = Enc(emb)\n")
+    sizes, flags = passed_sizes(src)
+    assert sizes == {("Blk", "k"): "d_model", ("Att", "k"): "d_model", ("Att", "heads"): "heads",
+                     ("Enc", "k"): "d_model"}
+    # Blk always gets mask=True; Att gets True through Blk and False from Enc: no one value, left to its default
+    assert flags == {("Blk", "mask"): True}
+
+
+_PRE_LN_INSIDE = '''import torch, torch.nn as nn, torch.nn.functional as F
+d_model = 32
+n_heads = 4
+d_ff = 64
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model=d_model, n_heads=n_heads):
+        super().__init__()
+        self.h, self.norm = n_heads, nn.LayerNorm(d_model)
+        self.q, self.k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.v, self.o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        y = self.norm(x)
+        q = self.q(y).view(B, T, self.h, C // self.h).transpose(1, 2)  # (B, h, T, d_k)
+        k = self.k(y).view(B, T, self.h, C // self.h).transpose(1, 2)
+        v = self.v(y).view(B, T, self.h, C // self.h).transpose(1, 2)
+        s = q @ k.transpose(-2, -1) / (C // self.h) ** 0.5
+        if mask is not None:
+            s = s.masked_fill(mask == 0, -1e9)
+        return RESIDUAL_Aself.o((F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model=d_model, d_ff=d_ff):
+        super().__init__()
+        self.ln, self.w1, self.w2 = nn.LayerNorm(d_model), nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return RESIDUAL_Fself.w2(torch.relu(self.w1(self.ln(x))))
+'''
+
+
+@pytest.mark.parametrize("res_a,res_f,expect", [("x + ", "x + ", {}), ("", "x + ", {"attention": ["no-residual"]}),
+                                                ("x + ", "", {"feed_forward": ["no-residual"]})])
+def test_sublayers_holding_their_own_pre_ln_residual_are_checked_as_written(tmp_path, res_a, res_f, expect):
+    p = tmp_path / f"pre_ln_inside_{len(res_a)}_{len(res_f)}.py"
+    p.write_text(_PRE_LN_INSIDE.replace("RESIDUAL_A", res_a).replace("RESIDUAL_F", res_f), encoding="utf-8")
+    r = check(p)
+    assert {c.kind: c.ids for c in r.components if c.ids} == expect, r.text("en")
+    assert [c.status for c in r.components if c.kind not in expect] == ["ok"] * (2 - len(expect))
+    assert r.exit_code == (1 if expect else 0)

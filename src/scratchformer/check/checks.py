@@ -57,7 +57,8 @@ def parts(layer: nn.Module, ctx: Ctx):
             taken.append(name)
         elif ffn is None and (_FFN_NAME.search(tn) or _FFN_NAME.search(name.rsplit(".", 1)[-1])
                               and isinstance(m, nn.Sequential)
-                              or cls_ffn is not None and inspect.isclass(cls_ffn.obj) and isinstance(m, cls_ffn.obj)):
+                              or cls_ffn is not None and inspect.isclass(cls_ffn.obj) and isinstance(m, cls_ffn.obj)
+                              or _sequential_ffn(m)):
             ffn = (name, m)
             taken.append(name)
         elif _is_norm(m):
@@ -66,6 +67,25 @@ def parts(layer: nn.Module, ctx: Ctx):
     if ffn is None:
         ffn = _inline_ffn(layer)
     return attn, ffn, norms
+
+
+def _sequential_ffn(m: nn.Module) -> bool:
+    """An `nn.Sequential` that maps d -> wider -> d through Linears (a feed-forward by what it does, whatever
+    the attribute is called: `ff`, `net`, `body`)."""
+    if not isinstance(m, nn.Sequential):
+        return False
+    lin = [c for c in m if isinstance(c, nn.Linear)]
+    return len(lin) >= 2 and lin[0].in_features == lin[-1].out_features and lin[0].out_features > lin[0].in_features
+
+
+def _no_activation(ctx, f, comp: Component, ffn) -> Component:
+    """A feed-forward that is a bare `nn.Sequential` of the layer (no class of its own, so no check of its
+    own): Linears with nothing non-linear between them is `ffn-no-activation`."""
+    m = ffn[1] if ffn is not None else None
+    if comp.status == "ok" and ctx.found.get("feed_forward") is None and _sequential_ffn(m) and all(isinstance(c, (nn.Linear, nn.Dropout, nn.Identity)) for c in m):
+        ctx.add("ffn-no-activation", f, where(f), f"{ffn[0]}: Linear layers with no activation between them")
+        comp.status, comp.ids = "differs", ["ffn-no-activation"]
+    return comp
 
 
 def _inline_ffn(layer: nn.Module):
@@ -106,6 +126,8 @@ def _layer_variants(n_sub: int):
 def _sub(order, norm, f, x, residual):
     """One sublayer: Post-LN `norm(x + f(x))`, Pre-LN `x + f(norm(x))`; residual False drops the `x +`,
     "normed" adds the normalised input instead (`y = norm(x); y + f(y)`, a Pre/Post-LN mix-up)."""
+    if order == "inner":  # the sublayer holds its own residual and norm (`norm(x + f(x))` inside it)
+        return f(x)
     if residual == "normed":   # y = norm(x); y + f(y)
         n = norm(x)
         return n + f(n)
@@ -123,6 +145,9 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
     d = ctx.sizes.d_model
     plan = call_plan(layer.forward, "encoder_layer")
     attn, ffn, norms = parts(layer, ctx)
+    inner = len(attn) == 1 and ffn is not None and _own_norms(attn + [ffn]) and not norms
+    if inner:
+        norms = [("", None), ("", None)]
     if len(attn) != 1 or ffn is None or len(norms) != 2:
         raise CannotCheck(f"expected one attention, one feed-forward and two norms inside, found "
                           f"{len(attn)} / {0 if ffn is None else 1} / {len(norms)}")
@@ -174,21 +199,30 @@ def check_encoder_layer(ctx: Ctx, f: Found) -> Component:
             return ref_noact(order, res, bug)
         return [ref_one(x, keep, order, res)[:2], ref_one(x1, keep1, order, res)]
 
-    return _layer_settle(ctx, f, L, ref_any,
+    return _no_activation(ctx, f, _layer_settle(ctx, f, L, ref_any,
                          2, ["attention", "feed-forward"],
-                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)", extra)
+                         f"{attn[0][0]}, {ffn[0]}" + ("" if inner else f", {norms[0][0]}, {norms[1][0]}")
+                         + " (your own sublayers)", extra, inner), ffn)
 
 
-def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):
+def _own_norms(subs) -> bool:
+    """Every sublayer module holds a norm of its own (the nlp-tutorial's `norm(x + f(x))` inside each)."""
+    return all(isinstance(m, nn.Module) and any(_is_norm(c) for c in m.modules() if c is not m) for _, m in subs)
+
+
+def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=(), inner=False):
+    """`inner`: the sublayers hold their own residual and norm; the layer only chains them."""
     comp = Component(f.kind, f.name, "ok", [], words)
-    for order, res, bug in list(_layer_variants(n_sub)) + list(extra):
+    variants = [("inner", (True,) * n_sub, None)] + [("inner",) + tuple(e[1:]) for e in extra] if inner \
+        else list(_layer_variants(n_sub)) + list(extra)
+    for order, res, bug in variants:
         try:
             outs = ref(order, res) if bug is None or bug[0] in ("no-residual", "post-ln-residual") \
                 else ref(order, res, bug)
         except (RuntimeError, ValueError, IndexError, CannotCheck):
             continue
         if all_close(L, outs):
-            if not (bug is not None and bug[0] == "post-ln-residual" and bug[1] < 0):  # else the order is moot
+            if order != "inner" and not (bug is not None and bug[0] == "post-ln-residual" and bug[1] < 0):
                 ctx.add("post-ln" if order == "post" else "pre-ln", f, where(f))
             if bug is not None:
                 if bug[0] in ("no-residual", "post-ln-residual"):
@@ -199,7 +233,7 @@ def _layer_settle(ctx, f, L, ref, n_sub, sub_names, words, extra=()):
                     ctx.add(bug[0], f, where(f), bug[2] if len(bug) > 2 else "")
                 comp.status, comp.ids = "differs", [bug[0]]
             return comp
-    first = ref("post", (True,) * n_sub)
+    first = ref("inner" if inner else "post", (True,) * n_sub)
     ctx.add("unknown-difference", f, where(f), "neither Post-LN nor Pre-LN wiring of your own sublayers: "
             + departure(L[0], first[0]))
     comp.status, comp.ids = "differs", ["unknown-difference"]
@@ -215,6 +249,9 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
     if "m" not in roles and not d2l_state:
         raise CannotCheck("forward takes no encoder output (memory / enc_output, or d2l's state)")
     attn, ffn, norms = parts(layer, ctx)
+    inner = len(attn) == 2 and ffn is not None and _own_norms(attn + [ffn]) and not norms
+    if inner:
+        norms = [("", None)] * 3
     if len(attn) != 2 or ffn is None or len(norms) != 3:
         raise CannotCheck(f"expected two attentions, one feed-forward and three norms inside, found "
                           f"{len(attn)} / {0 if ffn is None else 1} / {len(norms)}")
@@ -267,9 +304,9 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
     extra = [(o, (True,) * 3, (b, 0, detail)) for o in ("post", "pre") for b, detail in
              (("cross-attention-kv", "the second attention gets (x, x, x) instead of (x, memory, memory)"),
               ("no-causal-mask", "the self-attention ignores tgt_mask"))]
-    return _layer_settle(ctx, f, L, ref, 3, ["self-attention", "cross-attention", "feed-forward"],
-                         f"{attn[0][0]} (self), {attn[1][0]} (cross), {ffn[0]}, "
-                         + ", ".join(n for n, _ in norms) + " (your own sublayers)", extra)
+    return _no_activation(ctx, f, _layer_settle(ctx, f, L, ref, 3, ["self-attention", "cross-attention", "feed-forward"],
+                         f"{attn[0][0]} (self), {attn[1][0]} (cross), {ffn[0]}"
+                         + "".join(", " + n for n, _ in norms if n) + " (your own sublayers)", extra, inner), ffn)
 
 
 def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool = False):
@@ -353,9 +390,10 @@ def check_block(ctx: Ctx, f: Found) -> Component:
             vals[mask_role] = A.form.square(R.causal_keep(x.shape[1])[None], A.ndim or 4)
         return first_tensor(call(layer, plan, vals), shape=tuple(x.shape))
 
-    def sub_attn(y):
-        give = A.mask_role is not None and mask_role is not None  # the block hands its mask on
-        return A(y, y, y, R.causal_keep(y.shape[1])[None] if give else None, square=True)
+    give = A.mask_role is not None and mask_role is not None  # the block hands its mask on
+
+    def sub_attn(y, drop_mask=False):
+        return A(y, y, y, R.causal_keep(y.shape[1])[None] if give and not drop_mask else None, square=True)
 
     if has_lazy(layer):
         run(x.float())
@@ -369,13 +407,19 @@ def check_block(ctx: Ctx, f: Found) -> Component:
     L = [run(x), run(x1)]
     fmod, n1, n2 = ffn[1], norms[0][1], norms[1][1]
 
-    def ref_one(x, order, res):
-        y = _sub(order, n1, sub_attn, x, res[0])
+    def ref_one(x, order, res, drop_mask=False):
+        y = _sub(order, n1, lambda z: sub_attn(z, drop_mask), x, res[0])
         return _sub(order, n2, fmod, y, res[1])
 
-    return _layer_settle(ctx, f, L, lambda order, res: [ref_one(x, order, res), ref_one(x1, order, res)],
-                         2, ["attention", "feed-forward"],
-                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)")
+    def ref(order, res, bug=None):
+        drop = bug is not None and bug[0] == "no-causal-mask"
+        return [ref_one(x, order, res, drop), ref_one(x1, order, res, drop)]
+
+    # the block is handed the causal mask and never passes it on to its attention
+    extra = [(o, (True, True), ("no-causal-mask", 0, "the attention never gets the block's causal mask"))
+             for o in ("post", "pre")] if give else []
+    return _no_activation(ctx, f, _layer_settle(ctx, f, L, ref, 2, ["attention", "feed-forward"],
+                         f"{attn[0][0]}, {ffn[0]}, {norms[0][0]}, {norms[1][0]} (your own sublayers)", extra), ffn)
 
 
 def check_causal_mask(ctx: Ctx, f: Found) -> Component:

@@ -103,9 +103,9 @@ def has_lazy(mod: nn.Module) -> bool:
 
 
 _HINTS = {
-    "q": r"(w_?)?q(_?(proj|linear|lin|layer|w))?|query|queries|to_q|linear_?q|lin_?q|fc_?q|q_?fc|wq|query_proj|查询",
-    "k": r"(w_?)?k(_?(proj|linear|lin|layer|w))?|key|keys|to_k|linear_?k|lin_?k|fc_?k|k_?fc|wk|key_proj|键",
-    "v": r"(w_?)?v(_?(proj|linear|lin|layer|w))?|value|values|to_v|linear_?v|lin_?v|fc_?v|v_?fc|wv|value_proj|值",
+    "q": r"(w_?)?q(_?(proj|linear|lin|layer|w))?|query|queries|to_?q|to_?(query|queries)|linear_?q|lin_?q|fc_?q|q_?fc|wq|query_proj|查询",
+    "k": r"(w_?)?k(_?(proj|linear|lin|layer|w))?|key|keys|to_?k|to_?(key|keys)|linear_?k|lin_?k|fc_?k|k_?fc|wk|key_proj|键",
+    "v": r"(w_?)?v(_?(proj|linear|lin|layer|w))?|value|values|to_?v|to_?(value|values)|linear_?v|lin_?v|fc_?v|v_?fc|wv|value_proj|值",
     "o": r"(w_?)?o(_?(proj|linear|lin|layer))?|out(_?(proj|linear|put|layer))?|dense|fc|fc_?o(ut)?|proj|linear_?o(ut)?|to_out|combine\w*|wo|c_proj|o_w|输出",
 }
 
@@ -180,6 +180,21 @@ def map_attention(mod: nn.Module, d: int, h: int | None = None):
         w["o"] = (torch.eye(d, dtype=sq[0][1].dtype), None)
         words = ", ".join(f"W_{r.upper()}←{by[r][0]}" for r in "qkv") + " (by names), no W_O here (identity)"
         return w, words, [p for _, p in sq], None
+    if not sq and len(mats) == 4 and h is not None:
+        # heads of their own width (r = h·d_head ≠ d, e.g. every head as wide as d_model): W_Q, W_K, W_V
+        # (r, d) and W_O (d, r), found by names, else in registration order
+        r = mats[0][1].shape[0] if mats[0][1].shape[1] == d else mats[0][1].shape[1]
+        ins = [(n, p) for n, p in mats if tuple(p.shape) == (r, d)]
+        outs = [(n, p) for n, p in mats if tuple(p.shape) == (d, r)]
+        if r % h == 0 and len(ins) == 3 and len(outs) == 1:
+            paths = [n.rsplit(".", 1)[0] for n, _ in ins]
+            roles = [_role(pa) for pa in paths]
+            order = roles if sorted(x or "" for x in roles) == ["k", "q", "v"] else ["q", "k", "v"]
+            w = {ro: (p, biases.get(pa)) for ro, (n, p), pa in zip(order, ins, paths)}
+            w["o"] = (outs[0][1], biases.get(outs[0][0].rsplit(".", 1)[0]))
+            words = ", ".join(f"W_{ro.upper()}←{n}" for ro, (n, _) in zip(order, ins)) + f", W_O←{outs[0][0]}"
+            how = "names" if order is roles else "registration order"
+            return w, f"{words} (by {how}; {h} heads of width {r // h})", [p for _, p in mats], None
     if len(sq) != 4:
         raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), a fused {3 * d}×{d} W_QKV, "
                           f"or per-head maps; found " + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
@@ -299,6 +314,8 @@ class AttnCaller:
         kpm = am = None
         if keep is not None and square:
             am = ~keep[0]  # (T, T), True = blocked
+            if getattr(self, "square_additive", False):  # their code adds it to the scores: 0 / −∞
+                am = torch.zeros(am.shape, dtype=q.dtype).masked_fill(am, float("-inf"))
         elif keep is not None:
             kpm = ~keep  # (B, S), True = padding
         first = not getattr(self.fn, "batch_first", False)

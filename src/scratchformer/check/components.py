@@ -14,7 +14,7 @@ from torch import nn
 from . import reference as R
 from .compare import (AttnCaller, Ctx, _detached, all_close, close, departure, grads_equal, has_lazy, key_keep,
                       map_attention, randomize, search, where)
-from .discover import CannotCheck, Found, first_tensor
+from .discover import CannotCheck, Found, first_tensor, kind_of_class
 from .report import Component
 
 
@@ -39,7 +39,7 @@ def check_scaled_dot_product(ctx: Ctx, f: Found) -> Component:
                 R.scaled_dot_product(q[:1, ..., :3, :], k[:1, ..., :3, :], v[:1, ..., :3, :], None, bugs)[0]]
 
     space = {b: s for b, s in R.ATTENTION_VARIANTS.items() if b in R.SDPA_BUGS}
-    space["wrong-scale"] = ["d_k", "times √d_k", "√(keys' length)"]
+    space["wrong-scale"] = ["d_k", "times √d_k", "√(keys' length)", "d_k^(1/4)"]
     return _settle(ctx, f, L, ref, space, [{"fill": -1e9}, {"fill": float("-inf")}, {"fill": "add"}],
                    lambda: caller(q, k, v, keep)[2], lambda: R.scaled_dot_product(q, k, v, kb)[0][2], "")
 
@@ -159,8 +159,37 @@ def rope_theta(ctx: Ctx) -> float:
     return 10000.0
 
 
+def _whole_attention(ctx: Ctx, f: Found, mod: nn.Module):
+    """HF BERT splits attention in two: Q, K, V in one class (no W_O), W_O with its residual and norm in
+    the next. Where the found class has no output map and another attention class of the file builds it,
+    that whole (BertAttention) is what is checked, W_O and `norm(x + ...)` included."""
+    d = ctx.sizes.d_model
+    if has_lazy(mod) or not inspect.isclass(f.obj):  # d2l's LazyLinear: no shapes yet, and never split so
+        return None
+    mats = [p for p in mod.parameters() if p.dim() == 2]
+    if len(mats) != 3 or any(tuple(p.shape) != (d, d) for p in mats):
+        return None
+    for name, cls in vars(ctx.module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and cls is not f.obj
+                and getattr(cls, "__module__", None) == ctx.module.__name__ and kind_of_class(name) == "attention"):
+            continue
+        try:
+            src = inspect.getsource(cls.__init__)
+        except (OSError, TypeError):
+            continue
+        if re.search(rf"\b{re.escape(f.name)}\(", src):
+            return Found("attention", name, cls, f.how)
+    return None
+
+
 def check_attention(ctx: Ctx, f: Found) -> Component:
     mod = ctx.build(f)
+    whole = _whole_attention(ctx, f, mod)
+    if whole is not None:
+        try:
+            mod, f = ctx.build(whole), whole
+        except CannotCheck:
+            pass
     caller = AttnCaller(mod, ctx.form, "attention")
     d, h = ctx.sizes.d_model, ctx.sizes.heads
     roles = {r for _, r, _ in caller.plan}
@@ -190,6 +219,26 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         rotary, table_from = True, "inside your attention"
     x1 = ctx.randn(1, 3, d)
     L = [caller(xq, xk, xv, keep)[:2], caller(x1, x1, x1)]
+    # torch's API takes a square `attn_mask` beside the key padding mask: probe it too (causal, True = blocked)
+    square = caller.torch_mha and not caller.self_only
+    if square:
+        # bool (torch's own, True = blocked) or additive float (0 / −∞): the form their code reads is the one
+        # that gives the bug-free numbers; neither: probed as bool, so a mistake in it is named
+        cz = R.causal_keep(Tq)[None]
+        want = [R.multi_head(xq, xq, xq, w, h, cz, fill=fl, h_kv=h_kv) for fl in (-1e9, float("-inf"))]
+        outs = {}
+        for additive in (False, True):
+            caller.square_additive = additive
+            try:
+                outs[additive] = caller(xq, xq, xq, cz, square=True)
+            except Exception:
+                continue
+        pick = next((a for a, o in outs.items() if any(close(o, wv) for wv in want)), False if False in outs else None)
+        if pick is None:
+            square = False
+        else:
+            caller.square_additive = pick
+            L.append(outs[pick])
     kb = keep[:, None, None, :] if caller.mask_role is not None else torch.ones(B, 1, 1, Tk, dtype=torch.bool)
     causal_choices = [False, True] if caller.self_only else [False]
     pairings = ["interleaved", "half"] if rotary else [None]
@@ -202,20 +251,53 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         sub = bugs.get("no-causal-mask") if own_mask else None
         if own_mask and bugs.get("mask-inverted") == "causal inverted":
             return ones.triu(1)[None, None]
+        if own_mask and bugs.get("mask-inverted") == "causal inverted, diagonal kept":  # tril ↔ triu swapped
+            return ones.triu()[None, None]
         return (ones.tril(-1) if sub == "diagonal hidden" else ones.tril(1) if sub == "one ahead visible"
                 else ones.tril())[None, None]
 
     theta = rope_theta(ctx) if rotary else 10000.0
 
-    def ref(bugs, fill=-1e9, w=w, causal=False, rope=None):
-        if own_mask and ("no-causal-mask" in bugs or bugs.get("mask-inverted") == "causal inverted") and not causal:
+    # the residual and its norm inside the module, one LayerNorm of width d in it: Post-LN
+    # `norm(x + attention(x))` (wrap True, the nlp-tutorial's) or Pre-LN `x + attention(norm(x))` ("pre")
+    inner = [m for m in mod.modules() if isinstance(m, nn.LayerNorm) and tuple(m.normalized_shape) == (d,)]
+
+    def normed(t, wrap):
+        return inner[0](t) if wrap == "pre" else t
+
+    def wrapped(q, y, bugs, wrap=True):
+        if wrap == "pre":
+            return y if "no-residual" in bugs else inner[0](q) + y if "post-ln-residual" in bugs else q + y
+        if "no-residual" in bugs:
+            return inner[0](y)
+        if "post-ln-residual" in bugs:
+            return inner[0](q) + y
+        return inner[0](q + y)
+
+    def ref(bugs, fill=-1e9, w=w, causal=False, rope=None, wrap=False):
+        if own_mask and ("no-causal-mask" in bugs or str(bugs.get("mask-inverted")).startswith("causal inverted")) \
+                and not causal:
             raise ValueError("a triangle bug needs the triangle")
+        if not wrap and ({"no-residual", "post-ln-residual"} & set(bugs)):
+            raise ValueError("a residual bug needs the residual inside")
         c5 = triangle(Tq, bugs) if causal else True
         c3 = triangle(3, bugs) if causal else None
-        bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or v == "causal inverted"))}
-        return [R.multi_head(xq, xk, xv, w, h, kb & c5, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv,
-                             rope_theta=theta)[:2],
-                R.multi_head(x1, x1, x1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
+        outer = {b: v for b, v in bugs.items() if b in ("no-residual", "post-ln-residual")}
+        bugs_all = bugs
+        bugs = {b: v for b, v in bugs.items() if not (own_mask and (b == "no-causal-mask" or str(v).startswith("causal inverted")))
+                and b not in outer and not str(v).startswith("attn_mask ")}
+        n1 = normed(x1, wrap)
+        out = [R.multi_head(normed(xq, wrap), normed(xk, wrap), normed(xv, wrap), w, h, kb & c5, bugs, fill=fill,
+                            rope_pairing=rope, h_kv=h_kv, rope_theta=theta)[:2],
+               R.multi_head(n1, n1, n1, w, h, c3, bugs, fill=fill, rope_pairing=rope, h_kv=h_kv, rope_theta=theta)]
+        if square:  # the square mask's own mistakes apply to it alone
+            sq_bugs = {b: v for b, v in bugs.items() if b not in ("mask-inverted", "mask-fill-zero")}
+            sq_bugs.update({b: v[len("attn_mask "):] for b, v in bugs_all.items() if str(v).startswith("attn_mask ")})
+            nq = normed(xq, wrap)
+            out.append(R.multi_head(nq, nq, nq, w, h, R.causal_keep(Tq)[None], sq_bugs, fill=fill, h_kv=h_kv))
+        if not wrap:
+            return out
+        return [wrapped(q, y, outer, wrap) for q, y in zip((xq[:2], x1, xq), out)]
 
     def grads(bugs, choice):
         """d(loss)/d(weights) and d(loss)/d(inputs), on the rows with something to attend to (a NaN
@@ -232,8 +314,11 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
             ins_l[1] = ins_l[2] = ins_l[0]
             ins_r[1] = ins_r[2] = ins_r[0]
         c5 = R.causal_keep(Tq)[None, None] if choice.get("causal") else True
-        out_ref = R.multi_head(*ins_r, wr, h, kb[:2] & c5, bugs, fill=choice["fill"], rope_pairing=choice.get("rope"),
-                               h_kv=h_kv, rope_theta=theta)
+        wrap = choice.get("wrap")
+        out_ref = R.multi_head(*[normed(t, wrap) for t in ins_r], wr, h, kb[:2] & c5, bugs, fill=choice["fill"],
+                               rope_pairing=choice.get("rope"), h_kv=h_kv, rope_theta=theta)
+        if wrap:
+            out_ref = wrapped(ins_r[0], out_ref, {}, wrap)
         n = 1 if caller.self_only else 3
         return grads_equal((caller(*ins_l, keep[:2]) * G).sum(), lp + ins_l[:n], (out_ref * G).sum(), rp + ins_r[:n])
 
@@ -241,16 +326,27 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         ctx.add("no-bias", f, f"{f.name}.__init__")
     space = dict(R.ATTENTION_VARIANTS)
     if own_mask:
-        space["mask-inverted"] = (["inverted"] if caller.mask_role is not None else []) + ["causal inverted"]
+        space["mask-inverted"] = (["inverted"] if caller.mask_role is not None else []) + \
+            ["causal inverted", "causal inverted, diagonal kept"]
         space["no-causal-mask"] = ["diagonal hidden", "one ahead visible"]
         space.pop("mask-fill-zero")
         space["mask-fill-zero"] = ["zero"]
+    if square:  # the square attn_mask read the other way round, or filled with 0, the padding mask right
+        space["mask-inverted"] = space["mask-inverted"] + ["attn_mask inverted"]
+        space["mask-fill-zero"] = space["mask-fill-zero"] + ["attn_mask zero"]
+    if caller.torch_mha and not getattr(mod, "batch_first", False):  # sequence first: its own head mistakes
+        space["heads-not-transposed"] = space["heads-not-transposed"] + [R.SEQ_FIRST_SPLIT]
+        space["heads-merge-order"] = space["heads-merge-order"] + R.SEQ_FIRST_MERGE
     if rotary:
         space.update(R.ROPE_VARIANTS)
     if h_kv is not None and h_kv < h:
         space.update(R.GQA_VARIANTS)
-    choices = [{"fill": fl, "causal": c, "rope": r} for c in causal_choices for r in pairings
-               for fl in (-1e9, float("-inf"), "add")]
+    wraps = [False, True, "pre"] if len(inner) == 1 else [False]
+    if len(inner) == 1:
+        space["no-residual"] = ["none"]
+        space["post-ln-residual"] = ["norm(x) + attention"]
+    choices = [{"fill": fl, "causal": c, "rope": r, "wrap": wr} for wr in wraps for c in causal_choices
+               for r in pairings for fl in (-1e9, float("-inf"), "add")]
     if table_from:
         words += f"; rotary positions from {table_from}" + (f", θ = {theta:g}" if theta != 10000.0 else "")
     if any(c for c in causal_choices):
@@ -406,8 +502,21 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
     inner = [m for m in mod.modules() if isinstance(m, nn.LayerNorm)]  # `norm(x + FFN(x))` inside (a tutorial's)
 
     def ref(bugs, act="relu", W=W, wrap=False):
-        out = [R.feed_forward(t, *W, act=act, bugs=bugs) for t in (x, x1)]
-        return [inner[0](t + y) for t, y in zip((x, x1), out)] if wrap else out
+        outer = {b for b in bugs if b in ("no-residual", "post-ln-residual")}
+        if outer and not wrap:
+            raise ValueError("a residual bug needs the residual inside")
+        bugs = {b: v for b, v in bugs.items() if b not in outer}
+        out = [R.feed_forward(inner[0](t) if wrap == "pre" else t, *W, act=act, bugs=bugs) for t in (x, x1)]
+        if not wrap:
+            return out
+        if wrap == "pre":  # Pre-LN inside: x + FFN(norm(x))
+            return [y if "no-residual" in outer else (inner[0](t) if "post-ln-residual" in outer else t) + y
+                    for t, y in zip((x, x1), out)]
+        if "no-residual" in outer:
+            return [inner[0](y) for y in out]
+        if "post-ln-residual" in outer:
+            return [inner[0](t) + y for t, y in zip((x, x1), out)]
+        return [inner[0](t + y) for t, y in zip((x, x1), out)]
 
     def grads(bugs, choice):
         lp = [t for t in W if t is not None]
@@ -416,9 +525,12 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
 
     if b1 is None and b2 is None:
         ctx.add("no-bias", f, f"{f.name}.__init__")
-    choices = [{"act": a, "wrap": w} for w in ([False, True] if len(inner) == 1 else [False])
+    choices = [{"act": a, "wrap": w} for w in ([False, True, "pre"] if len(inner) == 1 else [False])
                for a in ("relu", "gelu", "gelu-tanh", "silu")]
-    comp = _settle(ctx, f, L, ref, {"ffn-no-activation": ["identity"]}, choices, None, None, words,
+    space = {"ffn-no-activation": ["identity"]}
+    if len(inner) == 1:  # its own `norm(x + FFN(x))`: the residual's mistakes are its own too
+        space.update({"no-residual": ["none"], "post-ln-residual": ["norm(x) + FFN(x)"]})
+    comp = _settle(ctx, f, L, ref, space, choices, None, None, words,
                    grads if len(inner) != 1 else None)
     if "ffn-no-activation" not in comp.ids and comp.status == "ok":
         act = next(c["act"] for c in choices if all_close(L, ref({}, **c)))

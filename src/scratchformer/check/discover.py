@@ -9,6 +9,7 @@ What the names cannot tell, `--map KIND=Name` or a comment line `# check: KIND` 
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import re
@@ -36,6 +37,8 @@ class Sizes:
     came_from: dict = field(default_factory=dict)
     config: object = None        # the learner's config object (GPTConfig(), ModelArgs()), dropout set to 0
     consts: dict = field(default_factory=dict)  # the learner's module-level ints and floats by name
+    passed: dict = field(default_factory=dict)  # (class, parameter) -> the size its call sites pass it
+    flags: dict = field(default_factory=dict)   # (class, parameter) -> the True/False every call site passes
 
     @property
     def d_k(self) -> int:
@@ -47,7 +50,7 @@ class Sizes:
 
 # the names a size goes by in learners' files (module constants, config fields, `--size`)
 SIZE_NAMES = {
-    "d_model": ("d_model", "n_embd", "dim", "embed_dim", "hidden_size", "emb_dim", "n_embed", "embedding_dim",
+    "d_model": ("d_model", "n_embd", "emb", "dim", "embed_dim", "hidden_size", "emb_dim", "n_embed", "embedding_dim",
                 "d_embed", "model_dim", "num_hiddens", "hidden_dim_model", "emb_size", "embed_size", "n_embedding",
                 "模型维度", "维度", "嵌入维度", "隐藏大小", "模型大小", "词向量维度"),
     "heads": ("heads", "n_head", "n_heads", "num_heads", "nhead", "num_attention_heads", "n_attn_heads", "h",
@@ -140,11 +143,66 @@ def _read(obj_vars: dict, where: str, sizes: "Sizes"):
                 break
 
 
+def passed_sizes(source: str) -> dict:
+    """(class name, parameter) -> size, for a parameter without a default that the file's own call sites
+    fill from a size: `TransformerBlock(k=emb)` in a constructor whose `emb` is d_model makes the block's
+    `k` d_model, and `SelfAttention(k, ...)` inside that block's constructor makes the attention's `k` d_model."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    inits = {}  # class -> (its __init__'s parameter names, the node)
+    for c in tree.body:
+        if isinstance(c, ast.ClassDef):
+            for fn in c.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    inits[c.name] = ([a.arg for a in fn.args.args[1:]] + [a.arg for a in fn.args.kwonlyargs], fn)
+    edges = {}  # (callee, parameter) -> [(caller, the name passed)]
+    flags = {}  # (callee, parameter) -> {the literal True / False passed}
+    for caller, (_, fn) in inits.items():
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func.id if isinstance(node.func, ast.Name) else None
+            if callee not in inits:
+                continue
+            names = inits[callee][0]
+            pairs = list(zip(names, node.args)) + [(k.arg, k.value) for k in node.keywords if k.arg]
+            for param, expr in pairs:
+                if isinstance(expr, ast.Constant) and isinstance(expr.value, bool):
+                    flags.setdefault((callee, param), set()).add(expr.value)
+                if isinstance(expr, ast.Name):
+                    edges.setdefault((callee, param), []).append((caller, expr.id))
+
+    def size_of(cls, param, depth=0):
+        if depth > 6:
+            return None
+        for caller, name in edges.get((cls, param), []):
+            size = next((sz for sz, names in SIZE_NAMES.items() if name.lower() in names), None)
+            if size is None and name in inits[caller][0]:
+                size = size_of(caller, name, depth + 1)
+            if size is not None:
+                return size
+        return None
+    def flag_of(cls, param, depth=0):
+        """The one True/False every call site passes (through the callers' own parameters), else None."""
+        seen = set(flags.get((cls, param), ()))
+        for caller, name in edges.get((cls, param), []):
+            v = flag_of(caller, name, depth + 1) if depth < 6 and name in inits[caller][0] else None
+            if v is None:
+                return None
+            seen.add(v)
+        return next(iter(seen)) if len(seen) == 1 else None
+    sizes = {k: v for k in edges if (v := size_of(*k)) is not None}
+    return sizes, {k: v for k in set(flags) | set(edges) if (v := flag_of(*k)) is not None}
+
+
 def learner_sizes(module, source: str = "", overrides: dict | None = None) -> "Sizes":
     """The sizes from the learner's own code, later ones winning: module-level constants (`n_embd = 64`),
     a config class built with its defaults (`GPTConfig()`, `ModelArgs()`), `# check: name=value`
     comments, then `--size name=value` (`overrides`). Unfixed sizes keep the tiny defaults."""
     sizes = Sizes()
+    sizes.passed, sizes.flags = passed_sizes(source)
     consts = {n: v for n, v in vars(module).items()
               if not n.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
     sizes.consts = consts
@@ -423,6 +481,9 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: floa
             v = getattr(cfg, p.name)  # a field of their config by the same name (hidden_dim, multiple_of)
             kwargs[p.name] = dropout if "drop" in p.name.lower() and isinstance(v, float) else v
             continue
+        if (getattr(obj, "__name__", ""), p.name) in sizes.flags and "drop" not in p.name.lower():
+            kwargs[p.name] = sizes.flags[(obj.__name__, p.name)]  # a switch their model always sets (mask=True)
+            continue
         if p.name.lower() == "bias" and default is _MISSING:
             kwargs[p.name] = bool(getattr(cfg, "bias", True))
             continue
@@ -436,6 +497,8 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: floa
                 and p.name.lower() not in _MODULE_ARGS and not ("eps" in p.name.lower()):
             continue  # their own default (hidden=128, multiple_of=256): the learner's size
         v = arg_value(p.name, found.kind, sizes, build_part, default)
+        if v is _MISSING and (getattr(obj, "__name__", ""), p.name) in sizes.passed:
+            v = getattr(sizes, sizes.passed[(obj.__name__, p.name)])  # the size its call sites pass it
         if dropout and ("drop" in p.name.lower() or p.name.lower() in ("rate", "p", "pdrop", "attn_pdrop")):
             v = dropout
         if v is _MISSING:
@@ -472,6 +535,11 @@ _ROLE = {"query": "q", "q": "q", "queries": "q", "key": "k", "k": "k", "keys": "
 
 def role_of(name: str, kind: str) -> str | None:
     n = name.lower()
+    m = re.fullmatch(r"(?:input|in|x)_?(q|k|v)", n)  # input_Q, input_K, input_V (the nlp-tutorial spelling)
+    if m:
+        return m.group(1)
+    if re.fullmatch(r"(enc|dec|encoder|decoder|src|tgt|trg)_?(inputs?|x|embs?|embeddings)", n):
+        return "x"  # enc_inputs, dec_inputs: the layer's input (B, T, d)
     if n in ("valid_lens", "valid_len", "lens", "lengths", "enc_valid_lens", "seq_lens"):
         return "lens"
     if re.search(r"(^|_)cos($|_)", n):

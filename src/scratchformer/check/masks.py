@@ -80,6 +80,8 @@ def from_function(fn) -> MaskForm | None:
             break
         if "pad" in p.name.lower():
             args.append(0)
+        elif re.search(r"seq|tok|ids|inp|^[qk]$|_[qk]$", p.name.lower()):
+            args.append(tokens)  # get_attn_pad_mask(seq_q, seq_k): the same tokens as queries and keys
         else:
             return None
     try:

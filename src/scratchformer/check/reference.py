@@ -22,7 +22,7 @@ Bugs = dict  # {catalogue id: sub-variant name}
 # the sub-variants each attention bug comes in (what a learner actually writes)
 ATTENTION_VARIANTS = {
     "missing-scale": ["none"],
-    "wrong-scale": ["sqrt-d_model", "d_k", "times √d_k", "√(keys' length)"],
+    "wrong-scale": ["sqrt-d_model", "d_k", "times √d_k", "√(keys' length)", "d_k^(1/4)"],
     "mask-fill-zero": ["zero"],
     "mask-inverted": ["inverted"],
     "softmax-dim": ["dim=-2", "dim=1"],
@@ -51,6 +51,8 @@ def scaled_dot_product(q, k, v, keep=None, bugs: Bugs | None = None, d_model: in
         scale = 1.0 / math.sqrt(d_k)
     elif bugs.get("wrong-scale") == "√(keys' length)":  # `math.sqrt(keys.shape[1])`: the length, not d_k
         scale = math.sqrt(k.size(-2))
+    elif bugs.get("wrong-scale") == "d_k^(1/4)":  # q and k each meant to take d_k^(1/4): one of them did
+        scale = d_k ** 0.25
     scores = q @ k.transpose(-2, -1) / scale  # (..., Tq, Tk)
     if keep is not None:
         hide = keep if "mask-inverted" in bugs else ~keep
@@ -75,14 +77,26 @@ def linear(x, w, b):
 
 def split_heads(x, h: int, bugs: Bugs):
     B, T, d = x.shape
+    if bugs.get("heads-not-transposed") == SEQ_FIRST_SPLIT:  # (T, B, d) viewed as (B·h, T, d_k)
+        return x.transpose(0, 1).reshape(B, h, T, d // h)
     if "heads-not-transposed" in bugs:
         return x.reshape(B, h, T, d // h)  # the bug: positions and features mixed
     return x.reshape(B, T, h, d // h).transpose(1, 2)  # (B, h, T, d_k)
 
 
+# the sequence-first layout's own head mistakes (torch's API, (T, B, d)): the output (T, B, d) read back
+# batch first by the probe, so each is written as "what their (T, B, d) holds", transposed
+SEQ_FIRST_SPLIT = "seq-first view(N·h, L, d_k) on Q only"
+SEQ_FIRST_MERGE = ["seq-first reshape(L, N, E) without permute", "seq-first transpose(1, 2).reshape(L, N, E)"]
+
+
 def merge_heads(x, bugs: Bugs):
     B, h, T, d_k = x.shape
     sub = bugs.get("heads-merge-order")
+    if sub == SEQ_FIRST_MERGE[0]:
+        return x.reshape(T, B, h * d_k).transpose(0, 1)
+    if sub == SEQ_FIRST_MERGE[1]:
+        return x.transpose(1, 2).reshape(T, B, h * d_k).transpose(0, 1)
     if sub == "view without transpose":
         return x.reshape(B, T, h * d_k)
     if sub == "permute(0,2,3,1)":
@@ -151,8 +165,9 @@ def multi_head(xq, xk, xv, w: dict, h: int, keep=None, bugs: Bugs | None = None,
         q, k, v = fused.reshape(3, B, h, T, d_model // h)
     else:
         q = split_heads(linear(xq, *w["q"]), h, bugs if sub != "fused reshape(3,B,h,T,d_k)" else kv_bugs)  # (B, h, Tq, d_k)
-        k = split_heads(linear(xk, *w["k"]), h_kv, kv_bugs if sub == "view(B,h,T,d_k) on Q only" else bugs)
-        v = split_heads(linear(xv, *w["v"]), h_kv, kv_bugs if sub == "view(B,h,T,d_k) on Q only" else bugs)
+        q_only = sub in ("view(B,h,T,d_k) on Q only", SEQ_FIRST_SPLIT)
+        k = split_heads(linear(xk, *w["k"]), h_kv, kv_bugs if q_only else bugs)
+        v = split_heads(linear(xv, *w["v"]), h_kv, kv_bugs if q_only else bugs)
     if rope_pairing is not None:
         q, k = rope(q, rope_pairing, theta=rope_theta, bugs=bugs), rope(k, rope_pairing, theta=rope_theta, bugs=bugs)
     k, v = repeat_kv(k, h // h_kv, bugs), repeat_kv(v, h // h_kv, bugs)  # (B, h, Tk, d_k)
