@@ -504,11 +504,59 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
     return comp
 
 
-def _final_norm(ctx: Ctx, f: Found, stack: nn.Module, run) -> str | None:
+def check_decoder(ctx: Ctx, f: Found) -> Component | None:
+    """A decoder stack over vectors, forward(x, memory, src_mask, tgt_mask) as in the Annotated
+    Transformer: its end is checked like the encoder's (one final norm after Pre-LN layers, none after
+    Post-LN ones); the layers themselves are checked as decoder_layer. A decoder the checker cannot call
+    (token ids in, other arguments) is left out, as before: None."""
+    if "decoder_layer" not in ctx.found:
+        return None
+    dec = ctx.build(f)
+    try:
+        plan = call_plan(dec.forward, "decoder_layer")
+    except CannotCheck:
+        return None
+    roles = {r for _, r, _ in plan}
+    if not {"x", "m"} <= roles or any(isinstance(m, nn.Embedding) for m in dec.modules()):
+        return None
+    dec.double()
+    randomize(dec, 6)
+    B, T, d = 2, 5, ctx.sizes.d_model
+    x, mem = ctx.randn(B, T, d), ctx.randn(B, T, d)
+    src_keep = key_keep(B, T)
+    src_keep[:] = True  # no padding: only the stack's end is looked at here
+    tgt_keep = R.causal_keep(T)[None].expand(B, T, T)
+
+    def run(nd):
+        vals = {"x": x, "m": mem, "src_mask": ctx.form.keys(src_keep, nd), "tgt_mask": ctx.form.square(tgt_keep, nd)}
+        return first_tensor(call(dec, plan, vals), shape=tuple(x.shape))
+
+    for nd in dict.fromkeys([ctx.form.ndim, 4, 3, 2]):
+        try:
+            run(nd)
+            break
+        except NotImplementedError:
+            raise
+        except Exception:  # the learner's code: this mask rank is not theirs
+            continue
+    else:
+        return None
+    comp = Component(f.kind, f.name, "ok", [], "the stack's end: its final norm")
+    if any(x.severity == "bug" for x in ctx.report.findings):
+        # a wrong norm or layer above makes any final norm look wrong: not judged beside those bugs
+        comp.status, comp.detail = "skipped", "its final-norm test means nothing while the bugs above are there"
+        return comp
+    final = _final_norm(ctx, f, dec, lambda: run(nd), layer_kind="decoder_layer")
+    if final is not None:
+        comp.status, comp.ids = "differs", [final]
+    return comp
+
+
+def _final_norm(ctx: Ctx, f: Found, stack: nn.Module, run, layer_kind: str = "encoder_layer") -> str | None:
     """The end of a stack: Pre-LN layers need one final norm (`missing-final-norm` without it); Post-LN
     layers already end in one (`extra-final-norm` with another). The last layer's output is caught with
     a hook and compared with what the stack returns."""
-    lf = ctx.found.get("encoder_layer")
+    lf = ctx.found.get(layer_kind)
     if lf is None or not inspect.isclass(lf.obj):
         return None
     layers = [m for m in stack.modules() if isinstance(m, lf.obj)]
@@ -527,7 +575,7 @@ def _final_norm(ctx: Ctx, f: Found, stack: nn.Module, run) -> str | None:
         return None
     inside = {id(m) for layer in layers for m in layer.modules()}
     norms = [m for m in stack.modules() if id(m) not in inside and _is_norm(m)]
-    order = {x.id for x in ctx.report.findings if x.component == "encoder_layer" and x.id in ("pre-ln", "post-ln")}
+    order = {x.id for x in ctx.report.findings if x.component == layer_kind and x.id in ("pre-ln", "post-ln")}
     plain = torch.nn.functional.layer_norm(last, last.shape[-1:])
     normed = [n(last) for n in norms] + [plain]
     if "pre-ln" in order and close(out, last):
@@ -545,7 +593,8 @@ def _final_norm(ctx: Ctx, f: Found, stack: nn.Module, run) -> str | None:
 CHECKS = {"scaled_dot_product": check_scaled_dot_product, "attention": check_attention,
           "feed_forward": check_feed_forward, "layer_norm": check_layer_norm, "rms_norm": check_rms_norm,
           "positional_encoding": check_positional_encoding, "encoder_layer": check_encoder_layer,
-          "decoder_layer": check_decoder_layer, "block": check_block, "causal_mask": check_causal_mask, "encoder": check_encoder}
+          "decoder_layer": check_decoder_layer, "block": check_block, "causal_mask": check_causal_mask, "encoder": check_encoder,
+          "decoder": check_decoder}
 
 
 def mask_form(module, source: str, found: list[Found], helpers: dict, convention: str | None) -> M.MaskForm:

@@ -320,6 +320,8 @@ def kind_of_class(name: str) -> str | None:
         return "layer_norm"
     if n in ("encoder", "transformerencoder", "encoderstack"):
         return "encoder"
+    if n in ("decoder", "transformerdecoder", "decoderstack"):
+        return "decoder"
     if re.fullmatch(r"\w*block|transformerlayer|gptlayer|llamadecoderlayer|decoderonlylayer|layer", n) \
             and not re.search(r"embed|head|norm|output|input|conv|patch", n):
         return "block"
@@ -419,7 +421,7 @@ def arg_value(name: str, kind: str, sizes: Sizes, build_part, default=_MISSING):
     if n in _MODULE_ARGS:
         part = _MODULE_ARGS[n]
         if part == "LAYER":
-            part = "decoder_layer" if kind == "decoder_layer" or "dec" in n else "encoder_layer"
+            part = "decoder_layer" if kind in ("decoder_layer", "decoder") or "dec" in n else "encoder_layer"
         return build_part(part)
     if n == "ffn_num_outputs":
         return sizes.d_model
