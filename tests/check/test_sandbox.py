@@ -20,11 +20,14 @@ from scratchformer.check.guard import TorchGuard
 FIX = Path(__file__).parent / "fixtures"
 EX = Path(__file__).resolve().parents[2] / "exercises"
 FORK = ("import os, time\n"
+        "r, w = os.pipe()\n"
         "if os.fork() == 0:\n"  # a child that sleeps, and a setsid grandchild (double fork) that sleeps
         "    if os.fork() == 0:\n"
         "        os.setsid()\n"
+        "        os.write(w, b'x')\n"
         "        time.sleep(300)\n"
-        "    time.sleep(300)\n")
+        "    time.sleep(300)\n"
+        "os.read(r, 1)\n")  # both exist before the file goes on, so the count is 2 however loaded the machine
 PLANTED = {
     "fork": "import torch\n" + FORK,
     "fork_loop": "import torch\n" + FORK + "while True:\n    pass\n",
