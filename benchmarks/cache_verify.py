@@ -1,7 +1,7 @@
 """What checking a cache against its completion record costs (issue 54 rule 1).
 
 Every cache folder (prepared data, the decoded e5 model, the BERT cache, exports) is verified
-against its record before use (`fileio.check_whole`): a file is hashed whole (sha256) only when its
+against its record before use (`folders.check_whole`): a file is hashed whole (sha256) only when its
 identity (size, mtime_ns, ctime_ns, inode) differs from the one it had at its last check that
 passed, which a sidecar (`.complete.verified`) keeps between processes. Measured here, on two
 synthetic caches under a temporary folder:
@@ -10,7 +10,7 @@ synthetic caches under a temporary folder:
     `vocab_tokenizer` + `token_shards`, char tokenizer) from the CJK headline file of
     `benchmarks/data_scale.py` (about 340 MB of text; `--quick`: 30k rows);
   * a ~1 GB cache: one folder of 1 GiB of ids (uint16) and their offsets, written through
-    `fileio.whole_folder` (`--quick`: 16 MiB).
+    `folders.whole_folder` (`--quick`: 16 MiB).
 
 For each: the build, then `check_whole` **cold** (no sidecar, nothing remembered: every file
 hashed; once with the files in the page cache, once after `posix_fadvise(DONTNEED)` dropped
@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from scratchformer import fileio
+from scratchformer import folders
 
 from . import common
 from .data_scale import synth_tsv
@@ -84,11 +85,11 @@ def build_prepared(where: Path, rows: int) -> tuple[list[Path], float, int]:
 
 
 def build_big(where: Path, nbytes: int) -> tuple[list[Path], float]:
-    """A ~1 GB cache through `fileio.whole_folder`, hashed as written (as prepared data does)."""
+    """A ~1 GB cache through `folders.whole_folder`, hashed as written (as prepared data does)."""
     rng = np.random.default_rng(0)
     target = where / "big"
     t = time.perf_counter()
-    with fileio.whole_folder(target, RECORD, {"kind": "bench"}) as stage:
+    with folders.whole_folder(target, RECORD, {"kind": "bench"}) as stage:
         h, n, block = hashlib.sha256(), 0, 64 << 20
         with open(stage.path / "ids.u16", "wb") as f:
             while n < nbytes:
@@ -102,28 +103,28 @@ def build_big(where: Path, nbytes: int) -> tuple[list[Path], float]:
     return [target], time.perf_counter() - t
 
 
-def measure(folders: list[Path], reps: int) -> dict[str, list[float]]:
+def measure(cache_dirs: list[Path], reps: int) -> dict[str, list[float]]:
     """Seconds to check every folder, per way, interleaved over `reps` repetitions."""
     def cold(evict: bool):
         def go():
-            for f in folders:
-                fileio._memo_path(f, RECORD).unlink(missing_ok=True)
-                fileio._checked.clear()
+            for f in cache_dirs:
+                folders._memo_path(f, RECORD).unlink(missing_ok=True)
+                folders._checked.clear()
                 if evict:
                     _evict(f)
             t = time.perf_counter()
-            for f in folders:
-                assert fileio.check_whole(f, RECORD) is None
+            for f in cache_dirs:
+                assert folders.check_whole(f, RECORD) is None
             return time.perf_counter() - t
         return go
 
     def warm(new_process: bool):
         def go():
             if new_process:
-                fileio._checked.clear()
+                folders._checked.clear()
             t = time.perf_counter()
-            for f in folders:
-                assert fileio.check_whole(f, RECORD) is None
+            for f in cache_dirs:
+                assert folders.check_whole(f, RECORD) is None
             return time.perf_counter() - t
         return go
 
@@ -149,16 +150,16 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
     caches = {}
     try:
         log(f"building the prepared cache of {p['rows']:,} rows ...")
-        folders, build_s, text_bytes = build_prepared(base, p["rows"])
+        dirs, build_s, text_bytes = build_prepared(base, p["rows"])
         caches["prepared"] = {"label": f"prepared data, {p['rows']:,} rows (row index + char ids)",
-                              "folders": folders, "build_s": build_s, "text_bytes": text_bytes}
+                              "folders": dirs, "build_s": build_s, "text_bytes": text_bytes}
         log(f"building the {p['big_bytes'] / (1 << 20):,.0f} MiB cache ...")
-        folders, build_s = build_big(base, p["big_bytes"])
-        caches["big"] = {"label": f"{p['big_bytes'] / (1 << 30):.2f} GiB of ids (one folder)", "folders": folders,
+        dirs, build_s = build_big(base, p["big_bytes"])
+        caches["big"] = {"label": f"{p['big_bytes'] / (1 << 30):.2f} GiB of ids (one folder)", "folders": dirs,
                          "build_s": build_s}
         for c in caches.values():
             c["bytes"] = sum(_size(f) for f in c["folders"])
-            c["files"] = sum(len(fileio.read_record(f, RECORD).files) for f in c["folders"])  # the recorded ones
+            c["files"] = sum(len(folders.read_record(f, RECORD).files) for f in c["folders"])  # the recorded ones
             log(f"measuring {c['label']} ({c['bytes'] / 1e6:,.0f} MB) ...")
             c["seconds"] = measure(c["folders"], p["reps"])
             c["folders"] = [f.name for f in c["folders"]]

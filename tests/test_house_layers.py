@@ -23,7 +23,7 @@ import scratchformer
 from scratchformer.tasks.faces import _PACKAGES
 
 PKG = Path(scratchformer.__file__).parent
-FLOOR = {"errors": 0, "fileio": 1, "progress": 1, "config": 2, "fonts": 2, "data": 2, "nn": 3, "train": 3, "check": 3, "models": 4,
+FLOOR = {"errors": 0, "fileio": 1, "folders": 1.5, "progress": 1, "config": 2, "fonts": 2, "data": 2, "nn": 3, "train": 3, "check": 3, "models": 4,
          "interop": 5, "tasks": 6, "diagnostics": 7, "experiments": 8, "serve": 8, "commands": 9, "cli": 10,
          "demo": 10, "__init__": 11}
 UP_ON_PURPOSE = {("experiments/child.py", "cli")}

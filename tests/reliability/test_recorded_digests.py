@@ -1,5 +1,5 @@
 """A digest that is recorded is checked (issue 54 rule 1) through one whole-or-absent folder helper
-(issue 52 item 4, `fileio.whole_folder` / `check_whole`): every cache is verified against its
+(issue 52 item 4, `folders.whole_folder` / `check_whole`): every cache is verified against its
 completion record before use; a file rewritten at the same size, with its mtime put back or not,
 is found and rebuilt in one line; old records (the four formats written before) are still read;
 an id out of range never reaches a model."""
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from scratchformer import fileio
+from scratchformer import folders
 from scratchformer.cli import main
 from scratchformer.data import prepared
 from scratchformer.data.prepared import labeled_rows
@@ -29,7 +30,7 @@ from toy_data import headlines, write_tsv
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(fileio, "_checked", {})
+    monkeypatch.setattr(folders, "_checked", {})
     return tmp_path / "cache"
 
 
@@ -48,22 +49,22 @@ def _rewrite_same_size(path: Path, data: bytes, keep_mtime: bool) -> None:
 # ----------------------------------------------------------------------------- the helper itself
 def test_a_whole_folder_records_every_file_and_its_metadata(tmp_path):
     target = tmp_path / "c" / "folder"
-    with fileio.whole_folder(target, ".complete", {"kind": "x"}) as stage:
+    with folders.whole_folder(target, ".complete", {"kind": "x"}) as stage:
         (stage.path / "a.bin").write_bytes(b"abc")
         (stage.path / "sub").mkdir()
         (stage.path / "sub" / "b.txt").write_bytes(b"hello")
         stage.meta["rows"] = 2
     record = json.loads((target / ".complete").read_text())
-    assert record["record_version"] == fileio.RECORD_VERSION == 2
+    assert record["record_version"] == folders.RECORD_VERSION == 2
     assert record["kind"] == "x" and record["rows"] == 2
     assert record["files"] == {"a.bin": {"bytes": 3, "sha256": hashlib.sha256(b"abc").hexdigest()},
                                "sub/b.txt": {"bytes": 5, "sha256": hashlib.sha256(b"hello").hexdigest()}}
-    assert fileio.check_whole(target, ".complete", {"kind": "x"}) is None
-    assert fileio.check_whole(target, ".complete", {"kind": "y"}) == "it was written by another version"
-    assert fileio.check_whole(tmp_path / "none", ".complete") == "absent"
+    assert folders.check_whole(target, ".complete", {"kind": "x"}) is None
+    assert folders.check_whole(target, ".complete", {"kind": "y"}) == "it was written by another version"
+    assert folders.check_whole(tmp_path / "none", ".complete") == "absent"
     assert [p.name for p in target.parent.iterdir()] == ["folder"]  # no staging folder left
     with pytest.raises(RuntimeError):
-        with fileio.whole_folder(tmp_path / "c" / "cut", ".complete") as stage:
+        with folders.whole_folder(tmp_path / "c" / "cut", ".complete") as stage:
             (stage.path / "a.bin").write_bytes(b"abc")
             raise RuntimeError("killed")
     assert [p.name for p in target.parent.iterdir()] == ["folder"]
@@ -84,40 +85,40 @@ def test_the_older_json_records_are_read_and_their_digests_checked(tmp_path, old
     (folder / "a.bin").write_bytes(b"abc")
     old["files"]["a.bin"] = {"bytes": 3, "sha256": hashlib.sha256(b"abc").hexdigest()}
     (folder / "rec").write_text(json.dumps(old))
-    record = fileio.read_record(folder, "rec")
+    record = folders.read_record(folder, "rec")
     assert (record.version, record.meta) == (version, meta)
-    assert fileio.check_whole(folder, "rec", meta) is None
+    assert folders.check_whole(folder, "rec", meta) is None
     _rewrite_same_size(folder / "a.bin", b"abd", keep_mtime=True)
-    assert fileio.check_whole(folder, "rec", meta) == "a.bin does not have the sha256 the write recorded"
+    assert folders.check_whole(folder, "rec", meta) == "a.bin does not have the sha256 the write recorded"
 
 
 def test_a_bare_sha256_record_is_read_but_never_taken_as_whole(tmp_path):
     folder = tmp_path / "bert"
     folder.mkdir()
     (folder / ".complete").write_text("ab" * 32 + "\n")  # the BERT cache's old record
-    record = fileio.read_record(folder, ".complete")
+    record = folders.read_record(folder, ".complete")
     assert (record.version, record.meta, record.files) == (0, {"sha256": "ab" * 32}, None)
-    assert fileio.check_whole(folder, ".complete") == "its .complete is an older record without file digests"
+    assert folders.check_whole(folder, ".complete") == "its .complete is an older record without file digests"
     (folder / ".complete").write_text("{not json")
-    assert fileio.check_whole(folder, ".complete") == "its .complete is damaged"
+    assert folders.check_whole(folder, ".complete") == "its .complete is damaged"
     outside = {"record_version": 2, "files": {"../secret": {"bytes": 1, "sha256": "0" * 64}}}
     (folder / ".complete").write_text(json.dumps(outside))  # a record names files below it, never elsewhere
-    assert fileio.check_whole(folder, ".complete") == "its .complete is damaged"
+    assert folders.check_whole(folder, ".complete") == "its .complete is damaged"
 
 
 def test_a_warm_check_hashes_nothing_and_a_new_process_reads_the_sidecar(tmp_path, monkeypatch):
     target = tmp_path / "f"
-    with fileio.whole_folder(target, ".complete") as stage:
+    with folders.whole_folder(target, ".complete") as stage:
         (stage.path / "a.bin").write_bytes(b"x" * 1000)
     hashed = []
-    real = fileio.file_sha256
-    monkeypatch.setattr(fileio, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
-    fileio._checked.clear()  # a new process: the sidecar written with the folder holds its identity
-    assert fileio.check_whole(target, ".complete") is None and hashed == []
+    real = folders.file_sha256
+    monkeypatch.setattr(folders, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    folders._checked.clear()  # a new process: the sidecar written with the folder holds its identity
+    assert folders.check_whole(target, ".complete") is None and hashed == []
     (target / ".complete.verified").unlink()
-    fileio._checked.clear()
-    assert fileio.check_whole(target, ".complete") is None and hashed == ["a.bin"]  # cold: hashed once
-    assert fileio.check_whole(target, ".complete") is None and hashed == ["a.bin"]  # warm: not again
+    folders._checked.clear()
+    assert folders.check_whole(target, ".complete") is None and hashed == ["a.bin"]  # cold: hashed once
+    assert folders.check_whole(target, ".complete") is None and hashed == ["a.bin"]  # warm: not again
     assert (target / ".complete.verified").is_file()
 
 
@@ -168,13 +169,13 @@ def test_the_row_index_and_the_lm_stream_are_checked_too(tmp_path, capsys):
 
 def _record_anew(folder: Path, **meta_changes) -> None:
     """Re-record a folder as if its writer had written what is there now (the digests match)."""
-    record = fileio.read_record(folder, ".complete")
+    record = folders.read_record(folder, ".complete")
     meta = json.loads((folder / "meta.json").read_text())
     meta.update(meta_changes)
     (folder / "meta.json").write_text(json.dumps(meta))
     (folder / ".complete").unlink()
-    fileio.write_record(folder, ".complete", record.meta)
-    fileio._checked.clear()
+    folders.write_record(folder, ".complete", record.meta)
+    folders._checked.clear()
 
 
 def test_an_id_out_of_range_is_one_line_on_open_and_where_batches_are_built(tmp_path):
@@ -268,8 +269,8 @@ def test_an_old_bert_cache_record_is_read_and_the_folder_extracted_again(fake_be
     folder = hf_bert.pretrained_dir("fakebert")
     (folder / ".complete").write_text(hf_bert.PRETRAINED["fakebert"].sha256 + "\n")  # the old bare record
     (folder / ".complete.verified").unlink()
-    fileio._checked.clear()
+    folders._checked.clear()
     assert hf_bert.pretrained_dir("fakebert") == folder and len(fetched) == 2
-    assert fileio.read_record(folder, ".complete").version == 2
+    assert folders.read_record(folder, ".complete").version == 2
     assert capsys.readouterr().err == (f"the cached model folder {folder} is not whole (its .complete is an older "
                                        "record without file digests): building it again\n")

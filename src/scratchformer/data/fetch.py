@@ -36,7 +36,8 @@ from typing import Iterable
 
 from scratchformer.errors import UserError
 from scratchformer.data.pypi_index import download_pinned
-from scratchformer.fileio import atomic_write_bytes, file_sha256
+from scratchformer.fileio import atomic_write_bytes
+from scratchformer.folders import file_sha256
 
 __all__ = [
     "cache_dir",

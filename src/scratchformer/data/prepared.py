@@ -23,10 +23,10 @@ flat arrays, so that training holds only numbers it needs and reads the rest by 
 A folder is keyed by the sha256 of the file's bytes and the settings that shape it (the
 tokenizer's own JSON for tokens), so a changed file or tokenizer gets a new folder and an
 unchanged one is reused. Each folder is filled in a staging folder beside it
-(`fileio.whole_folder`) and renamed into place in one step; `.complete` is written last and
+(`folders.whole_folder`) and renamed into place in one step; `.complete` is written last and
 records every file's size and sha256. A folder is verified against it before each use (a file
 is hashed again whenever its size, mtime, ctime or inode changed since it last passed,
-`fileio.check_whole`); one that does not match is never read: it is built again, said in one
+`folders.check_whole`); one that does not match is never read: it is built again, said in one
 line (a killed `prepare` leaves only a hidden staging folder). Token ids also record their
 largest id, checked against the vocabulary on open and as batches are built.
 
@@ -60,7 +60,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import UserError
-from ..fileio import atomic_write_text, not_whole, read_record, whole, write_data
+from ..fileio import atomic_write_text, write_data
+from ..folders import not_whole, read_record, whole
 from .fetch import cache_dir, sha256_file
 from .file_array import FileArray
 from .prepared_scan import block_texts, scan_chunk
@@ -141,7 +142,7 @@ class _Writer:
         return {"bytes": self.n, "sha256": self.h.hexdigest()}
 
 
-RECORD = ".complete"  # each folder's completion record (`fileio.whole_folder`'s format)
+RECORD = ".complete"  # each folder's completion record (`folders.whole_folder`'s format)
 
 
 def _say(line: str) -> None:
@@ -163,7 +164,7 @@ def verify(folder: str | Path) -> list[str]:
 
 def _cached(folder: Path, fill: Callable[[Path, dict], dict], rebuild: bool = False) -> tuple[dict, bool]:
     """(meta, whether it was built now): `folder` when it is whole (every file's size and sha256
-    as its record says, `fileio.check_whole`), else built: `fill(staging, files)` records the
+    as its record says, `folders.check_whole`), else built: `fill(staging, files)` records the
     files it hashed while writing in `files` and returns the meta, written to meta.json."""
 
     def build(stage) -> None:

@@ -45,7 +45,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import UserError
-from ..fileio import atomic_write_bytes, atomic_write_text, check_whole, whole_folder
+from ..fileio import atomic_write_bytes, atomic_write_text
+from ..folders import check_whole, whole_folder
 from ..progress import progress_bar
 
 # --------------------------------------------------------------------------- the pinned sources
@@ -352,12 +353,12 @@ def write_hf_folder(target: Path, f: E5File, tokenizer_json: bytes, layers: int 
     return target
 
 
-COMPLETE = ".complete"  # the folder's completion record (`fileio.whole_folder`'s format)
+COMPLETE = ".complete"  # the folder's completion record (`folders.whole_folder`'s format)
 
 
 def check_decoded(target: Path, want: dict) -> str | None:
     """None when `target` is a whole decode of `want` (every file's size and sha256 as recorded,
-    hashed again only when a file's identity changed since it last passed: `fileio.check_whole`);
+    hashed again only when a file's identity changed since it last passed: `folders.check_whole`);
     else what is wrong with it."""
     return check_whole(target, COMPLETE, want, verb="decode")
 

