@@ -73,13 +73,12 @@ def test_weight_only_int8_step_stays_close_to_float():
 
 def test_a_failing_compiler_falls_back_to_the_lean_step_with_one_warning(monkeypatch):
     def broken(*args, **kwargs):
-        def fn(*a, **k):
-            raise RuntimeError("no C++ compiler found\nmore detail")
-        return fn
+        raise RuntimeError("no C++ compiler found\nmore detail")
 
     monkeypatch.setattr(static, "_disabled", [])
     monkeypatch.setattr(static, "_COMPILED", {})
-    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(static, "build_package", broken)
+    monkeypatch.setattr(static, "_use_compiler", [True])
     model, src = _model(False, 1, 2.0), _sources(6)
     cfg = DecodeConfig(beam=1, static=True)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
@@ -87,7 +86,7 @@ def test_a_failing_compiler_falls_back_to_the_lean_step_with_one_warning(monkeyp
         got = decode(model, src, cfg)
         again = decode(model, src, cfg)  # no second warning: the fallback is remembered
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert msgs == ["the compiled decoding step is off (torch.compile failed: RuntimeError: no C++ compiler "
+    assert msgs == ["the compiled decoding step is off (compiling it failed: RuntimeError: no C++ compiler "
                     "found); decoding runs the lean step"]
     _same(got, decode(model, src, cfg.replace(static=False)))
     _same(again, got)
@@ -95,7 +94,11 @@ def test_a_failing_compiler_falls_back_to_the_lean_step_with_one_warning(monkeyp
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="no C++ compiler: Inductor cannot build the compiled step here")
-def test_compiled_static_step_equals_readable_search():
+def test_compiled_static_step_equals_readable_search_and_is_stored_whole(monkeypatch, tmp_path):
+    from scratchformer.folders import check_whole
+
+    monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path))
+    monkeypatch.setattr(static, "_COMPILED", {})
     model, src = _model(False, 1, 2.0), _sources(3)
     if static.compile_disabled():
         pytest.skip(f"the compiler failed earlier in this process: {static.compile_disabled()}")
@@ -106,6 +109,22 @@ def test_compiled_static_step_equals_readable_search():
             assert state is not None and state.compiled.compiled, static.compile_disabled()
             _same(decode(model, src, cfg.replace(static=True)), decode(model, src, cfg.replace(lean=False)))
             assert all(s > 0 for s in state.compiled.compile_seconds.values())
+            assert not any(state.compiled.loaded.values())  # built here
+        folders = sorted((tmp_path / "static-steps").glob("*/*"))
+        assert sorted(f.name.split("-")[-1] for f in folders) == ["greedy", "logp"]
+        assert all(check_whole(f, "package.json") is None for f in folders)
+        # another process (a fresh in-process cache) loads the stored packages instead of compiling
+        monkeypatch.setattr(static, "_COMPILED", {})
+        state = _StaticStepper.make(model, src, 14, expand=1)
+        assert state is not None and list(state.compiled.loaded.values()) == [True]
+        cfg = DecodeConfig(beam=1, max_len_ratio=1.0, max_len_offset=4)
+        _same(decode(model, src, cfg.replace(static=True)), decode(model, src, cfg.replace(lean=False)))
+        # a package changed on disk is not loaded: its recorded sha256 no longer matches
+        package = folders[0] / "step.pt2"
+        data = bytearray(package.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        package.write_bytes(bytes(data))
+        assert "sha256" in check_whole(folders[0], "package.json")
 
 
 @pytest.mark.usefixtures("eager_static")

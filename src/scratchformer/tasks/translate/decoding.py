@@ -39,6 +39,8 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
@@ -257,6 +259,29 @@ def _compiled_call(step, tokens: torch.Tensor) -> torch.Tensor:
     return _compiler()(step, tokens)
 
 
+CAP_LEAST, SOURCE_LEAST = 64, 32  # the smallest target-capacity and source-length buckets
+
+
+def _package_store(module):
+    """Where the compiled packages of a static step live between processes: one verified folder
+    per bucket under `<cache>/static-steps/<step digest>/` (`$SCRATCHFORMER_CACHE`, else
+    ~/.cache/scratchformer), written whole or not at all, its sha256 checked before the shared
+    library in it is loaded. Not in the run folder: a run folder is meant to be copied and
+    shared, and a package is native code that loading runs (as unpickling would)."""
+    from ...data.fetch import cache_dir
+    from ...folders import whole
+
+    root = cache_dir() / "static-steps" / static.step_digest(module)
+
+    def store(name: str, build) -> Path:
+        folder = root / name
+        whole(folder, "package.json", lambda stage: build(stage.path / "step.pt2"), want={"kind": "aoti-step"},
+              what="compiled step cache")
+        return folder / "step.pt2"
+
+    return store
+
+
 class _StaticStepper:
     """The static compiled step (`nn.static`) behind the stepper interface. Its shapes are
     fixed per decode (rows, capacity and source length rounded up to buckets), so rows never
@@ -277,11 +302,12 @@ class _StaticStepper:
         memory, mask = model.encode(src)  # (B, S, C), (B, S)
         B, S, _ = memory.shape
         K, n = expand, B * expand
-        N, cap, Sb = static.bucket(n), static.bucket(capacity, 16), static.bucket(S, 8)
+        # few buckets: each is compiled once (seconds); attention over a few padded slots is cheap
+        N, cap, Sb = static.bucket(n), static.bucket(capacity, CAP_LEAST), static.bucket(S, SOURCE_LEAST)
         self.shapes = (N, cap, Sb)
         dtype = memory.dtype
         key = (static.weights_digest(model), "int8" if int8 else str(dtype), cap)
-        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8), model)
+        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8), model, _package_store)
         module = self.compiled.module
         self.self_k, self.self_v = module.new_caches(N, cap)  # per layer (cap, N, H, d_k)
         ks, vs = module.memory_kv(memory)  # per layer (S, B, H, d_k): once per sentence
@@ -311,7 +337,7 @@ class _StaticStepper:
             self.tokens.copy_(prefix[:, -1])
         else:
             self.tokens[self.phys] = prefix[:, -1]
-        out = self.compiled.fn(*self.args(), greedy=greedy)
+        out = self.compiled(self.shapes, greedy, self.args())
         self.pos += 1
         return out
 
