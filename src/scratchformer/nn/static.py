@@ -28,6 +28,7 @@ a decoder cannot run here (the lean step then serves it).
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -295,13 +296,14 @@ def compile_disabled() -> str | None:
 
 def step_digest(module: "StaticDecoderStep") -> str:
     """sha256 of everything a compiled step bakes in: the weights it holds (their bytes), the
-    decoder's layout (`repr`: sizes, norms, eps), the banned ids, int8, and the torch version and
-    CPU capability the code is generated for. The name of its artefacts in a cache shared by
+    decoder's layout (`repr`: sizes, norms, eps), the banned ids, int8, this module's source, and
+    the torch version and CPU capability the code is generated for. The name of its artefacts in a cache shared by
     processes (an entry in `_COMPILED` is per process and keyed by identity instead)."""
     import hashlib
 
     h = hashlib.sha256()
-    h.update(f"{torch.__version__}|{torch.backends.cpu.get_cpu_capability()}|{module.int8}|{module.banned}|"
+    h.update(Path(__file__).read_bytes())  # the step's code: a change to it is a new graph
+    h.update(f"{LOOP_ROWS}|{torch.__version__}|{torch.backends.cpu.get_cpu_capability()}|{module.int8}|{module.banned}|"
              f"{module.scale}|{module.H}x{module.D}|{module.decoder!r}".encode())
     tensors = [module.table, module.positions, *module.out]
     for p in module.layers:
