@@ -352,6 +352,10 @@ def load_package(path):
     return torch._inductor.aoti_load_package(str(path))
 
 
+def _package_name(shapes: tuple, greedy: bool) -> str:
+    return "x".join(map(str, shapes)) + ("-greedy" if greedy else "-logp")  # e.g. 1x64x32-greedy
+
+
 class CompiledStep:
     """A `StaticDecoderStep` compiled ahead of time, one AOTInductor package per shape bucket and
     mode (greedy / log-probs): the step is exported (`torch.export`, static shapes) and Inductor
@@ -373,29 +377,39 @@ class CompiledStep:
         self.loaded: dict = {}  # (shapes, greedy) -> True when the package came from the store
         self.owner = lambda: None  # the model it was built from (a weakref, set by `compiled_step`)
 
-    def _runner(self, shapes: tuple, args: tuple, greedy: bool):
+    def _runner(self, shapes: tuple, args: tuple, greedy: bool, build: bool):
         import tempfile
-        from pathlib import Path
 
-        name = "x".join(map(str, shapes)) + ("-greedy" if greedy else "-logp")
+        name = _package_name(shapes, greedy)
         built = []
 
-        def build(path):
+        def make(path):
             build_package(self.module, args, greedy, path)
             built.append(True)
 
         if self.store is not None:
-            path = self.store(name, build)
-        else:
+            path = self.store(name, make if build else None)
+        elif build:
             path = Path(tempfile.mkdtemp(prefix="scratchformer-step-")) / f"{name}.pt2"
-            build(path)
+            make(path)
+        else:
+            path = None
+        if path is None:
+            return None
         self.loaded[(shapes, greedy)] = not built
         return load_package(path)
 
-    def warm(self, shapes: tuple, *args, greedy: bool) -> bool:
-        """Build (or load) the package of these shapes unless done already. False, with one
-        warning line, when the compiler fails here (no C++ compiler, a kernel missing): the caller
-        runs the lean step."""
+    def stored(self, shapes: tuple, greedy: bool) -> bool:
+        """Whether a step of these shapes is ready without compiling: warmed in this process, or
+        its package stored whole (or the eager step: nothing to compile)."""
+        if (shapes, greedy) in self.runners or not self.compiled:
+            return True
+        return self.store is not None and self.store(_package_name(shapes, greedy), None) is not None
+
+    def warm(self, shapes: tuple, *args, greedy: bool, build: bool = True) -> bool:
+        """Build (or load) the package of these shapes unless done already (`build=False`: load
+        a stored one only; False when there is none). False, with one warning line, when the
+        compiler fails here (no C++ compiler, a kernel missing): the caller runs the lean step."""
         import time
         import warnings
 
@@ -410,7 +424,10 @@ class CompiledStep:
             return False
         t0 = time.perf_counter()
         try:
-            self.runners[key] = self._runner(shapes, args, greedy)
+            runner = self._runner(shapes, args, greedy, build)
+            if runner is None:
+                return False
+            self.runners[key] = runner
         except Exception as e:  # noqa: BLE001  any compiler failure: fall back, say why once
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
             _disabled.append(f"{type(e).__name__}: {first}")
