@@ -30,7 +30,7 @@ from scratchformer.tasks.translate.decoding import DecodeConfig, decode
 from . import common
 from .translation_engines import OUT_TOKENS, SIZES, ct2_model_dir, ct2_tokens, ours_model, sources
 
-CELLS = ((1, 1), (1, 4))
+CELLS = ((1, 1), (1, 4), (1, 5))  # (batch, beam): beam 5 is the recipes' default
 SENTENCES = 8
 # (ours, anchor): ours' time per sentence over the anchor's is reported as anchor / ours
 PAIRS = (("static", "lean"), ("static_int8", "lean"), ("static", "ct2_fp32"), ("static_int8", "ct2_int8"),
