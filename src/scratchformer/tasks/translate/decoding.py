@@ -72,8 +72,8 @@ class DecodeConfig(JsonConfig):
     # the static compiled step (nn/static.py: fixed shape buckets, K/V buffers written in place,
     # compiled ahead of time by AOTInductor, one package per bucket kept in the cache folder):
     # "on" (or true): compile a bucket the first time it is met (seconds to a minute each);
-    # "auto": where it wins, batches of at most STATIC_AUTO_ROWS rows in float32, and only with a
-    # package already stored (a one-off command never waits for a compile; `serve` builds them);
+    # "auto": in float32 on the CPU, where the bucket's package is ready (built in this process or
+    # stored): a one-off command never waits for a compile; `serve` builds its buckets at start;
     # "off" (or false): the lean step. Falls back to the lean step, with one warning, where a
     # model cannot use it or the compiler fails
     static: bool | str = "auto"
@@ -190,7 +190,7 @@ def _stepper(model, src: torch.Tensor, cfg: DecodeConfig, capacity: int, expand:
     """The state the search steps: the lean step (`cfg.lean` with the cache) or the readable
     one (`_Stepper`: the model's own `decode`, the reference the lean step is tested against).
     Both implement the stepper interface, so the search below is written once for both."""
-    if static_path(model, cfg, src.shape[0] * expand) is None:
+    if static_path(model, cfg) is None:
         state = _StaticStepper.make(model, src, capacity, expand=expand, int8=cfg.static_int8,
                                     build=cfg.static == "on")
         if state is not None:
@@ -268,14 +268,9 @@ def _compiled_call(step, tokens: torch.Tensor) -> torch.Tensor:
 
 
 CAP_LEAST, SOURCE_LEAST = 64, 32  # the smallest target-capacity and source-length buckets
-# "auto" takes the static step up to this many rows (sentences x beam): measured faster than the
-# lean step at batch 1, greedy and beam 4 (docs/speed.md); above, the lean step (in bf16 where the
-# probe says so) has the bigger products to itself
-STATIC_AUTO_ROWS = 4
-
-
-def static_path(model, cfg: DecodeConfig, rows: int) -> str | None:
-    """None when a decode of `rows` rows may take the static step under `cfg`, else why not."""
+def static_path(model, cfg: DecodeConfig) -> str | None:
+    """None when a decode may take the static step under `cfg` (with "auto": if its bucket's
+    package is ready), else why not."""
     if cfg.static == "off":
         return "decode.static is off"
     if not (cfg.lean and cfg.use_cache):
@@ -286,8 +281,6 @@ def static_path(model, cfg: DecodeConfig, rows: int) -> str | None:
     if blocker is not None:
         return blocker
     if cfg.static == "auto":
-        if rows > STATIC_AUTO_ROWS:
-            return f"{rows} rows: above {STATIC_AUTO_ROWS} the lean step is as fast (decode.static=on forces it)"
         p = next(model.parameters())
         if p.dtype != torch.float32 or p.device.type != "cpu":
             return "auto takes it for float32 on the CPU only (decode.static=on forces it)"
