@@ -1,5 +1,5 @@
 """One checked file: every component found in the learner's module compared with the reference
-(checks.py, components.py), then, with `--train`, their encoder trained beside ours (train.py).
+(checks.py, attention.py, position_wise.py), then, with `--train`, their encoder trained beside ours (train.py).
 Kept apart from checks.py so that train.py (which uses the comparisons' helpers) and the
 comparisons import in one direction only."""
 from __future__ import annotations
