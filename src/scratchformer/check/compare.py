@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from . import masks as M
-from .discover import CannotCheck, Found, Sizes, build, call, call_plan, first_tensor
+from .discover import CannotCheck, Found, build, call, call_plan, first_tensor
+from .sizes import Sizes
 from .report import Component, Report, finding
 
 

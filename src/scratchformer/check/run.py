@@ -16,7 +16,8 @@ from .model import check_model
 
 CHECKS = {**CHECKS, "model": check_model}
 from .compare import Ctx
-from .discover import CannotCheck, discover, learner_sizes
+from .discover import CannotCheck, discover
+from .sizes import learner_sizes
 from .report import Component, Report
 from .train import train_beside
 
