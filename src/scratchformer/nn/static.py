@@ -36,7 +36,7 @@ from torch import nn
 from .norm import LayerNorm, RMSNorm
 
 __all__ = ["StaticDecoderStep", "CompiledStep", "static_blocker", "bucket", "compiled_step", "compile_disabled",
-           "use_compiler", "compiler_on", "weights_digest"]
+           "use_compiler", "compiler_on", "weights_digest", "compiled_for"]
 
 
 def bucket(n: int, least: int = 1) -> int:
@@ -284,6 +284,14 @@ def use_compiler(enabled: bool = True) -> bool:
 def compiler_on() -> bool:
     """Whether new static steps are compiled (`use_compiler`)."""
     return _use_compiler[0]
+
+
+def compiled_for(key: tuple, owner: nn.Module, shapes: tuple, greedy: bool) -> bool:
+    """Whether the step of `key` (as `compiled_step` takes it) is built for `owner` and has run
+    `shapes` in this mode, so that a decode of them compiles nothing (a server routes a bucket
+    that has not to the lean step). An entry dropped from the cache reads False."""
+    entry = _COMPILED.get((*key, _use_compiler[0]))
+    return entry is not None and entry.owner() is owner and ((shapes, greedy) in entry.compile_seconds)
 
 
 def compile_disabled() -> str | None:
