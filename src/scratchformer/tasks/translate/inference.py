@@ -280,6 +280,8 @@ class Translator:
             return "an ensemble: the static step decodes one model (the lean step serves ensembles)"
         if self.device.type != "cpu":
             return f"the static step is written and measured for the CPU; on {self.device.type} the lean step serves"
+        if self.quantized:  # Int8Linear keeps a float `weight` beside its packed one: the model's own blocker misses it
+            return "int8 projections (compute_type int8, dynamic int8): the lean step serves them"
         why = model.static_blocker() if hasattr(model, "static_blocker") else "the model has no static step"
         if why is not None:
             return why
