@@ -321,14 +321,14 @@ class Translator:
 
         done: list[dict] = []
         seen = set()
+        # a source of S ids that are not padding (the shapes are all a compile reads; nothing tokenized)
         pad = getattr(self.src_tok, "pad_id", PAD_ID)
-        sample = source_ids(self.src_tok, ["a"])[0]
-        body = [i for i in sample[:-1] if i != pad] or [EOS_ID]
+        filler = next(i for i in range(self.src_tok.vocab_size - 1, -1, -1) if i not in (pad, EOS_ID))
+        specials = getattr(self.src_tok, "source_specials", 1)
         for beam in dict.fromkeys(beams):
             cfg = self.decode_config(**{**self._precision(overrides), "beam": beam, "static": True})
-            for S in range(len(sample), max_source_tokens + getattr(self.src_tok, "source_specials", 1) + 1):
-                ids = (body + [body[-1]] * S)[:S - 1] + [sample[-1]]  # S ids, the last one the source's end
-                src = torch.tensor([ids], device=self.device)
+            for S in range(specials + 1, max_source_tokens + specials + 1):
+                src = torch.tensor([[filler] * (S - 1) + [EOS_ID]], device=self.device)  # (1, S)
                 precision, _ = self.choose_precision(beam, cfg.precision)
                 model = self.bf16_model() if precision == "bf16" else self.model
                 why = self.static_blocker(model)
