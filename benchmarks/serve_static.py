@@ -5,7 +5,8 @@
 Two servers run side by side as subprocesses on 127.0.0.1 over the same run (the translator of
 hsk-base's size that benchmarks/serve.py trains for a few steps: d_model 256, 4 heads, d_ff 1024,
 3 + 3 layers, word tokens; the speed of a model does not depend on what it learned), greedy,
-translations capped at `max_length` 24 tokens, one sentence (5-14 words) a request. The clients:
+translations capped at `max_length` 24 tokens, one sentence (5-14 words) a request, both servers
+in float32 (the path is what differs). The clients:
 `wrk` (one connection per client, closed loop, for a fixed time) when installed, else asyncio +
 httpx in this process (bounded in requests and seconds). Repetitions interleave the two servers
 (rotating which goes first); the lean / static ratios of p50, p99 and requests/s are taken per
@@ -32,6 +33,11 @@ from .serve import _sentence, make_translator, run_load, start_server
 CLIENTS = (1, 8)
 MAX_LENGTH = 24
 PATHS = ("lean", "static")
+# sentences of up to 14 words: the buckets of sources up to 15 tokens, greedy
+FLAGS = {"lean": "--decode lean", "static": "--decode auto --compile-tokens 15 --compile-beams 1"}
+# both servers in float32: auto's probe, timed in each process, could pick bf16 for 8 rows in one
+# and not in the other (seen under load: 1.47x in the static server's probe), which is not the path
+COMPUTE = "--compute-type float32"
 
 
 def _loadavg() -> float:
@@ -61,11 +67,9 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
         servers: dict[str, tuple] = {}
         try:
             t0 = time.perf_counter()
-            # sentences of up to 14 words: the buckets of sources up to 15 tokens, greedy
-            servers["static"] = start_server(spec, True, ["--decode", "auto", "--compile-tokens", "15",
-                                                           "--compile-beams", "1"], timeout=600)
+            servers["static"] = start_server(spec, True, [*FLAGS["static"].split(), *COMPUTE.split()], timeout=600)
             startup = time.perf_counter() - t0
-            servers["lean"] = start_server(spec, True, ["--decode", "lean"])
+            servers["lean"] = start_server(spec, True, [*FLAGS["lean"].split(), *COMPUTE.split()])
             log(f"[serve_static] the static server was ready after {startup:.0f} s (its compile)")
             checked = sents[:16]
             answers = {p: [httpx.post(servers[p][1] + "/v1/translate", json={**body(0), "input": s},
@@ -115,11 +119,11 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
               "targets": targets, "same_translations": [same, len(checked)],
               "static_startup_seconds": startup, "compiled": decode.get("compiled"),
               "compile_seconds": decode.get("compile_seconds"), "decode": decode, "resolved": resolved,
+              "resolved_lean": models["lean"].get("compute", {}).get("resolved", []),
               "loadavg": {"min": min(loads, default=None), "max": max(loads, default=None)},
               "settings": {"reps": reps, "max_seconds": max_seconds, "max_length": MAX_LENGTH, "beam": 1,
                            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "nice": os.nice(0),
-                           "server_flags": {"lean": "--decode lean", "static": "--decode auto --compile-tokens 15 "
-                                                                                "--compile-beams 1"}}}
+                           "server_flags": {p: f"{FLAGS[p]} {COMPUTE}" for p in PATHS}}}
     fmt = lambda s: f"{s['median']:.2f}x ({s['min']:.2f}–{s['max']:.2f})"  # noqa: E731
     md = [common.header_md(result["title"], machine, __doc__.split("\n\n")[1].replace("\n", " ")), "",
           common.targets_md(targets), "",
