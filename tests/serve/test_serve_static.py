@@ -130,6 +130,9 @@ def test_a_model_the_static_step_cannot_run_is_lean_under_auto_and_refused_under
     backend.prepare(ServeConfig())
     why = "int8 projections (compute_type int8, dynamic int8): the lean step serves them"
     assert backend.describe()["decode"] == {"asked": "auto", "path": "lean", "why": why}
+    backend.translate(["ab cd"], (1, 20))
+    (row,) = backend.describe()["compute"]["resolved"]
+    assert (row["compute_type"], row["batches"], row["lean_why"]) == ("int8", {"lean": 1}, "decode.static is off")
     with pytest.raises(UserError, match=r"^model 'mt' cannot decode through the static step \(int8 projections "
                                         r"\(compute_type int8, dynamic int8\): the lean step serves them\); serve it "
                                         r"with --decode auto"):

@@ -15,13 +15,13 @@ from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text, inside
+from ...nn import static
 from ...nn.compute import compute_type_from
 from ...nn.quant import Int8Linear, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble, build_seq2seq
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .data import source_ids
-from ...nn import static
 from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode, length_limits
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
 from .task import SENTENCE_SORTS, corpus_scores, sentence_scores
@@ -343,18 +343,23 @@ class Translator:
                     _warnings.simplefilter("always")
                     decode(model, src, cfg)
                 row = {"beam": beam, "rows": shapes[0], "target_positions": shapes[1], "source_positions": shapes[2],
-                       "compute_type": _COMPUTE_NAME.get(precision, precision),
+                       "compute_type": self.compute_name(precision),
                        "seconds": round(time.perf_counter() - t0, 2)}
                 if static.compiler_on() and static.compile_disabled() is not None:
                     return [*done, {**row, "path": "lean", "why": f"the compile failed here ({static.compile_disabled()})"}]
                 done.append({**row, "path": "static"})
         return done
 
+    def compute_name(self, precision: str) -> str:
+        """A decode's precision ("fp32" / "bf16") by its compute type's name (float32, bfloat16;
+        int8 for a translator loaded with int8 projections, which decode in fp32 around them)."""
+        return "int8" if self.quantized else _COMPUTE_NAME.get(precision, precision)
+
     def _note(self, rows: int, precision: str, why: str, path: str, path_why: str) -> None:
         bucket = 1 << max(0, (rows - 1).bit_length())  # the rows bucket auto's probe measures per
         with self._record_lock:
             r = self._record.setdefault(bucket, {"rows": bucket, "batches": {}})
-            r["compute_type"] = _COMPUTE_NAME.get(precision, precision)
+            r["compute_type"] = self.compute_name(precision)
             r["why"] = why
             r["batches"][path] = r["batches"].get(path, 0) + 1
             if path != "static":
@@ -399,7 +404,7 @@ class Translator:
             resolved[(h.precision, h.precision_reason)] = resolved.get((h.precision, h.precision_reason), 0) + 1
         rep.update(n=len(pairs), decode=cfg.to_dict(), seconds=round(elapsed, 2),
                    sentences_per_s=len(pairs) / max(elapsed, 1e-9),
-                   compute=[{"compute_type": _COMPUTE_NAME.get(p, p), "why": why, "sentences": n}
+                   compute=[{"compute_type": self.compute_name(p), "why": why, "sentences": n}
                             for (p, why), n in resolved.items()])
         if per_sentence:
             rep.update(sentence_scores(srcs, hyps, refs, sort))
