@@ -195,6 +195,8 @@ def test_serve_device_mps_is_refused_in_one_line(mt_run, capsys):
     assert capsys.readouterr().err == "error: device 'mps' is not available here; available: cpu\n"
     assert main(["serve", str(mt_run), "--device", "gpu", "--port", "0"]) == 2
     assert capsys.readouterr().err.startswith("error: --device='gpu' is not a device torch knows; use cpu, cuda")
+    assert main(["serve", str(mt_run), "--compile-beams", "one", "--port", "0"]) == 2
+    assert capsys.readouterr().err == "error: --compile-beams takes whole numbers separated by commas, e.g. 1,4; got 'one'\n"
 
 
 def test_device_other_than_the_cpu_is_refused_where_it_cannot_apply(clf_run, tmp_path):
@@ -235,3 +237,27 @@ def test_serve_device_cpu_serves_over_http(mt_run):
         out = proc.communicate(timeout=30)[0]
     assert got == Translator.load(mt_run).translate(SRC[:2], beam=1), out
     assert model["decode"]["path"] == "lean" and "Traceback" not in out
+
+
+def test_a_translator_swapped_in_by_a_reload_runs_the_lean_step_and_says_why(mt_run):
+    backend = TranslatorBackend("mt", mt_run)
+    backend.prepare(ServeConfig(), compile=False)  # what ServerState.reload does: requests run meanwhile
+    assert backend.describe()["decode"] == {
+        "asked": "auto", "path": "lean",
+        "why": "loaded by a reload while serving: the static step compiles only before the server is ready "
+               "(torch.compile is not thread-safe beside running requests); restart to compile"}
+    assert backend.translate(["ab cd"], (1, 20)) == Translator.load(mt_run).translate(["ab cd"], beam=1, max_output_len=20)
+
+
+def test_compile_sentences_compiles_the_buckets_of_joined_requests(mt_run):
+    backend, ref = TranslatorBackend("mt", mt_run), Translator.load(mt_run)
+    with served(backend, compile_tokens=4, compile_beams=(1,), compile_sentences=(1, 2, 4)) as url:
+        wait_ready(url)
+        for texts in (["ab", "cd"], ["ab cd", "ef", "gh ij kl"], ["ab"]):
+            assert translate(url, texts, 1) == ref.translate(texts, beam=1)
+        model = info(url)
+    assert {c["rows"] for c in model["decode"]["compiled"]} == {1, 2, 4}
+    assert {r["rows"]: r["batches"] for r in model["compute"]["resolved"]} == {1: {"static": 1}, 2: {"static": 1},
+                                                                               4: {"static": 1}}
+    with pytest.raises(UserError, match=r"^--compile-sentences must list batch sizes >= 1 \(e.g. 1,2,4\), got \(0,\)$"):
+        ServeConfig(compile_sentences=(0,)).check()

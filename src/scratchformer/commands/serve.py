@@ -50,6 +50,10 @@ def register(cli) -> None:
     p.add_argument("--compile-beams", default=None, metavar="B[,B...]",
                    help="with the static step: the beams whose buckets compile before ready (default: 1 and the run's "
                         "decode.beam)")
+    p.add_argument("--compile-sentences", default="1", metavar="N[,N...]",
+                   help="with the static step: the batch sizes (sentences a batch; the batcher joins concurrent "
+                        "requests) whose buckets compile before ready (default 1; e.g. 1,2,4,8 for many clients, "
+                        "at a longer start)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on every route but the probes, the page and the docs "
                         f"(or set {API_KEY_ENV}); an empty key is refused")
@@ -111,7 +115,8 @@ def run_serve(args) -> int:
                       drain_timeout=args.drain_timeout, header_timeout=args.header_timeout,
                       body_timeout=args.body_timeout, reload_on_change=args.reload_on_change,
                       reload_interval=args.reload_interval, decode=args.decode, compile_tokens=args.compile_tokens,
-                      compile_beams=_beams(args.compile_beams))
+                      compile_beams=_numbers(args.compile_beams, "--compile-beams"),
+                      compile_sentences=_numbers(args.compile_sentences, "--compile-sentences"))
     cfg.check()
     specs = parse_specs(args.runs)
     compute = compute_type(args)
@@ -127,15 +132,14 @@ def run_serve(args) -> int:
     return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute, device=args.device)
 
 
-def _beams(text: str | None) -> tuple[int, ...] | None:
+def _numbers(text: str | None, flag: str) -> tuple[int, ...] | None:
     """--compile-beams "1,5" -> (1, 5); a malformed list is one line."""
     if text is None:
         return None
     try:
-        beams = tuple(int(b) for b in text.split(","))
+        return tuple(int(b) for b in text.split(","))
     except ValueError:
-        raise UserError(f"--compile-beams takes beams separated by commas, e.g. 1,5; got {text!r}") from None
-    return beams
+        raise UserError(f"{flag} takes whole numbers separated by commas, e.g. 1,4; got {text!r}") from None
 
 
 def run_export(args) -> int:

@@ -193,7 +193,7 @@ class TranslatorBackend(Served):
             return
         beams = cfg.compile_beams or (1, self.model.recipe.decode.beam)
         t0 = time.perf_counter()
-        rows = self.model.warm_static(beams, cfg.compile_tokens) if cfg.compile_tokens else []
+        rows = self.model.warm_static(beams, cfg.compile_tokens, cfg.compile_sentences) if cfg.compile_tokens else []
         seconds = round(time.perf_counter() - t0, 1)
         if not rows:
             why = "--compile-tokens 0: no bucket was compiled, so every batch runs the lean step"
@@ -204,8 +204,9 @@ class TranslatorBackend(Served):
             log.warning("%s: decoding runs the lean step (%s)", self.name, failed[0]["why"])
             self._static, self._decode = False, {"asked": asked, "path": "lean", "why": failed[0]["why"]}
             return
-        log.info("%s: the static decoding step compiled for %d batch-1 buckets (beams %s, sources up to %d tokens) "
-                 "in %.1f s", self.name, len(rows), ", ".join(map(str, dict.fromkeys(beams))), cfg.compile_tokens, seconds)
+        log.info("%s: the static decoding step compiled for %d buckets (batches of %s sentences, beams %s, sources "
+                 "up to %d tokens) in %.1f s", self.name, len(rows), ", ".join(map(str, cfg.compile_sentences)),
+                 ", ".join(map(str, dict.fromkeys(beams))), cfg.compile_tokens, seconds)
         self._static = True
         self._decode = {"asked": asked, "path": "static",
                         "why": "the static compiled step; a batch whose shape bucket was not compiled at start runs "

@@ -50,6 +50,7 @@ class ServeConfig:
     decode: str = "auto"
     compile_tokens: int = 32  # batch-1 buckets compiled before ready: sources of 1 .. this many tokens
     compile_beams: tuple[int, ...] | None = None  # beams compiled before ready (None: greedy and the run's beam)
+    compile_sentences: tuple[int, ...] = (1,)  # batch sizes (sentences) compiled before ready
 
     def check(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_body_bytes", "max_items", "max_input_tokens",
@@ -64,6 +65,8 @@ class ServeConfig:
             raise UserError(f"--compile-tokens must be >= 0, got {self.compile_tokens}")
         if self.compile_beams is not None and (not self.compile_beams or min(self.compile_beams) < 1):
             raise UserError(f"--compile-beams must list beams >= 1 (e.g. 1,5), got {self.compile_beams}")
+        if not self.compile_sentences or min(self.compile_sentences) < 1:
+            raise UserError(f"--compile-sentences must list batch sizes >= 1 (e.g. 1,2,4), got {self.compile_sentences}")
         for name in ("header_timeout", "body_timeout", "reload_interval"):
             if not getattr(self, name) > 0:
                 raise UserError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(self, name)}")

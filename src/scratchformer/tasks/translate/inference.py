@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import threading
 import time
@@ -311,12 +312,13 @@ class Translator:
         return "static", "the static compiled step"
 
     def warm_static(self, beams: Sequence[int] = (1,), max_source_tokens: int = 32,
-                    **overrides) -> list[dict]:
-        """Compile the static step's batch-1 shape buckets (one sentence of 1 .. `max_source_tokens`
-        tokens, each beam of `beams`) now, so that no later decode pays the compile (6-9 s a
-        bucket on a quiet 2-core CPU, docs/speed.md). Returns one row per bucket: its shapes, the
-        seconds it took, and "static" or "lean" with why (a model the step cannot run, a compile
-        that failed: the RuntimeWarning is caught here and said in the row)."""
+                    sentences: Sequence[int] = (1,), **overrides) -> list[dict]:
+        """Compile the static step's shape buckets of batches of `sentences` sentences (default
+        batch 1) of 1 .. `max_source_tokens` tokens, each beam of `beams`, now, so that no later
+        decode pays the compile (6-9 s a bucket on a quiet 2-core CPU, docs/speed.md). Returns one
+        row per bucket: its shapes, the seconds it took, and "static" or "lean" with why (a model
+        the step cannot run, a compile that failed: the RuntimeWarning is caught here and said in
+        the row)."""
         import warnings as _warnings
 
         done: list[dict] = []
@@ -325,29 +327,29 @@ class Translator:
         pad = getattr(self.src_tok, "pad_id", PAD_ID)
         filler = next(i for i in range(self.src_tok.vocab_size - 1, -1, -1) if i not in (pad, EOS_ID))
         specials = getattr(self.src_tok, "source_specials", 1)
-        for beam in dict.fromkeys(beams):
+        for beam, B, S in itertools.product(dict.fromkeys(beams), dict.fromkeys(sentences),
+                                            range(specials + 1, max_source_tokens + specials + 1)):
             cfg = self.decode_config(**{**self._precision(overrides), "beam": beam, "static": True})
-            for S in range(specials + 1, max_source_tokens + specials + 1):
-                src = torch.tensor([[filler] * (S - 1) + [EOS_ID]], device=self.device)  # (1, S)
-                precision, _ = self.choose_precision(beam, cfg.precision)
-                model = self.bf16_model() if precision == "bf16" else self.model
-                why = self.static_blocker(model)
-                if why is not None:
-                    return [{"beam": beam, "path": "lean", "why": why}]
-                key, shapes = _static_bucket(model, src, cfg, getattr(model, "src_pad_id", PAD_ID))
-                if (key, shapes, beam == 1) in seen:
-                    continue
-                seen.add((key, shapes, beam == 1))
-                t0 = time.perf_counter()
-                with _warnings.catch_warnings(record=True):
-                    _warnings.simplefilter("always")
-                    decode(model, src, cfg)
-                row = {"beam": beam, "rows": shapes[0], "target_positions": shapes[1], "source_positions": shapes[2],
-                       "compute_type": self.compute_name(precision),
-                       "seconds": round(time.perf_counter() - t0, 2)}
-                if static.compiler_on() and static.compile_disabled() is not None:
-                    return [*done, {**row, "path": "lean", "why": f"the compile failed here ({static.compile_disabled()})"}]
-                done.append({**row, "path": "static"})
+            src = torch.tensor([[filler] * (S - 1) + [EOS_ID]] * B, device=self.device)  # (B, S)
+            precision, _ = self.choose_precision(B * beam, cfg.precision)
+            model = self.bf16_model() if precision == "bf16" else self.model
+            why = self.static_blocker(model)
+            if why is not None:
+                return [{"beam": beam, "path": "lean", "why": why}]
+            key, shapes = _static_bucket(model, src, cfg, getattr(model, "src_pad_id", PAD_ID))
+            if (key, shapes, beam == 1) in seen:
+                continue
+            seen.add((key, shapes, beam == 1))
+            t0 = time.perf_counter()
+            with _warnings.catch_warnings(record=True):
+                _warnings.simplefilter("always")
+                decode(model, src, cfg)
+            row = {"beam": beam, "rows": shapes[0], "target_positions": shapes[1], "source_positions": shapes[2],
+                   "compute_type": self.compute_name(precision),
+                   "seconds": round(time.perf_counter() - t0, 2)}
+            if static.compiler_on() and static.compile_disabled() is not None:
+                return [*done, {**row, "path": "lean", "why": f"the compile failed here ({static.compile_disabled()})"}]
+            done.append({**row, "path": "static"})
         return done
 
     def compute_name(self, precision: str) -> str:
