@@ -13,9 +13,10 @@ httpx in this process (bounded in requests and seconds). Repetitions interleave 
 repetition, then the median (min-max). Before the loads both servers translate the same sentences
 and the answers are compared; after them the static server's /v1/models says which buckets it
 compiled (and in how many seconds) and how many batches ran each path: at 8 clients the batcher
-joins requests into batches of several rows, whose buckets are not compiled at start (lean).
+joins requests into batches of several rows, whose buckets are not compiled at start (lean) unless
+`--sentences 1,2,4,8` has the static server compile them too (`--compile-sentences`; a longer start).
 
-    OMP_NUM_THREADS=1 python -m benchmarks.serve_static [--quick] [--out DIR]
+    OMP_NUM_THREADS=1 python -m benchmarks.serve_static [--quick] [--out DIR] [--sentences 1,2,4,8]
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def _loadavg() -> float:
         return float("nan")
 
 
-def run(quick: bool = False, out_dir=None, log=print) -> dict:
+def run(quick: bool = False, out_dir=None, log=print, sentences: str | None = None) -> dict:
+    """`sentences`: the static server's --compile-sentences (default 1: batch-1 buckets only)."""
     import httpx
 
     machine = common.machine_info()
@@ -67,9 +69,10 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
         servers: dict[str, tuple] = {}
         try:
             t0 = time.perf_counter()
-            servers["static"] = start_server(spec, True, [*FLAGS["static"].split(), *COMPUTE.split()], timeout=600)
+            flags = {**FLAGS, "static": f"{FLAGS['static']} --compile-sentences {sentences or '1'}"}
+            servers["static"] = start_server(spec, True, [*flags["static"].split(), *COMPUTE.split()], timeout=600)
             startup = time.perf_counter() - t0
-            servers["lean"] = start_server(spec, True, [*FLAGS["lean"].split(), *COMPUTE.split()])
+            servers["lean"] = start_server(spec, True, [*flags["lean"].split(), *COMPUTE.split()])
             log(f"[serve_static] the static server was ready after {startup:.0f} s (its compile)")
             checked = sents[:16]
             answers = {p: [httpx.post(servers[p][1] + "/v1/translate", json={**body(0), "input": s},
@@ -123,7 +126,7 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
               "loadavg": {"min": min(loads, default=None), "max": max(loads, default=None)},
               "settings": {"reps": reps, "max_seconds": max_seconds, "max_length": MAX_LENGTH, "beam": 1,
                            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "nice": os.nice(0),
-                           "server_flags": {p: f"{FLAGS[p]} {COMPUTE}" for p in PATHS}}}
+                           "server_flags": {p: f"{flags[p]} {COMPUTE}" for p in PATHS}}}
     fmt = lambda s: f"{s['median']:.2f}x ({s['min']:.2f}–{s['max']:.2f})"  # noqa: E731
     md = [common.header_md(result["title"], machine, __doc__.split("\n\n")[1].replace("\n", " ")), "",
           common.targets_md(targets), "",
@@ -135,16 +138,19 @@ def run(quick: bool = False, out_dir=None, log=print) -> dict:
                             common.fmt_num(r["requests_per_s"]), f"{r['errors']} / {r['requests']}"] for r in table]), "",
           common.md_table(["clients", "p50 lean / static", "p99 lean / static", "req/s static / lean"],
                           [[c, fmt(v["p50"]), fmt(v["p99"]), fmt(v["requests_per_s"])] for c, v in ratios.items()]), "",
-          f"The static server compiled {len(decode.get('compiled') or [])} batch-1 buckets before /ready "
+          f"The static server ({flags['static']}) compiled {len(decode.get('compiled') or [])} buckets before /ready "
           f"({decode.get('compile_seconds')} s; ready {startup:.0f} s after start): "
-          + "; ".join(f"{c['target_positions']} target x {c['source_positions']} source positions {c['seconds']} s"
+          + "; ".join(f"{c['rows']} rows x {c['target_positions']} target x {c['source_positions']} source positions {c['seconds']} s"
                       for c in decode.get("compiled") or []) + ".", "",
           "Batches per path on the static server, by rows (/v1/models after the loads): "
           + "; ".join(f"{r['rows']} rows: " + ", ".join(f"{k} {v}" for k, v in sorted(r["batches"].items()))
                       for r in resolved) + "."]
-    common.write_result("serve_static", result, "\n".join(md), out_dir)
+    common.write_result("serve_static" if sentences in (None, "1") else "serve_static_sentences", result,
+                        "\n".join(md), out_dir)
     return result
 
 
 if __name__ == "__main__":
-    common.cli(run, __doc__)
+    common.cli(run, __doc__, options={"sentences": ("--sentences", "the static server's --compile-sentences, e.g. "
+                                                                  "1,2,4,8 (default 1; results then in "
+                                                                  "serve_static_sentences.*)")})
