@@ -261,3 +261,15 @@ def test_compile_sentences_compiles_the_buckets_of_joined_requests(mt_run):
                                                                                4: {"static": 1}}
     with pytest.raises(UserError, match=r"^--compile-sentences must list batch sizes >= 1 \(e.g. 1,2,4\), got \(0,\)$"):
         ServeConfig(compile_sentences=(0,)).check()
+
+
+def test_a_static_step_that_fails_eagerly_is_one_log_line_and_the_lean_step(mt_run, monkeypatch, caplog):
+    backend = TranslatorBackend("mt", mt_run)
+    monkeypatch.setattr(type(backend.tr.model), "static_step",
+                        lambda self, *a, **k: (_ for _ in ()).throw(ValueError("a shape the step was not written for\nmore")))
+    with caplog.at_level(logging.INFO, logger="scratchformer.serve"):
+        backend.prepare(ServeConfig(compile_tokens=2))
+    why = "the static step failed before its compile (ValueError: a shape the step was not written for)"
+    assert backend.describe()["decode"] == {"asked": "auto", "path": "lean", "why": why}
+    assert [r.getMessage() for r in caplog.records] == [f"mt: decoding runs the lean step ({why})"]
+    assert backend.translate(["ab cd"], (1, 20)) == Translator.load(mt_run).translate(["ab cd"], beam=1, max_output_len=20)

@@ -193,7 +193,11 @@ class TranslatorBackend(Served):
             return
         beams = cfg.compile_beams or (1, self.model.recipe.decode.beam)
         t0 = time.perf_counter()
-        rows = self.model.warm_static(beams, cfg.compile_tokens, cfg.compile_sentences) if cfg.compile_tokens else []
+        try:
+            rows = self.model.warm_static(beams, cfg.compile_tokens, cfg.compile_sentences) if cfg.compile_tokens else []
+        except Exception as e:  # noqa: BLE001 - not the compiler (that is a row below): serve lean, say why in one line
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            rows = [{"path": "lean", "why": f"the static step failed before its compile ({type(e).__name__}: {first})"}]
         seconds = round(time.perf_counter() - t0, 1)
         if not rows:
             why = "--compile-tokens 0: no bucket was compiled, so every batch runs the lean step"
