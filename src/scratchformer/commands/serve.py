@@ -45,8 +45,8 @@ def register(cli) -> None:
                         "run it, its batch-1 buckets compiled before /ready (else the lean step; /v1/models says "
                         "why); static = the same, but a model that cannot run it is refused; lean = never compiled")
     p.add_argument("--compile-tokens", type=int, default=d.compile_tokens,
-                   help=f"with the static step: compile the batch-1 buckets of sources up to this many tokens before "
-                        f"ready (default {d.compile_tokens}; 6-9 s a bucket; 0 = none, every batch runs the lean step)")
+                   help=f"with the static step: compile the buckets of sources up to this many tokens before ready "
+                        f"(default {d.compile_tokens}; 6-9 s a bucket; 0 = none, every batch runs the lean step)")
     p.add_argument("--compile-beams", default=None, metavar="B[,B...]",
                    help="with the static step: the beams whose buckets compile before ready (default: 1 and the run's "
                         "decode.beam)")

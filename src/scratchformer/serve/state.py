@@ -21,8 +21,8 @@ from .site import FontCutter
 
 log = logging.getLogger("scratchformer.serve")
 API_KEY_ENV = "SCRATCHFORMER_API_KEY"
-_KEY_SPACES = " \t\r\n"
-DECODE_PATHS = ("auto", "static", "lean")  # ServeConfig.decode  # what is stripped around a key, on both sides (ASCII only: bytes of UTF-8 stay)
+_KEY_SPACES = " \t\r\n"  # what is stripped around a key, on both sides (ASCII only: bytes of UTF-8 stay)
+DECODE_PATHS = ("auto", "static", "lean")  # ServeConfig.decode
 
 
 @dataclass
@@ -48,7 +48,7 @@ class ServeConfig:
     # lean step, and /v1/models says why), "static" = the same, but a model that cannot run it is
     # refused at start, "lean" = never compiled. A long-lived server amortises the compile.
     decode: str = "auto"
-    compile_tokens: int = 32  # batch-1 buckets compiled before ready: sources of 1 .. this many tokens
+    compile_tokens: int = 32  # buckets compiled before ready: sources of 1 .. this many tokens
     compile_beams: tuple[int, ...] | None = None  # beams compiled before ready (None: greedy and the run's beam)
     compile_sentences: tuple[int, ...] = (1,)  # batch sizes (sentences) compiled before ready
 
