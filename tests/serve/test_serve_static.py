@@ -273,3 +273,21 @@ def test_a_static_step_that_fails_eagerly_is_one_log_line_and_the_lean_step(mt_r
     assert backend.describe()["decode"] == {"asked": "auto", "path": "lean", "why": why}
     assert [r.getMessage() for r in caplog.records] == [f"mt: decoding runs the lean step ({why})"]
     assert backend.translate(["ab cd"], (1, 20)) == Translator.load(mt_run).translate(["ab cd"], beam=1, max_output_len=20)
+
+
+def test_ready_says_compiling_until_the_buckets_are_compiled(mt_run, monkeypatch):
+    import threading
+
+    backend, release = TranslatorBackend("mt", mt_run), threading.Event()
+    prepare = backend.prepare
+    monkeypatch.setattr(backend, "prepare", lambda cfg, compile=True: release.wait(30) and prepare(cfg, compile))
+    with served(backend, compile_tokens=2) as url:
+        deadline = time.time() + 30
+        while httpx.get(url + "/ready", timeout=5).json() == {"status": "loading"} and time.time() < deadline:
+            time.sleep(0.02)
+        r = httpx.get(url + "/ready", timeout=5)
+        assert (r.status_code, r.json()) == (503, {"status": "compiling"})
+        assert httpx.post(url + "/v1/translate", json={"input": "ab"}, timeout=5).status_code == 503
+        release.set()
+        wait_ready(url)
+        assert info(url)["decode"]["path"] == "static"
