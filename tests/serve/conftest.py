@@ -10,11 +10,12 @@ import pytest
 from toy_data import headlines, train_toy_classifier, train_toy_lm, train_toy_translator, write_tsv  # noqa: F401
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def eager_static_step():
     """A served translator decodes through the static step, compiled before /ready: here it runs
     eagerly (the same step and search, seconds instead of a compile a bucket); the one test that
-    compiles (test_serve_static.py) turns the compiler on for itself."""
+    compiles (test_serve_static.py) turns the compiler on for itself. Per module, so that the
+    setting is back before any test outside tests/serve runs (tests/tasks compiles)."""
     from scratchformer.nn import static
 
     previous = static.use_compiler(False)
