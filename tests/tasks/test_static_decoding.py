@@ -100,7 +100,7 @@ def test_a_failing_compiler_falls_back_to_the_lean_step_with_one_warning(monkeyp
 def test_compiled_static_step_equals_readable_search_and_is_stored_whole(monkeypatch, tmp_path):
     from scratchformer.folders import check_whole
 
-    monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path))
+    monkeypatch.setenv("SCRATCHFORMER_STEP_CACHE", str(tmp_path / "static-steps"))
     monkeypatch.setattr(static, "_COMPILED", {})
     model, src = _model(False, 1, 2.0), _sources(3)
     if static.compile_disabled():
@@ -152,7 +152,7 @@ def test_a_new_model_never_gets_a_freed_models_step(monkeypatch):
 
 
 def test_auto_without_a_stored_package_runs_the_lean_step_and_encodes_once(monkeypatch, tmp_path):
-    monkeypatch.setenv("SCRATCHFORMER_CACHE", str(tmp_path))
+    monkeypatch.setenv("SCRATCHFORMER_STEP_CACHE", str(tmp_path))
     monkeypatch.setattr(static, "_COMPILED", {})
     monkeypatch.setattr(static, "_use_compiler", [True])
     built = []

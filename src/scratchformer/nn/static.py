@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .norm import LayerNorm, RMSNorm
+from .quant import Int8Linear
 
 __all__ = ["StaticDecoderStep", "CompiledStep", "static_blocker", "bucket", "compiled_step", "compile_disabled",
            "use_compiler", "compiler_on", "weights_digest", "step_digest", "build_package", "load_package", "flat_args"]
@@ -67,7 +68,9 @@ def static_blocker(decoder) -> str | None:
                 return "an unfused norm: the lean step serves it"
         for lin in (a.qkv_proj, a.out_proj, layer.cross_attn.qkv_proj, layer.cross_attn.out_proj,
                     layer.ffn.linear_in, layer.ffn.linear_out):
-            if not isinstance(getattr(lin, "weight", None), torch.Tensor) or lin.weight.dtype == torch.int8:
+            # an Int8Linear keeps a float `weight` beside its packed int8 one: asked by its type
+            if isinstance(lin, Int8Linear) or not isinstance(getattr(lin, "weight", None), torch.Tensor) \
+                    or lin.weight.dtype == torch.int8:
                 return "int8 projections: the lean step serves them"
     return None
 
@@ -401,9 +404,11 @@ class CompiledStep:
 
     def stored(self, shapes: tuple, greedy: bool) -> bool:
         """Whether a step of these shapes is ready without compiling: warmed in this process, or
-        its package stored whole (or the eager step: nothing to compile)."""
-        if (shapes, greedy) in self.runners or not self.compiled:
+        its package stored whole (the eager step: warmed, as a compiled one would be)."""
+        if (shapes, greedy) in self.runners:
             return True
+        if not self.compiled:
+            return False
         return self.store is not None and self.store(_package_name(shapes, greedy), None) is not None
 
     def warm(self, shapes: tuple, *args, greedy: bool, build: bool = True) -> bool:

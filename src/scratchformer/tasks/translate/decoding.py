@@ -36,6 +36,7 @@ implement the interface, tested to give identical tokens (tests/tasks/test_lean_
 from __future__ import annotations
 
 import functools
+import os
 import math
 from dataclasses import dataclass, field
 
@@ -191,8 +192,15 @@ def _stepper(model, src: torch.Tensor, cfg: DecodeConfig, capacity: int, expand:
     one (`_Stepper`: the model's own `decode`, the reference the lean step is tested against).
     Both implement the stepper interface, so the search below is written once for both."""
     if static_path(model, cfg) is None:
-        state = _StaticStepper.make(model, src, capacity, expand=expand, int8=cfg.static_int8,
-                                    build=cfg.static == "on")
+        try:
+            state = _StaticStepper.make(model, src, capacity, expand=expand, int8=cfg.static_int8,
+                                        build=cfg.static == "on")
+        except Exception as e:  # noqa: BLE001  auto is the default: a step that cannot be built must not stop decoding
+            if cfg.static != "auto":
+                raise
+            _warn_once(f"the static decoding step could not be built ({type(e).__name__}: "
+                       f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}); decoding runs the lean step")
+            state = None
         if state is not None:
             return state
     if cfg.lean and cfg.use_cache:
@@ -287,16 +295,39 @@ def static_path(model, cfg: DecodeConfig) -> str | None:
     return None
 
 
+_warned: set = set()
+
+
+def _warn_once(message: str) -> None:
+    import warnings
+
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def static_bucket(model, src: torch.Tensor, cfg: DecodeConfig) -> tuple[tuple[int, int, int], bool]:
+    """The static step's shape bucket (rows, target capacity, source length) for decoding `src
+    (B, S)` with `model` under `cfg`, and whether it is ready (built in this process or its
+    package stored): what a decode with decode.static=auto takes."""
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
+    capacity = int(limits.max()) + 1
+    shapes = _StaticStepper._shapes(src, capacity, cfg.beam)
+    entry = _StaticStepper._entry(model, src, capacity, cfg.beam, cfg.static_int8)
+    return shapes, entry.stored(shapes, greedy=cfg.beam == 1)
+
+
 def _package_store(module):
     """Where the compiled packages of a static step live between processes: one verified folder
-    per bucket under `<cache>/static-steps/<step digest>/` (`$SCRATCHFORMER_CACHE`, else
-    ~/.cache/scratchformer), written whole or not at all, its sha256 checked before the shared
+    per bucket under `<cache>/static-steps/<step digest>/` (`$SCRATCHFORMER_STEP_CACHE` for
+    `<cache>/static-steps`, else under `$SCRATCHFORMER_CACHE`, else ~/.cache/scratchformer),
+    written whole or not at all, its sha256 checked before the shared
     library in it is loaded. Not in the run folder: a run folder is meant to be copied and
     shared, and a package is native code that loading runs (as unpickling would)."""
     from ...data.fetch import cache_dir
     from ...folders import check_whole, whole
 
-    root = cache_dir() / "static-steps" / static.step_digest(module)
+    root = Path(os.environ.get("SCRATCHFORMER_STEP_CACHE") or cache_dir() / "static-steps") / static.step_digest(module)
 
     def store(name: str, build) -> Path | None:
         """The package `name`, built by `build(path)` when it is not stored whole (build=None:
@@ -569,4 +600,4 @@ def decode(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
 
 
 __all__ = ["DecodeConfig", "Hypothesis", "greedy_decode", "beam_search", "decode", "length_limits",
-           "check_sources"]
+           "check_sources", "static_path", "static_bucket"]
