@@ -274,7 +274,7 @@ class _StaticStepper:
         return state if state.compiled.warm(state.shapes, *state.args(), greedy=expand == 1) else None
 
     def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, int8: bool = False):
-        memory, mask = model.encode(src)  # (B, S, C), (B, S)
+        memory, mask = model.static_encode(src)  # (B, S, C), (B, S): compiled where it wins
         B, S, _ = memory.shape
         K, n = expand, B * expand
         N, cap, Sb = static.bucket(n), static.bucket(capacity, 16), static.bucket(S, 8)
