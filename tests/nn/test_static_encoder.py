@@ -48,7 +48,11 @@ def eager_static(monkeypatch):
 @pytest.mark.usefixtures("eager_static")
 @pytest.mark.parametrize("norm_first,final_norm", [(False, False), (True, True)])
 @pytest.mark.parametrize("rows,length", [(1, 5), (3, 11), (5, 17)])
-def test_static_encoder_equals_eager_encoder_on_real_positions(norm_first, final_norm, rows, length):
+@pytest.mark.parametrize("pack_min", [0, None])  # every projection through oneDNN packed, or (d32) none
+def test_static_encoder_equals_eager_encoder_on_real_positions(norm_first, final_norm, rows, length, pack_min,
+                                                                monkeypatch):
+    if pack_min is not None:
+        monkeypatch.setattr(static_encoder, "PACK_MIN", pack_min)
     enc = _encoder(1, norm_first=norm_first, final_norm=final_norm)
     x, keep = _inputs(rows, length)
     with torch.no_grad():
@@ -57,7 +61,8 @@ def test_static_encoder_equals_eager_encoder_on_real_positions(norm_first, final
     assert got.shape == want.shape
     assert _max_diff_on_real(got, want, keep) < TOL
     entry = next(iter(static_encoder._COMPILED.values()))
-    assert entry.module.packed == torch.backends.mkldnn.is_available()  # the oneDNN products ran
+    packed = pack_min is not None and torch.backends.mkldnn.is_available()
+    assert len(entry.module.packed) == (4 * len(enc.layers) if packed else 0)  # which products ran
     assert static_encoder._COMPILED and next(iter(static_encoder._COMPILED))[2] == \
         (static.bucket(rows), static.bucket(length, 8))  # padded up to the bucket
 
@@ -160,7 +165,7 @@ def test_a_failing_compiler_falls_back_to_the_eager_encoder_with_one_warning(mon
         static.use_compiler(previous)
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert msgs == ["the compiled encoder is off (torch.compile failed: RuntimeError: no C++ compiler found); "
-                    "the eager encoder runs"]
+                    "the eager encoder runs (and a translation's decoding the lean step)"]
     assert torch.equal(got, want) and torch.equal(again, want[:1])
     assert static_encoder_reason(enc, 1, 8) == \
         "the compiler failed in this process (RuntimeError: no C++ compiler found)"
@@ -171,6 +176,8 @@ def test_a_failing_compiler_falls_back_to_the_eager_encoder_with_one_warning(mon
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_compiled_static_encoder_equals_eager_encoder(norm_first, monkeypatch):
     monkeypatch.setattr(static_encoder, "_COMPILED", {})
+    if not norm_first:  # the packed oneDNN products in the graph (d32 weights are below PACK_MIN)
+        monkeypatch.setattr(static_encoder, "PACK_MIN", 0)
     if static.compile_disabled():
         pytest.skip(f"the compiler failed earlier in this process: {static.compile_disabled()}")
     enc = _encoder(8, norm_first=norm_first, final_norm=norm_first)
@@ -181,5 +188,6 @@ def test_compiled_static_encoder_equals_eager_encoder(norm_first, monkeypatch):
         want = enc(x, padding_mask=keep)
     (entry,) = static_encoder._COMPILED.values()
     assert entry.compiled and entry.compile_seconds > 0, static.compile_disabled()
+    assert len(entry.module.packed) == (0 if norm_first or not torch.backends.mkldnn.is_available() else 8)
     assert _max_diff_on_real(got, want, keep) < TOL
     assert torch.equal(got, again)

@@ -47,6 +47,10 @@ __all__ = ["StaticEncoder", "CompiledEncoder", "static_encoder_blocker", "static
 MAX_TOKENS = 512
 
 _PACKED = torch.backends.mkldnn.is_available()
+# A oneDNN product on a packed weight costs ~20 us a call before any arithmetic: it pays from
+# weights of 256 x 1024 (1.3-1.7x faster than `F.linear` at 8-128 rows), breaks even at 256 x 256
+# and loses below (0.2-0.6x at 32 x 32 .. 128 x 128); measured one product at a time, one thread.
+PACK_MIN = 1 << 17  # elements
 
 
 def static_encoder_blocker(encoder) -> str | None:
@@ -94,33 +98,33 @@ def _projections(layer) -> tuple:
 class StaticEncoder(nn.Module):
     """`forward(x (N, T, C), keep (N, T) bool, True = real)` -> `(N, T, C)`: the blocks of
     `encoder` (eval mode) at the shapes it is called with, on the encoder's own parameters (a
-    submodule), except the projection weights: with oneDNN (`torch.backends.mkldnn`) and a
-    float32 or bfloat16 model, each is also held reordered into oneDNN's blocked layout for
-    `rows` = N * T rows (`mkldnn._reorder_linear_weight`, once; as many bytes again as the
-    weights), and multiplied by `mkldnn._linear_pointwise`. Why: a few-row product that reads a
-    weight in its `(out, in)` layout repacks it at every call; measured at 32 rows, d256, 4
-    layers' 16 products cycled: 2.4 ms packed against 3.8 ms `F.linear` (MKL) and 3.5 ms MKL's
-    own packed GEMM (what Inductor's freezing picks for float32). Inductor folds the packed
-    buffers into the compiled graph as constants (freezing) and fuses the FFN's activation into
-    the product."""
-
-    sdpa = True
+    submodule; nothing copied), except that large projection weights (at least `PACK_MIN`
+    elements) of a float32 or bfloat16 model are also held reordered into oneDNN's blocked
+    layout for `rows` = N * T rows (`mkldnn._reorder_linear_weight`, once: as many bytes again
+    as those weights) and multiplied by `mkldnn._linear_pointwise`. Why: a product that reads a
+    weight in its `(out, in)` layout packs it at every call (MKL's `F.linear`, and MKL's own
+    packed GEMM, which Inductor's freezing picks for float32, gains less); measured at 32 rows,
+    the 16 products of a d256 4-layer encoder cycled: 2.4 ms packed, 3.8 ms `F.linear`, 3.5 ms
+    MKL packed. Inductor folds the packed buffers into the graph as constants (freezing) and
+    fuses the FFN's ReLU into the product."""
 
     def __init__(self, encoder, rows: int):
         super().__init__()
         self.encoder = encoder
         a = encoder.layers[0].self_attn
         self.H, self.D = a.n_heads, a.head_dim
-        w = a.qkv_proj.weight
-        self.packed = _PACKED and w.device.type == "cpu" and w.dtype in (torch.float32, torch.bfloat16)
-        if self.packed:
+        self.packed: set = set()  # the (layer, projection) pairs multiplied by oneDNN
+        if _PACKED and a.qkv_proj.weight.device.type == "cpu" and \
+                a.qkv_proj.weight.dtype in (torch.float32, torch.bfloat16):
             for i, layer in enumerate(encoder.layers):
                 for name, lin in _projections(layer):
-                    packed = torch.ops.mkldnn._reorder_linear_weight(lin.weight.detach(), rows)
-                    self.register_buffer(f"packed_{i}_{name}", packed, persistent=False)
+                    if lin.weight.numel() >= PACK_MIN:
+                        packed = torch.ops.mkldnn._reorder_linear_weight(lin.weight.detach(), rows)
+                        self.register_buffer(f"packed_{i}_{name}", packed, persistent=False)
+                        self.packed.add((i, name))
 
     def _linear(self, x: torch.Tensor, i: int, name: str, lin) -> torch.Tensor:
-        if not self.packed:
+        if (i, name) not in self.packed:
             return F.linear(x, lin.weight, lin.bias)
         return torch.ops.mkldnn._linear_pointwise(x, getattr(self, f"packed_{i}_{name}"), lin.bias, "none", [], "")
 
@@ -131,11 +135,10 @@ class StaticEncoder(nn.Module):
         qkv = qkv.view(N, T, 3, self.H, self.D).permute(2, 0, 3, 1, 4)  # (3, N, H, T, d_k)
         q, k, v = qkv.unbind(0)  # (N, H, T, d_k) each
         scale = a.scale if a.scale is not None else self.D ** -0.5
-        if self.sdpa:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)  # (N, H, T, d_k)
-        else:
-            scores = (q @ k.transpose(-2, -1)) * scale + bias  # (N, H, T, T)
-            out = torch.softmax(scores, dim=-1) @ v  # (N, H, T, d_k)
+        # written out (two batched products and a softmax Inductor fuses with the bias): as fast
+        # as scaled_dot_product_attention here at 1 x 32, and the equation as it reads
+        scores = (q @ k.transpose(-2, -1)) * scale + bias  # (N, H, T, T)
+        out = torch.softmax(scores, dim=-1) @ v  # (N, H, T, d_k)
         out = out.transpose(1, 2).reshape(N, T, self.H * self.D)  # (N, T, C): heads side by side
         return self._linear(out, i, "out", a.out_proj)
 
@@ -161,57 +164,59 @@ class StaticEncoder(nn.Module):
         return x
 
 
-def _freezing():
-    import torch._inductor.config as inductor_config
-
-    return inductor_config.patch(freezing=True)
-
-
 class CompiledEncoder:
     """A `StaticEncoder` under `torch.compile` (Inductor, static shapes, the C++ wrapper,
     freezing: the module's parameters and packed weights are folded into the graph as
     constants), for one shape bucket. `compile_seconds`: the wall time of its first call (the
     compile), None before it.
 
-    Freezing is switched on by `torch._inductor.config.patch` around each call: passed in
+    Freezing is switched on around each call (`torch._inductor.config.freezing`): passed in
     `torch.compile(options=...)` it did not take here (torch 2.13: the weights stayed graph
-    inputs and an MKL product repacked them at every call), and a recompile (a guard that
-    fails on a later call) must see it too."""
+    inputs, and MKL repacked them at every product), and a recompile (a guard that fails on a
+    later call) must see it too. `config.patch` costs ~40 us a call: the flag is set directly."""
 
     def __init__(self, module: StaticEncoder):
+        import torch._inductor.config as inductor_config
+
         self.module = module
         self.compiled = static.compiler_on()
         self.fn = module if not self.compiled else torch.compile(
             module, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
         self.compile_seconds: float | None = None
         self.owner = lambda: None  # the model it was built from (a weakref, set by `compiled_encoder`)
+        self._config = inductor_config
 
     def __call__(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor | None:
-        """The output, or None when the compiler failed here (one warning line; the caller runs
-        the eager encoder, and every later static encoder or decoding step in this process too)."""
+        """The output, or None when the compiler failed here, now or in an earlier call (one
+        warning line; the caller runs the eager encoder, and every later static encoder or
+        decoding step in this process does too)."""
         if not self.compiled:
             return self.fn(x, keep)
-        if self.compile_seconds is not None:
-            with _freezing():
-                return self.fn(x, keep)
         if static.compile_disabled() is not None:
             return None
         t0 = time.perf_counter()
+        cfg = self._config
+        before = cfg.freezing
+        cfg.freezing = True
         try:
-            with _freezing():
-                out = self.fn(x, keep)
+            out = self.fn(x, keep)
         except Exception as e:  # noqa: BLE001  any compiler failure: fall back, say why once
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
             static._disabled.append(f"{type(e).__name__}: {first}")
             warnings.warn(f"the compiled encoder is off (torch.compile failed: {static._disabled[0]}); "
-                          "the eager encoder runs", RuntimeWarning, stacklevel=3)
+                          "the eager encoder runs (and a translation's decoding the lean step)",
+                          RuntimeWarning, stacklevel=3)
             return None
-        self.compile_seconds = time.perf_counter() - t0
+        finally:
+            cfg.freezing = before
+        if self.compile_seconds is None:
+            self.compile_seconds = time.perf_counter() - t0
         return out
 
 
-# One entry per (weights digest, compute type, (rows, length) bucket, compiler on): a single
-# graph each, so a call checks one set of guards.
+# One entry per (weights digest, compute type, (rows, length) bucket, threads, compiler on): a
+# single graph each, so a call checks one set of guards; Inductor's own loops are generated for
+# the thread count at compile time, hence the threads in the key.
 _COMPILED: dict = {}
 _MAX_ENTRIES = 16  # the oldest is dropped
 
@@ -220,7 +225,7 @@ def compiled_encoder(key: tuple, encoder, owner: nn.Module, rows: int) -> Compil
     """The `CompiledEncoder` of `key` = (weights digest of `owner`, compute type, bucket) for
     inputs of `rows` = N * T positions, made the first time. An entry remembers its owner weakly: a new model that reuses a freed one's
     `id` (and weight versions) gets its own."""
-    key = (*key, static.compiler_on())
+    key = (*key, torch.get_num_threads(), static.compiler_on())
     entry = _COMPILED.get(key)
     if entry is None or entry.owner() is not owner:
         if entry is None and len(_COMPILED) >= _MAX_ENTRIES:
