@@ -159,7 +159,7 @@ class EncoderClassifier(nn.Module):
         if self.cfg.bert is not None:
             out = self.bert(ids, attention_mask=mask, need_weights=need_weights)
         elif self.static_encoder and not need_weights and not self.training:
-            out = static_encode(self.encoder, self.embed(ids, bigrams), mask, owner=self)  # padded rows: not read
+            out = static_encode(self.encoder, self.embed(ids, bigrams), mask)  # padded rows: not read
         else:
             out = self.encoder(self.embed(ids, bigrams), mask, need_weights=need_weights)
         h, weights = out if need_weights else (out, None)

@@ -175,7 +175,7 @@ class Seq2Seq(nn.Module):
         if self.bert is not None:
             return self.encode(src)
         src_mask = src != self.src_pad_id
-        return static_encode(self.transformer.encoder, self._embed_src(src), src_mask, owner=self), src_mask
+        return static_encode(self.transformer.encoder, self._embed_src(src), src_mask), src_mask
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
                cache: DecoderCache | None = None, need_weights: bool = False):

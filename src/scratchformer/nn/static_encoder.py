@@ -183,7 +183,7 @@ class CompiledEncoder:
         self.fn = module if not self.compiled else torch.compile(
             module, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
         self.compile_seconds: float | None = None
-        self.owner = lambda: None  # the model it was built from (a weakref, set by `compiled_encoder`)
+        self.owner = lambda: None  # the encoder it was built from (a weakref, set by `compiled_encoder`)
         self._config = inductor_config
 
     def __call__(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor | None:
@@ -221,35 +221,33 @@ _COMPILED: dict = {}
 _MAX_ENTRIES = 16  # the oldest is dropped
 
 
-def compiled_encoder(key: tuple, encoder, owner: nn.Module, rows: int) -> CompiledEncoder:
-    """The `CompiledEncoder` of `key` = (weights digest of `owner`, compute type, bucket) for
-    inputs of `rows` = N * T positions, made the first time. An entry remembers its owner weakly: a new model that reuses a freed one's
-    `id` (and weight versions) gets its own."""
+def compiled_encoder(key: tuple, encoder, rows: int) -> CompiledEncoder:
+    """The `CompiledEncoder` of `key` = (weights digest of `encoder`, compute type, bucket) for
+    inputs of `rows` = N * T positions, made the first time. An entry remembers its encoder
+    weakly: a new encoder that reuses a freed one's `id` (and weight versions) gets its own."""
     key = (*key, torch.get_num_threads(), static.compiler_on())
     entry = _COMPILED.get(key)
-    if entry is None or entry.owner() is not owner:
+    if entry is None or entry.owner() is not encoder:
         if entry is None and len(_COMPILED) >= _MAX_ENTRIES:
             _COMPILED.pop(next(iter(_COMPILED)))
         entry = _COMPILED[key] = CompiledEncoder(StaticEncoder(encoder, rows))
-        entry.owner = weakref.ref(owner)
+        entry.owner = weakref.ref(encoder)
     return entry
 
 
 @torch.no_grad()
-def static_encode(encoder, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
-                  owner: nn.Module | None = None) -> torch.Tensor:
+def static_encode(encoder, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
     """`encoder(x, padding_mask)` through the compiled static encoder where
     `static_encoder_reason` finds nothing against it, else the eager encoder.
 
-    x: `(B, T, C)` embedded inputs; padding_mask: `(B, T)`, True = real (None: all real);
-    owner: the model whose weights digest keys the cache (default: the encoder). Returns
-    `(B, T, C)`: the real positions equal the eager encoder's; the padded ones are not zeros."""
+    x: `(B, T, C)` embedded inputs; padding_mask: `(B, T)`, True = real (None: all real).
+    Returns `(B, T, C)`: the real positions equal the eager encoder's; the padded ones are not
+    zeros (the eager encoder's are)."""
     B, T, C = x.shape
     if static_encoder_reason(encoder, B, T) is not None:
         return encoder(x, padding_mask=padding_mask)
-    owner = encoder if owner is None else owner
     N, Tb = bucket(B), bucket(T, 8)
-    entry = compiled_encoder((weights_digest(owner), str(x.dtype), (N, Tb)), encoder, owner, N * Tb)
+    entry = compiled_encoder((weights_digest(encoder), str(x.dtype), (N, Tb)), encoder, N * Tb)
     if (N, Tb) == (B, T):
         xb = x.contiguous()
         keep = torch.ones(B, T, dtype=torch.bool, device=x.device) if padding_mask is None else padding_mask
