@@ -191,3 +191,11 @@ def test_compiled_static_encoder_equals_eager_encoder(norm_first, monkeypatch):
     assert len(entry.module.packed) == (0 if norm_first or not torch.backends.mkldnn.is_available() else 8)
     assert _max_diff_on_real(got, want, keep) < TOL
     assert torch.equal(got, again)
+    if norm_first:
+        return
+    with torch.no_grad():  # an in-place update: a new entry, whose graph has the new weights frozen in
+        enc.layers[0].ffn.linear_in.weight.mul_(2)
+        got = static_encode(enc, x, keep)
+        want = enc(x, padding_mask=keep)
+    assert len(static_encoder._COMPILED) == 2
+    assert _max_diff_on_real(got, want, keep) < TOL

@@ -25,6 +25,7 @@ does not (then `static_encode` runs the eager encoder).
 from __future__ import annotations
 
 import time
+import types
 import warnings
 import weakref
 
@@ -180,6 +181,14 @@ class CompiledEncoder:
 
         self.module = module
         self.compiled = static.compiler_on()
+        if self.compiled:
+            # Dynamo keeps compiled graphs per code object, and the guards of one made for another
+            # StaticEncoder of the same encoder (the weights updated in place since) would pass:
+            # its frozen, stale weights would run. A copy of `forward`'s code for each entry
+            # keeps each graph to its own module (and a call checks one entry's guards).
+            fwd = StaticEncoder.forward
+            own = types.FunctionType(fwd.__code__.replace(), fwd.__globals__, fwd.__name__, fwd.__defaults__)
+            module.forward = types.MethodType(own, module)
         self.fn = module if not self.compiled else torch.compile(
             module, dynamic=False, fullgraph=True, options={"cpp_wrapper": True})
         self.compile_seconds: float | None = None
