@@ -1,11 +1,12 @@
 """The static encoder: a whole `Encoder` stack at fixed shapes, as one graph for `torch.compile`
 (Inductor, C++ wrapper) to turn into one C++ function, for small inputs (a served sentence).
 
-At 1 x 32 tokens the eager encoder spends much of its time dispatching ~15 PyTorch ops a layer
-from Python (2-7 us each), and the products are small. As for the decoding step (`static.py`),
-a compiled graph removes that only if its shapes never change, so the input is padded up to a
-bucket (`static.bucket`: rows to a power of two, length to a power of two, at least 8) and the
-padding masked:
+At 1 x 32 tokens the eager encoder's time is its products, each of which repacks its weight at
+every call, plus ~15 PyTorch ops a layer dispatched from Python (2-7 us each). Here the large
+weights are packed once (`StaticEncoder`) and the rest is one compiled graph, which, as for the
+decoding step (`static.py`), needs shapes that never change: the input is padded up to a bucket
+(`static.bucket`: rows to a power of two, length to a power of two, at least 8) and the padding
+masked:
 
     softmax(Q Kᵀ/√d_k + bias) V,  bias[n, 0, 0, j] = 0 where position j of row n is real, else -inf
     # 注意力只看真实位置：填充位置的偏置为 -inf
@@ -42,10 +43,13 @@ __all__ = ["StaticEncoder", "CompiledEncoder", "static_encoder_blocker", "static
            "static_encode", "compiled_encoder", "MAX_TOKENS"]
 
 # Up to this many padded tokens (rows bucket x length bucket) the compiled encoder runs; above it
-# the eager encoder, whose large products already run at the BLAS library's speed, so a compiled
-# graph gains little and every new bucket would cost a compile (measured:
-# benchmarks/static_encoder.py, docs/speed.md "The static encoder").
-MAX_TOKENS = 512
+# the eager one. Measured (benchmarks/static_encoder.py, d256 x 4 layers, one thread, three runs on
+# the shared 2-core machine at load 2.5-3.9), compiled / eager speed at the bucket's own size:
+# 1 x 32 1.23-1.39x, 1 x 64 1.16-1.20x, 4 x 32 1.09-1.10x, 8 x 64 1.00-1.04x, 32 x 128 1.00-1.05x.
+# From 512 tokens the products run at the library's speed either way: no gain to set against the
+# padding up to a power of two (a quarter of the work, on average, for an input between buckets),
+# a compile per new bucket (5-10 s here) and a packed copy of the large weights per bucket.
+MAX_TOKENS = 256
 
 _PACKED = torch.backends.mkldnn.is_available()
 # A oneDNN product on a packed weight costs ~20 us a call before any arithmetic: it pays from
