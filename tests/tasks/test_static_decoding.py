@@ -80,7 +80,8 @@ def test_a_failing_compiler_falls_back_to_the_lean_step_with_one_warning(monkeyp
 
     monkeypatch.setattr(static, "_disabled", [])
     monkeypatch.setattr(static, "_COMPILED", {})
-    monkeypatch.setattr(static, "build_package", broken)
+    monkeypatch.setattr(static, "build_package", broken)  # the decoding step (AOTInductor)
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: broken)  # the encoder: torch.compile(...)(x) fails
     monkeypatch.setattr(static, "_use_compiler", [True])
     model, src = _model(False, 1, 2.0), _sources(6)
     cfg = DecodeConfig(beam=1, static=True)
@@ -89,8 +90,10 @@ def test_a_failing_compiler_falls_back_to_the_lean_step_with_one_warning(monkeyp
         got = decode(model, src, cfg)
         again = decode(model, src, cfg)  # no second warning: the fallback is remembered
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert msgs == ["the compiled decoding step is off (compiling it failed: RuntimeError: no C++ compiler "
-                    "found); decoding runs the lean step"]
+    # the static path encodes first, through the compiled encoder (nn/static_encoder.py): its
+    # failure is the one line, and it turns the compiled decoding step off too (one `_disabled`)
+    assert msgs == ["the compiled encoder is off (torch.compile failed: RuntimeError: no C++ compiler found); "
+                    "the eager encoder runs (and a translation's decoding the lean step)"]
     _same(got, decode(model, src, cfg.replace(static=False)))
     _same(again, got)
 

@@ -378,7 +378,7 @@ class _StaticStepper:
         return static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8), model, _package_store)
 
     def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, int8: bool = False):
-        memory, mask = model.encode(src)  # (B, S, C), (B, S)
+        memory, mask = model.static_encode(src)  # (B, S, C), (B, S): compiled where it wins
         B, S, _ = memory.shape
         K, n = expand, B * expand
         self.shapes = N, cap, Sb = self._shapes(src, capacity, expand)
