@@ -212,6 +212,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def warm_up(url: str, bodies: list[tuple[str, object]], n: int = 3) -> None:
+    """A few requests of each kind before the timed loads, untimed: what a process does once (the
+    first call of each compiled graph, the compute-type probe of a new rows bucket) is not what a
+    request costs once the server runs."""
+    import httpx
+
+    for path, body in bodies:
+        for i in range(n):
+            httpx.post(url + path, json=body(i), timeout=120)
+
+
 def start_server(runs: list[str], batching: bool, extra: list[str] = (), timeout: float = 180.0
                  ) -> tuple[subprocess.Popen, str]:
     import httpx
@@ -260,6 +271,7 @@ def run(quick: bool = False, out_dir=None, log=print, models: str | None = None)
         try:
             for mode in ("on", "off"):
                 servers[mode] = start_server(specs, mode == "on")
+                warm_up(servers[mode][1], [bodies[m] for m in chosen])
             for rep in range(reps):
                 for model in chosen:
                     path, body = bodies[model]

@@ -239,7 +239,10 @@ class TranslatorBackend(Served):
         beam, max_len = key
         if self._static:
             return self.model.translate(texts, beam=beam, max_output_len=max_len, static=True, cold="lean")
-        return self.model.translate(texts, beam=beam, max_output_len=max_len, static="off")
+        # --decode lean (or a model the step cannot run): our translator is told so (its default,
+        # decode.static=auto, would take a package another process built); an export's runtime has no such knob
+        lean = {"static": "off"} if hasattr(self.model, "decode_path") else {}
+        return self.model.translate(texts, beam=beam, max_output_len=max_len, **lean)
 
 
 class LanguageModelBackend(Served):
