@@ -8,6 +8,7 @@ repetition ran under the same load) and then summarised the same way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -60,6 +61,20 @@ def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 1
             fns[n]()
             times[n].append(clock() - t0)
     return times
+
+
+@contextlib.contextmanager
+def env_var(name: str, value: str):
+    """`os.environ[name] = value` inside the block, the earlier value (or none) after it."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def summary(values: list[float]) -> dict[str, float]:

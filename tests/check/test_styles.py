@@ -187,7 +187,7 @@ def test_a_todo_hint_is_printed_once_and_zh_detail_lines_are_chinese(tmp_path):
 
 
 def test_a_size_less_parameter_takes_the_size_and_switch_its_call_sites_pass():
-    from scratchformer.check.discover import passed_sizes
+    from scratchformer.check.sizes import passed_sizes
     src = ("import torch.nn as nn\n"
            "class Att(nn.Module):\n    def __init__(self, k, heads=4, mask=False):\n        super().__init__()\n"
            "class Blk(nn.Module):\n    def __init__(self, k, heads=4, mask=False):\n"

@@ -10,6 +10,19 @@ import pytest
 from toy_data import headlines, train_toy_classifier, train_toy_lm, train_toy_translator, write_tsv  # noqa: F401
 
 
+@pytest.fixture(scope="module", autouse=True)
+def eager_static_step():
+    """A served translator decodes through the static step, compiled before /ready: here it runs
+    eagerly (the same step and search, seconds instead of a compile a bucket); the one test that
+    compiles (test_serve_static.py) turns the compiler on for itself. Per module, so that the
+    setting is back before any test outside tests/serve runs (tests/tasks compiles)."""
+    from scratchformer.nn import static
+
+    previous = static.use_compiler(False)
+    yield
+    static.use_compiler(previous)
+
+
 @pytest.fixture(scope="session")
 def clf_run(tmp_path_factory):
     return train_toy_classifier(tmp_path_factory.mktemp("serve-clf"))

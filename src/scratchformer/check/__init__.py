@@ -39,9 +39,10 @@ imported module (the tests use it on planted bugs; never call it on untrusted co
 
 The catalogue of ids is `catalogue.CATALOGUE` (stable: tools and docs link to them).
 
-The package: `discover.py` (finding, building and calling the learner's components by name),
+The package: `discover.py` (finding, building and calling the learner's components by name), `sizes.py`
+(the sizes they are built with, read from their file),
 `masks.py` (their mask convention), `reference.py` (ours, each bug a switch), `compare.py` (closeness,
-the variant search, weights in and out, the context of one file), `components.py` (attention, FFN,
+the variant search, weights in and out, the context of one file), `attention.py` and `position_wise.py` (attention; FFN,
 norm, positions checked), `checks.py` (the layers' wiring, the whole encoder, `CHECKS`), `report.py`, `catalogue.py`, `child.py` (the child process),
 `train.py` (`--train`). It imports torch (and matplotlib for --train) and of ours only fileio:
 the reference is plain formulas written here (not nn/'s fast paths), each classic bug a switch.

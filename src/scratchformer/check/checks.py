@@ -8,8 +8,8 @@ output. That variant's ids are the findings; no variant → `unknown-difference`
 position where the outputs part. Layers (encoder / decoder) are checked for their wiring with the
 learner's own sublayers, so a bug inside a sublayer is reported once, where it is.
 
-The shared harness is `compare.py`; the components (attention, FFN, norm, positions) are
-`components.py`; the layers that wire them, the whole encoder, the mask form and `CHECKS` are here.
+The shared harness is `compare.py`; the components are in `attention.py` (attention)
+and `position_wise.py` (FFN, norm, positions); the layers that wire them, the whole encoder, the mask form and `CHECKS` are here.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from torch import nn
 from . import masks as M
 from . import reference as R
 from .compare import AttnCaller, Ctx, all_close, close, departure, has_lazy, key_keep, randomize, where
-from .components import (check_attention, check_feed_forward, check_layer_norm, check_positional_encoding,
-                         check_rms_norm, check_scaled_dot_product)
+from .attention import check_attention, check_scaled_dot_product
+from .position_wise import check_feed_forward, check_layer_norm, check_positional_encoding, check_rms_norm
 from .discover import CannotCheck, Found, call, call_plan, first_tensor
 from .report import Component
 
@@ -312,7 +312,7 @@ def check_decoder_layer(ctx: Ctx, f: Found) -> Component:
 def block_runner(ctx: Ctx, block: nn.Module, flip: bool = False, no_mask: bool = False):
     """A function (block, h) -> the block's output, called the way a model calls it: `(x)`,
     `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)` with the learner's own rotary tables."""
-    from .components import rope_tables
+    from .attention import rope_tables
 
     plan = call_plan(block.forward, "block")
     roles = {r for _, r, _ in plan}
@@ -356,7 +356,7 @@ def check_block(ctx: Ctx, f: Found) -> Component:
     """A decoder-only block (GPT, LLaMA): causal self-attention and a feed-forward, each with its norm,
     checked for its wiring with the learner's own sublayers; called as they call it: `(x)`,
     `(x, freqs_cis[, mask])`, `(x, start_pos, freqs_cis, mask)`."""
-    from .components import rope_tables
+    from .attention import rope_tables
 
     layer = ctx.build(f)
     d, h = ctx.sizes.d_model, ctx.sizes.heads

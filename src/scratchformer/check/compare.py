@@ -1,4 +1,4 @@
-"""What every comparison of `checks.py` and `components.py` shares: closeness at TOL and where two
+"""What every comparison of `checks.py`, `attention.py` and `position_wise.py` shares: closeness at TOL and where two
 outputs part, the search over the reference's bug switches, weights put into a learner's module and
 read into the reference, and the context of one checked file (`Ctx`: sizes, random inputs, the
 mask form, the findings so far).
@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from . import masks as M
-from .discover import CannotCheck, Found, Sizes, build, call, call_plan, first_tensor
-from .report import Report, finding
+from .discover import CannotCheck, Found, build, call, call_plan, first_tensor
+from .sizes import Sizes
+from .report import Component, Report, finding
 
 
 TOL = 1e-6
@@ -357,3 +358,43 @@ class AttnCaller:
                     errors.append(f"{type(e).__name__}: {e}")
         self.form = first
         raise CannotCheck(f"no mask shape worked ({errors[0] if errors else '?'})")
+
+
+def settle(ctx, f, L, ref, space, choices, masked_row, uniform_row, detail, grad_check=None):
+    """A component's verdict: search the variants (`search`); add the findings; check the fully masked row and (if it matches) the gradients."""
+    hit = search(L, ref, space, choices)
+    comp = Component(f.kind, f.name, "ok", [], detail)
+    if hit is None:
+        first = ref({}, **choices[0])
+        bad = next((i for i, (a, b) in enumerate(zip(L, first)) if not close(a, b)), 0)
+        ctx.add("unknown-difference", f, where(f), departure(L[bad], first[bad]))
+        comp.status, comp.ids = "differs", ["unknown-difference"]
+        return comp
+    bugs, choice = hit
+    if set(bugs) == {"mask-inverted", "mask-fill-zero"}:
+        # a 0 fill is certain; which way the mask points rests on our reading of the convention: one bug
+        bugs = {"mask-fill-zero": "zero (with the mask read the other way round)"}
+    for b, sub in bugs.items():
+        ctx.add(b, f, where(f), f"matches the reference with this mistake: {sub}" if sub not in ("none", "zero", "inverted") else "")
+    if bugs:
+        comp.status, comp.ids = "differs", list(bugs)
+    if masked_row is not None and not {"mask-inverted", "mask-fill-zero"} & set(bugs):  # the fill is known then
+        try:
+            row = masked_row()
+        except Exception:
+            row = None
+        if row is not None and torch.isnan(row).any():
+            ctx.add("all-masked-nan", f, where(f), "a batch row that is all padding came out NaN")
+            ctx.add("mask-fill-inf", f, where(f))
+        elif row is not None and close(row, uniform_row()):
+            ctx.add("mask-fill-1e9", f, where(f))
+    if grad_check is not None and not bugs:
+        try:
+            same = grad_check(bugs, choice)
+        except Exception as e:  # a graph the learner cut (detach, no_grad, numpy)
+            same, detail = False, f"backward failed: {type(e).__name__}: {e}"
+        if not same:
+            ctx.add("unknown-difference", f, where(f), "the outputs match, but the gradients of the weights differ "
+                    "(a .detach(), .data or numpy step in forward?)")
+            comp.status, comp.ids = "differs", ["unknown-difference"]
+    return comp

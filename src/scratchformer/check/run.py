@@ -1,5 +1,5 @@
 """One checked file: every component found in the learner's module compared with the reference
-(checks.py, components.py), then, with `--train`, their encoder trained beside ours (train.py).
+(checks.py, attention.py, position_wise.py), then, with `--train`, their encoder trained beside ours (train.py).
 Kept apart from checks.py so that train.py (which uses the comparisons' helpers) and the
 comparisons import in one direction only."""
 from __future__ import annotations
@@ -16,7 +16,8 @@ from .model import check_model
 
 CHECKS = {**CHECKS, "model": check_model}
 from .compare import Ctx
-from .discover import CannotCheck, discover, learner_sizes
+from .discover import CannotCheck, discover
+from .sizes import learner_sizes
 from .report import Component, Report
 from .train import train_beside
 

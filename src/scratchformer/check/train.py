@@ -18,7 +18,7 @@ from torch import nn
 from . import reference as R
 from .checks import parts
 from .compare import AttnCaller, Ctx, map_attention
-from .components import _eps_of, ffn_params, norm_params
+from .position_wise import _eps_of, ffn_params, norm_params
 from .discover import CannotCheck, call, call_plan, first_tensor
 
 KEYWORD, PAD = 3, 0

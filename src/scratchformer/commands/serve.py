@@ -18,7 +18,7 @@ from .common import add_compute_type, compute_type
 
 def register(cli) -> None:
     from ..serve.backends import TORCH
-    from ..serve.state import API_KEY_ENV, ServeConfig
+    from ..serve.state import API_KEY_ENV, DECODE_PATHS, ServeConfig
     from ..tasks.faces import export_backends, export_formats, faces
 
     d = ServeConfig()
@@ -37,6 +37,23 @@ def register(cli) -> None:
                         f"engine for export folders, as its export.json says; a backend that does not apply is "
                         f"refused). {TORCH}: run folders; {engines}")
     add_compute_type(p, "each task's: auto for translation, float32 for the others")
+    p.add_argument("--device", default=None,
+                   help="where run folders compute: any device torch knows (cpu, cuda, cuda:N, mps, xpu; default cpu); "
+                        "translation runs take it, the other tasks and exports run on the CPU")
+    p.add_argument("--decode", choices=list(DECODE_PATHS), default=d.decode,
+                   help="translation's decoding path: auto (default) = the static compiled step where the model can "
+                        "run it, its batch-1 buckets compiled before /ready (else the lean step; /v1/models says "
+                        "why); static = the same, but a model that cannot run it is refused; lean = never compiled")
+    p.add_argument("--compile-tokens", type=int, default=d.compile_tokens,
+                   help=f"with the static step: compile the buckets of sources up to this many tokens before ready "
+                        f"(default {d.compile_tokens}; 6-9 s a bucket; 0 = none, every batch runs the lean step)")
+    p.add_argument("--compile-beams", default=None, metavar="B[,B...]",
+                   help="with the static step: the beams whose buckets compile before ready (default: 1 and the run's "
+                        "decode.beam)")
+    p.add_argument("--compile-sentences", default="1", metavar="N[,N...]",
+                   help="with the static step: the batch sizes (sentences a batch; the batcher joins concurrent "
+                        "requests) whose buckets compile before ready (default 1; e.g. 1,2,4,8 for many clients, "
+                        "at a longer start)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' on every route but the probes, the page and the docs "
                         f"(or set {API_KEY_ENV}); an empty key is refused")
@@ -76,11 +93,15 @@ def register(cli) -> None:
 
 def run_serve(args) -> int:
     from ..serve.state import API_KEY_ENV, ServeConfig, check_api_key
-    from ..serve.backends import check_source, parse_specs
+    from ..serve.backends import check_device, check_source, parse_specs
     from ..serve.server import serve
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
+    if args.device is not None:  # the one message every verb gives for a device this machine lacks
+        from ..train.device import check_available, parse_device
+
+        check_available(parse_device(args.device, "--device"), args.device)
     # secrets fail closed: a key given empty (`--api-key "$KEY"` with KEY unset, or the variable
     # set to nothing) refuses to start instead of serving without a key
     if args.api_key is not None:
@@ -93,7 +114,9 @@ def run_serve(args) -> int:
                       max_new_tokens=args.max_new_tokens, max_streams=args.max_streams,
                       drain_timeout=args.drain_timeout, header_timeout=args.header_timeout,
                       body_timeout=args.body_timeout, reload_on_change=args.reload_on_change,
-                      reload_interval=args.reload_interval)
+                      reload_interval=args.reload_interval, decode=args.decode, compile_tokens=args.compile_tokens,
+                      compile_beams=_numbers(args.compile_beams, "--compile-beams"),
+                      compile_sentences=_numbers(args.compile_sentences, "--compile-sentences"))
     cfg.check()
     specs = parse_specs(args.runs)
     compute = compute_type(args)
@@ -102,10 +125,21 @@ def run_serve(args) -> int:
             raise UserError(f"{s.source} does not exist; pass a run directory (the --out of a training run)")
         # an export's task, format, engine and compute type, checked before the server starts
         check_source(Path(s.source), args.backend, compute, None)
+        check_device(Path(s.source), args.device)
     if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
         print(f"warning: listening on {args.host} without --api-key: anyone who reaches it can use the models",
               flush=True)
-    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute)
+    return serve(specs, cfg, args.host, args.port, args.backend, compute_type=compute, device=args.device)
+
+
+def _numbers(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """--compile-beams "1,5" -> (1, 5); a malformed list is one line."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise UserError(f"{flag} takes whole numbers separated by commas, e.g. 1,4; got {text!r}") from None
 
 
 def run_export(args) -> int:

@@ -20,6 +20,7 @@ from torch import nn
 from ..errors import UserError
 from ..config import JsonConfig, check_buckets, check_count, check_table
 from ..nn import Encoder, Linear, TransformerConfig
+from ..nn.static_encoder import static_encode
 from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings, token_dropout
 from .pooling import POOLINGS, masked_pool, pool_segments
@@ -119,6 +120,9 @@ class EncoderClassifier(nn.Module):
             # faster, see benchmarks/results); real rows are unchanged
             self.bert.encoder.set_padding_packing(True)
         self.head = nn.Sequential(nn.Dropout(cfg.head_dropout), Linear(cfg.d_model, cfg.n_classes))
+        # opt-in: inference through the compiled static encoder (nn/static_encoder.py) where it
+        # serves the input size; off by default, since each new shape bucket costs a compile
+        self.static_encoder = False
 
     def backbone(self) -> list[nn.Module]:
         """The modules a pretrained checkpoint fills (everything but the head)."""
@@ -154,6 +158,8 @@ class EncoderClassifier(nn.Module):
             ids, bigrams = token_dropout(ids, self.cfg.token_dropout, bigrams)
         if self.cfg.bert is not None:
             out = self.bert(ids, attention_mask=mask, need_weights=need_weights)
+        elif self.static_encoder and not need_weights and not self.training:
+            out = static_encode(self.encoder, self.embed(ids, bigrams), mask)  # padded rows: not read
         else:
             out = self.encoder(self.embed(ids, bigrams), mask, need_weights=need_weights)
         h, weights = out if need_weights else (out, None)

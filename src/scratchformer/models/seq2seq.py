@@ -33,6 +33,7 @@ from ..nn import DecoderCache, Linear, Transformer, TransformerConfig
 from ..nn.fast_linear import projection
 from ..nn.lean import DecoderStep, lean_blocker
 from ..nn.static import StaticDecoderStep, static_blocker
+from ..nn.static_encoder import static_encode
 from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings, token_dropout
 
@@ -160,8 +161,21 @@ class Seq2Seq(nn.Module):
         src_mask = src != self.src_pad_id  # ours: <pad> = 0; XLM-R: <pad> = 1 (<s> is 0)
         if self.bert is not None:
             return self.bert(src, attention_mask=src_mask), src_mask
+        return self.transformer.encoder(self._embed_src(src), src_mask), src_mask
+
+    def _embed_src(self, src: torch.Tensor) -> torch.Tensor:
         bigrams = id_bigrams_batch(src, self.cfg.src_bigram_buckets) if self.cfg.src_bigram_buckets else None
-        return self.transformer.encoder(self.src_embed(src, bigrams), src_mask), src_mask
+        return self.src_embed(src, bigrams)  # (B, S, C)
+
+    def static_encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`encode` through the compiled static encoder (`nn/static_encoder.py`) where it serves
+        this model and this input size (`static_encoder_reason`), else the eager one: the real
+        positions of the memory are equal (fp32, 1e-5); its padded ones are not zeros (the
+        cross-attention masks them)."""
+        if self.bert is not None:
+            return self.encode(src)
+        src_mask = src != self.src_pad_id
+        return static_encode(self.transformer.encoder, self._embed_src(src), src_mask), src_mask
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
                cache: DecoderCache | None = None, need_weights: bool = False):

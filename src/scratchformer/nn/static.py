@@ -1,5 +1,5 @@
 """The static decoding step: one new position per row through a whole decoder, at fixed shapes,
-as one graph for `torch.compile` (Inductor) to turn into a single C++ function.
+as one graph that AOTInductor compiles ahead of time into a single C++ function (`CompiledStep`).
 
 The lean step (nn/lean.py) removed the per-step decisions of the readable path, but it still
 runs ~150 PyTorch ops a step from Python, and at batch 1 their dispatch (2-7 us each) is most of
@@ -28,15 +28,17 @@ a decoder cannot run here (the lean step then serves it).
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .norm import LayerNorm, RMSNorm
+from .quant import Int8Linear
 
 __all__ = ["StaticDecoderStep", "CompiledStep", "static_blocker", "bucket", "compiled_step", "compile_disabled",
-           "use_compiler", "compiler_on", "weights_digest"]
+           "use_compiler", "compiler_on", "weights_digest", "step_digest", "build_package", "load_package", "flat_args"]
 
 
 def bucket(n: int, least: int = 1) -> int:
@@ -66,7 +68,9 @@ def static_blocker(decoder) -> str | None:
                 return "an unfused norm: the lean step serves it"
         for lin in (a.qkv_proj, a.out_proj, layer.cross_attn.qkv_proj, layer.cross_attn.out_proj,
                     layer.ffn.linear_in, layer.ffn.linear_out):
-            if not isinstance(getattr(lin, "weight", None), torch.Tensor) or lin.weight.dtype == torch.int8:
+            # an Int8Linear keeps a float `weight` beside its packed int8 one: asked by its type
+            if isinstance(lin, Int8Linear) or not isinstance(getattr(lin, "weight", None), torch.Tensor) \
+                    or lin.weight.dtype == torch.int8:
                 return "int8 projections: the lean step serves them"
     return None
 
@@ -255,16 +259,18 @@ def weights_digest(module: nn.Module) -> tuple:
     return (id(module), sum(p._version for p in module.parameters()))
 
 
-def compiled_step(key: tuple, build, owner: nn.Module) -> "CompiledStep":
+def compiled_step(key: tuple, build, owner: nn.Module, store=None) -> "CompiledStep":
     """The `CompiledStep` of `key` = (weights digest of `owner`, compute type, capacity bucket),
-    made with `build()` -> `StaticDecoderStep` the first time. An entry remembers its owner
+    made with `build()` -> `StaticDecoderStep` the first time; `store(module)` -> its package
+    store (`CompiledStep`), or None. An entry remembers its owner
     weakly: a new model that reuses a freed one's `id` (and weight versions) gets its own."""
     key = (*key, _use_compiler[0])
     entry = _COMPILED.get(key)
     if entry is None or entry.owner() is not owner:
         if entry is None and len(_COMPILED) >= _MAX_ENTRIES:
             _COMPILED.pop(next(iter(_COMPILED)))
-        entry = _COMPILED[key] = CompiledStep(build())
+        module = build()
+        entry = _COMPILED[key] = CompiledStep(module, None if store is None else store(module))
         entry.owner = weakref.ref(owner)
     return entry
 
@@ -291,45 +297,157 @@ def compile_disabled() -> str | None:
     return _disabled[0] if _disabled else None
 
 
+def step_digest(module: "StaticDecoderStep") -> str:
+    """sha256 of everything a compiled step bakes in: the weights it holds (their bytes), the
+    decoder's layout (`repr`: sizes, norms, eps), the banned ids, int8, this module's source, and
+    the torch version and CPU capability the code is generated for. The name of its artefacts in a cache shared by
+    processes (an entry in `_COMPILED` is per process and keyed by identity instead)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(Path(__file__).read_bytes())  # the step's code: a change to it is a new graph
+    h.update(f"{LOOP_ROWS}|{torch.__version__}|{torch.backends.cpu.get_cpu_capability()}|{module.int8}|{module.banned}|"
+             f"{module.scale}|{module.H}x{module.D}|{module.decoder!r}".encode())
+    tensors = [module.table, module.positions, *module.out]
+    for p in module.layers:
+        tensors += [*p["qkv"], *p["out"], *p["cross_q"], *p["cross_kv"], *p["cross_out"], *p["ffn_in"], *p["ffn_out"]]
+    tensors += [t for t in module.decoder.state_dict().values()]  # the norms' weights too
+    for t in tensors:
+        if t is not None:
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+class _Flat(nn.Module):
+    """The step with flat tensor arguments (what `torch.export` and the AOTInductor runner take):
+    tokens, pos, then per layer self K, self V, cross K, cross V (each list L long), the bias."""
+
+    def __init__(self, step: "StaticDecoderStep", greedy: bool):
+        super().__init__()
+        self.step, self.greedy, self.L = step, greedy, len(step.layers)
+
+    def forward(self, *flat):
+        L = self.L
+        tokens, pos, rest, bias = flat[0], flat[1], flat[2:-1], flat[-1]
+        return self.step(tokens, pos, list(rest[:L]), list(rest[L:2 * L]), list(rest[2 * L:3 * L]),
+                         list(rest[3 * L:]), bias, greedy=self.greedy)
+
+
+def flat_args(tokens, pos, self_k, self_v, cross_k, cross_v, cross_bias) -> list:
+    return [tokens, pos, *self_k, *self_v, *cross_k, *cross_v, cross_bias]
+
+
+def build_package(step: "StaticDecoderStep", args: tuple, greedy: bool, path) -> None:
+    """Export the step at the shapes of `args` and compile it ahead of time (AOTInductor) into the
+    package file `path` (`.pt2`: the generated C++ as a shared library, the weights as constants)."""
+    import warnings
+
+    flat = tuple(flat_args(*args))
+    with warnings.catch_warnings():  # export's notes on the lifted weight constants are not for the user
+        warnings.simplefilter("ignore")
+        program = torch.export.export(_Flat(step, greedy), flat, strict=False)
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+
+
+def load_package(path):
+    """The callable of a package from `build_package`: `runner(*flat_args(...))`."""
+    return torch._inductor.aoti_load_package(str(path))
+
+
+def _package_name(shapes: tuple, greedy: bool) -> str:
+    return "x".join(map(str, shapes)) + ("-greedy" if greedy else "-logp")  # e.g. 1x64x32-greedy
+
+
 class CompiledStep:
-    """A `StaticDecoderStep` under `torch.compile` (Inductor, static shapes, the C++ wrapper: no
-    Python per op; `freezing` is asked for, but the weights reach the graph as lifted inputs).
-    `compile_seconds[shapes]`: the wall time of each bucket's first call (the compile)."""
+    """A `StaticDecoderStep` compiled ahead of time, one AOTInductor package per shape bucket and
+    mode (greedy / log-probs): the step is exported (`torch.export`, static shapes) and Inductor
+    generates one C++ function with the weights as constants, called through a C++ runner. Over
+    `torch.compile` this removes the per-call Dynamo guards on the ~60 tensors the step reads and
+    the Python runtime wrapper (measured 1.6-2x per step at batch 1: docs/speed.md).
 
-    def __init__(self, module: StaticDecoderStep):
-        import torch._dynamo
+    `store(name, build)` -> the package's path: where packages live between processes (the
+    translation layer keeps them in a verified cache folder named by `step_digest`); None: a
+    temporary folder, per process. `compile_seconds[(shapes, greedy)]`: the wall time of each
+    bucket's build, or of its load when a stored package was found (`loaded` says which)."""
 
-        # one graph per shape bucket and mode, and several models a process: more than the
-        # default 8 recompiles of one function
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    def __init__(self, module: StaticDecoderStep, store=None):
         self.module = module
         self.compiled = _use_compiler[0]
-        self.fn = module if not self.compiled else torch.compile(
-            module, dynamic=False, fullgraph=True, options={"cpp_wrapper": True, "freezing": True})
+        self.store = store
+        self.runners: dict = {}
         self.compile_seconds: dict = {}
+        self.loaded: dict = {}  # (shapes, greedy) -> True when the package came from the store
         self.owner = lambda: None  # the model it was built from (a weakref, set by `compiled_step`)
 
-    def warm(self, shapes: tuple, *args, greedy: bool) -> bool:
-        """Compile for these shapes unless done already (the call writes slot `pos` of the
-        caches, which the real step writes again). False, with one warning line, when the
+    def _runner(self, shapes: tuple, args: tuple, greedy: bool, build: bool):
+        import tempfile
+
+        name = _package_name(shapes, greedy)
+        built = []
+
+        def make(path):
+            build_package(self.module, args, greedy, path)
+            built.append(True)
+
+        if self.store is not None:
+            path = self.store(name, make if build else None)
+        elif build:
+            path = Path(tempfile.mkdtemp(prefix="scratchformer-step-")) / f"{name}.pt2"
+            make(path)
+        else:
+            path = None
+        if path is None:
+            return None
+        self.loaded[(shapes, greedy)] = not built
+        return load_package(path)
+
+    def stored(self, shapes: tuple, greedy: bool) -> bool:
+        """Whether a step of these shapes is ready without compiling: warmed in this process, or
+        its package stored whole (the eager step: warmed, as a compiled one would be)."""
+        if (shapes, greedy) in self.runners:
+            return True
+        if not self.compiled:
+            return False
+        return self.store is not None and self.store(_package_name(shapes, greedy), None) is not None
+
+    def warm(self, shapes: tuple, *args, greedy: bool, build: bool = True) -> bool:
+        """Build (or load) the package of these shapes unless done already (`build=False`: load
+        a stored one only; False when there is none). False, with one warning line, when the
         compiler fails here (no C++ compiler, a kernel missing): the caller runs the lean step."""
         import time
         import warnings
 
-        if _disabled and self.compiled:
-            return False
         key = (shapes, greedy)
-        if key in self.compile_seconds:
+        if key in self.runners:
             return True
+        if not self.compiled:  # the same step, eagerly (tests of its logic in seconds)
+            flat = _Flat(self.module, greedy)
+            self.runners[key] = flat
+            return True
+        if _disabled:
+            return False
         t0 = time.perf_counter()
         try:
-            self.fn(*args, greedy=greedy)
+            runner = self._runner(shapes, args, greedy, build)
+            if runner is None:
+                return False
+            self.runners[key] = runner
         except Exception as e:  # noqa: BLE001  any compiler failure: fall back, say why once
-            if not self.compiled:  # the eager step failing is a bug, not a missing compiler
-                raise
-            _disabled.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
-            warnings.warn(f"the compiled decoding step is off (torch.compile failed: {_disabled[0]}); "
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            _disabled.append(f"{type(e).__name__}: {first}")
+            warnings.warn(f"the compiled decoding step is off (compiling it failed: {_disabled[0]}); "
                           "decoding runs the lean step", RuntimeWarning, stacklevel=2)
             return False
         self.compile_seconds[key] = time.perf_counter() - t0
         return True
+
+    def __call__(self, shapes: tuple, greedy: bool, args: tuple):
+        """One step: log-probs `(N, V)`, or `(best (N,), token (N,))` (a bucket not warmed yet
+        is warmed first)."""
+        runner = self.runners.get((shapes, greedy))
+        if runner is None:
+            if not self.warm(shapes, *args, greedy=greedy):
+                raise RuntimeError(f"the compiled decoding step is off: {compile_disabled()}")
+            runner = self.runners[(shapes, greedy)]
+        return runner(*flat_args(*args))

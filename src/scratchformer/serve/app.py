@@ -164,13 +164,14 @@ def _add_probe_routes(app: FastAPI, guarded: list) -> None:
     async def health():
         return {"status": "ok"}
 
-    @app.get("/ready", tags=["probes"], summary="200 once every model is loaded; 503 while loading or draining")
+    @app.get("/ready", tags=["probes"], summary="200 once every model is loaded (and its decoding step compiled); "
+                                                 "503 while loading, compiling or draining")
     async def ready(request: Request):
         st: ServerState = request.app.state.serve
         if st.draining:
             return JSONResponse({"status": "draining"}, 503)
         if not st.ready.is_set():
-            return JSONResponse({"status": "failed" if st.load_error else "loading"}, 503)
+            return JSONResponse({"status": "failed" if st.load_error else st.phase}, 503)
         return {"status": "ready", "models": list(st.models)}
 
     @app.get("/metrics", tags=["probes"], summary="Prometheus metrics")
@@ -179,7 +180,8 @@ def _add_probe_routes(app: FastAPI, guarded: list) -> None:
         return Response(body, media_type=ctype)
 
     @app.get("/v1/models", tags=["models"], dependencies=guarded,
-             summary="the served models, their tasks and the weights each serves (step, time, digest)")
+             summary="the served models, their tasks, the weights each serves (step, time, digest) and, for a "
+                     "translator, its decoding path and what its compute type resolved to")
     async def models(request: Request):
         st: ServerState = request.app.state.serve
         return {"object": "list", "data": [m.describe() for m in st.models.values()]}

@@ -12,6 +12,8 @@ all; the app (app.py) knows no model internals.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Sequence
@@ -20,6 +22,7 @@ from ..errors import UserError
 
 CLASSIFY, TRANSLATE, EMBEDDINGS, COMPLETIONS = "/v1/classify", "/v1/translate", "/v1/embeddings", "/v1/completions"
 TORCH = "torch"  # the `--backend` of run folders (our own inference objects)
+log = logging.getLogger("scratchformer.serve")
 
 
 class Served:
@@ -32,17 +35,25 @@ class Served:
     weights: dict | None = None  # what /v1/models says of the weights served (weights.identity)
     reopen: Callable[[], "Served"] | None = None  # a fresh load of the same source (reload)
 
+    takes_device = False  # whether its task's `load` takes a `device` (translation's does)
+
     def __init__(self, name: str, source, compute_type: str | None = None, quantize: str | None = None, *,
-                 model: Any = None, engine: str = TORCH):
+                 model: Any = None, engine: str = TORCH, device: str | None = None):
         from ..tasks.faces import face
 
         self.name, self.source, self.engine = name, str(source), engine
         self._attention: Any = UserError("an export is served without its run's attention page")
         if model is None:
-            model = face(self.task).load(source, compute_type=compute_type, quantize=quantize)
+            refuse_device(type(self), device)
+            where = {"device": device} if device is not None and self.takes_device else {}
+            model = face(self.task).load(source, compute_type=compute_type, quantize=quantize, **where)
             if self.page:
                 self._attention = _inspector(Path(source))
         self.model = model
+
+    def prepare(self, cfg, compile: bool = True) -> None:
+        """Called once the model is loaded, before the server says ready (`compile=False`: a
+        reload, beside running requests): what a backend does ahead of its first request."""
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         raise NotImplementedError
@@ -143,13 +154,77 @@ class ClassifierBackend(Served):
 
 
 class TranslatorBackend(Served):
-    """A translator: /v1/translate, requests batched together when their decoding settings agree."""
+    """A translator: /v1/translate, requests batched together when their decoding settings agree.
 
-    task, routes, page = "translate", (TRANSLATE,), True
+    Its decoding path (`prepare`, from the server's `decode` setting): the static compiled step
+    (nn/static.py) where the translator can run it, its batch-1 shape buckets compiled before the
+    server says ready; a batch whose bucket is not compiled runs the lean step (no request pays a
+    6-9 s compile, and torch.compile, which is not thread-safe, never runs beside a request).
+    /v1/models says the path, why, the buckets compiled and what the compute type resolved to."""
+
+    task, routes, page, takes_device = "translate", (TRANSLATE,), True, True
+    _static = False  # decode through the static step (its compiled buckets); set by `prepare`
+    _decode: dict | None = None  # what /v1/models says of the decoding path
 
     @property
     def tr(self):
         return self.model
+
+    def prepare(self, cfg, compile: bool = True) -> None:
+        asked = cfg.decode
+        if self.engine != TORCH:
+            self._decode = {"asked": asked, "path": self.engine, "why": f"an export runs on its engine ({self.engine})"}
+            return
+        if asked == "lean":
+            self._static, self._decode = False, {"asked": asked, "path": "lean", "why": "--decode lean was asked for"}
+            return
+        why = self.model.static_blocker()
+        if why is not None:
+            if asked == "static":
+                raise UserError(f"model {self.name!r} cannot decode through the static step ({why}); serve it "
+                                "with --decode auto (the lean step, said in /v1/models) or --decode lean")
+            log.info("%s: decoding runs the lean step (%s)", self.name, why)
+            self._static, self._decode = False, {"asked": asked, "path": "lean", "why": why}
+            return
+        if not compile:
+            why = ("loaded by a reload while serving: the static step compiles only before the server is ready "
+                   "(torch.compile is not thread-safe beside running requests); restart to compile")
+            self._static, self._decode = False, {"asked": asked, "path": "lean", "why": why}
+            return
+        beams = cfg.compile_beams or (1, self.model.recipe.decode.beam)
+        t0 = time.perf_counter()
+        try:
+            rows = self.model.warm_static(beams, cfg.compile_tokens, cfg.compile_sentences) if cfg.compile_tokens else []
+        except Exception as e:  # noqa: BLE001 - not the compiler (that is a row below): serve lean, say why in one line
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            rows = [{"path": "lean", "why": f"the static step failed before its compile ({type(e).__name__}: {first})"}]
+        seconds = round(time.perf_counter() - t0, 1)
+        if not rows:
+            why = "--compile-tokens 0: no bucket was compiled, so every batch runs the lean step"
+            self._static, self._decode = False, {"asked": asked, "path": "lean", "why": why}
+            return
+        failed = [r for r in rows if r["path"] != "static"]
+        if failed:  # one line, never a traceback; every batch runs the lean step
+            log.warning("%s: decoding runs the lean step (%s)", self.name, failed[0]["why"])
+            self._static, self._decode = False, {"asked": asked, "path": "lean", "why": failed[0]["why"]}
+            return
+        log.info("%s: the static decoding step compiled for %d buckets (batches of %s sentences, beams %s, sources "
+                 "up to %d tokens) in %.1f s", self.name, len(rows), ", ".join(map(str, cfg.compile_sentences)),
+                 ", ".join(map(str, dict.fromkeys(beams))), cfg.compile_tokens, seconds)
+        self._static = True
+        self._decode = {"asked": asked, "path": "static",
+                        "why": "the static compiled step; a batch whose shape bucket was not compiled at start runs "
+                               "the lean step (per rows bucket below)",
+                        "compiled": [{k: r[k] for k in ("beam", "rows", "target_positions", "source_positions",
+                                                        "compute_type", "seconds")} for r in rows],
+                        "compile_seconds": seconds}
+
+    def describe(self):
+        out = super().describe()
+        if self.engine != TORCH:
+            return out
+        decode = self._decode or {"asked": None, "path": "lean", "why": "not prepared by a server (prepare() not called)"}
+        return {**out, "decode": decode, "compute": self.model.decode_record()}
 
     def count_tokens(self, texts):
         return self.model.count_tokens(texts)
@@ -162,7 +237,12 @@ class TranslatorBackend(Served):
 
     def translate(self, texts, key):
         beam, max_len = key
-        return self.model.translate(texts, beam=beam, max_output_len=max_len)
+        if self._static:
+            return self.model.translate(texts, beam=beam, max_output_len=max_len, static=True, cold="lean")
+        # --decode lean (or a model the step cannot run): our translator is told so (its default,
+        # decode.static=auto, would take a package another process built); an export's runtime has no such knob
+        lean = {"static": "off"} if hasattr(self.model, "decode_path") else {}
+        return self.model.translate(texts, beam=beam, max_output_len=max_len, **lean)
 
 
 class LanguageModelBackend(Served):
@@ -262,7 +342,7 @@ def parse_specs(args: Sequence[str]) -> list[ModelSpec]:
 
 
 def load_backend(spec: ModelSpec, backend: str | None = None, compute_type: str | None = None,
-                 quantize: str | None = None, attempts: int = 3) -> Served:
+                 quantize: str | None = None, attempts: int = 3, device: str | None = None) -> Served:
     """The backend for one spec, by the run's task (config.json), an export folder
     (export.json), or a pretrained encoder's name. `compute_type` (auto, float32, bfloat16, int8;
     None: each task's default): what the torch backends load with (the load APIs' `compute_type=`;
@@ -271,23 +351,27 @@ def load_backend(spec: ModelSpec, backend: str | None = None, compute_type: str 
 
     One model per name: the folder's identity (weights.identity) is taken before and after the
     load, and a load during which the folder changed is tried again; the backend records the
-    identity it was loaded from (`weights`) and how to load its source again (`reopen`)."""
+    identity it was loaded from (`weights`) and how to load its source again (`reopen`).
+    `device` (None: the CPU): where a run folder's model computes (`check_device` says which
+    sources can take one)."""
     from .weights import identity
 
     for _ in range(attempts):
         before = identity(spec.source)
-        served = _open_backend(spec, backend, compute_type, quantize)
+        served = _open_backend(spec, backend, compute_type, quantize, device)
         after = identity(spec.source)
         if before == after:
             served.weights = after
-            served.reopen = lambda: load_backend(spec, backend, compute_type, quantize, attempts)
+            served.reopen = lambda: load_backend(spec, backend, compute_type, quantize, attempts, device)
             return served
     raise UserError(f"{spec.source} changed while it was being loaded ({attempts} tries): is a training writing "
                     "into it? Serve it once the training has finished")
 
 
-def _open_backend(spec: ModelSpec, backend: str | None, compute_type: str | None, quantize: str | None) -> Served:
+def _open_backend(spec: ModelSpec, backend: str | None, compute_type: str | None, quantize: str | None,
+                  device: str | None = None) -> Served:
     path = Path(spec.source)
+    check_device(path, device)
     if (path / "export.json").is_file():
         return _open_export(spec, backend, compute_type, quantize)
     if backend not in (None, TORCH):
@@ -306,7 +390,36 @@ def _open_backend(spec: ModelSpec, backend: str | None, compute_type: str | None
     if face.name not in BACKENDS:
         raise UserError(f"{path} holds a {face.name!r} run, which has no serve routes; serve knows "
                         f"{', '.join(sorted(BACKENDS))} runs")
-    return BACKENDS[face.name](spec.name, path, compute_type, quantize)
+    return BACKENDS[face.name](spec.name, path, compute_type, quantize, device=device)
+
+
+def refuse_device(cls: type[Served], device: str | None) -> None:
+    """A device other than the CPU for a backend whose task's `load` takes none: one line."""
+    if device not in (None, "cpu") and not cls.takes_device:
+        from ..tasks.faces import words
+
+        raise UserError(f"--device {device}: {words(cls.task)} is served on the CPU so far (translation runs take "
+                        "--device); leave --device out or give --device cpu")
+
+
+def check_device(path: Path, device: str | None) -> None:
+    """Whether the source at `path` can be served on `device` (None and "cpu" always can): an
+    export runs on its engine as exported, and only a task whose `load` takes a device (a
+    translation run) moves to another; else one line. Whether the device exists here is the
+    command's check (`train.device`, the one message every verb gives)."""
+    if device in (None, "cpu"):
+        return
+    if (path / "export.json").is_file():
+        raise UserError(f"--device {device} does not apply to {path}: an export runs on the CPU under its engine, as it "
+                        "was exported; leave --device out, or serve the run folder")
+    if not _is_run(path):  # a pretrained encoder's name or folder
+        refuse_device(PretrainedEmbedder, device)
+        return
+    from ..tasks.faces import task_of
+
+    task = task_of(path).name
+    if task in BACKENDS:
+        refuse_device(BACKENDS[task], device)
 
 
 def _all_faces():

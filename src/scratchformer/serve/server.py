@@ -112,7 +112,8 @@ def uvicorn_config(app, cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8
 
 
 def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
-                backend: str | None = None, log_level: str = "info", compute_type: str | None = None) -> DrainingServer:
+                backend: str | None = None, log_level: str = "info", compute_type: str | None = None,
+                device: str | None = None) -> DrainingServer:
     """The app over `specs` under uvicorn (not started). A model that fails to load stops it."""
     holder: list[DrainingServer] = []
 
@@ -120,15 +121,17 @@ def make_server(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0
         log.error("error: %s", exc)
         holder[0].should_exit = True
 
-    app = create_app(lambda: [load_backend(s, backend, compute_type) for s in specs], cfg, on_load_error=stop)
+    app = create_app(lambda: [load_backend(s, backend, compute_type, device=device) for s in specs], cfg,
+                     on_load_error=stop)
     holder.append(DrainingServer(uvicorn_config(app, cfg, host, port, log_level), app))
     return holder[0]
 
 
 def serve(specs: Sequence[ModelSpec], cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000,
-          backend: str | None = None, log_level: str = "info", compute_type: str | None = None) -> int:
+          backend: str | None = None, log_level: str = "info", compute_type: str | None = None,
+          device: str | None = None) -> int:
     """Serve until SIGTERM/SIGINT. A model that fails to load stops the server with its one-line error."""
-    server = make_server(specs, cfg, host, port, backend, log_level, compute_type)
+    server = make_server(specs, cfg, host, port, backend, log_level, compute_type, device)
     app = server.scratchformer_app
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

@@ -22,6 +22,7 @@ from .site import FontCutter
 log = logging.getLogger("scratchformer.serve")
 API_KEY_ENV = "SCRATCHFORMER_API_KEY"
 _KEY_SPACES = " \t\r\n"  # what is stripped around a key, on both sides (ASCII only: bytes of UTF-8 stay)
+DECODE_PATHS = ("auto", "static", "lean")  # ServeConfig.decode
 
 
 @dataclass
@@ -43,6 +44,13 @@ class ServeConfig:
     body_timeout: float = 30.0  # a request's body must arrive within it (else 408)
     reload_on_change: bool = False  # poll the served folders and swap in a newer finished model
     reload_interval: float = 2.0  # seconds between polls
+    # translation's decoding path: "auto" = the static compiled step where it can run (else the
+    # lean step, and /v1/models says why), "static" = the same, but a model that cannot run it is
+    # refused at start, "lean" = never compiled. A long-lived server amortises the compile.
+    decode: str = "auto"
+    compile_tokens: int = 32  # buckets compiled before ready: sources of 1 .. this many tokens
+    compile_beams: tuple[int, ...] | None = None  # beams compiled before ready (None: greedy and the run's beam)
+    compile_sentences: tuple[int, ...] = (1,)  # batch sizes (sentences) compiled before ready
 
     def check(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_body_bytes", "max_items", "max_input_tokens",
@@ -51,6 +59,14 @@ class ServeConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.max_wait_ms < 0 or self.drain_timeout < 0:
             raise UserError("--max-wait-ms and --drain-timeout must be >= 0")
+        if self.decode not in DECODE_PATHS:
+            raise UserError(f"--decode must be one of {', '.join(DECODE_PATHS)}, got {self.decode!r}")
+        if self.compile_tokens < 0:
+            raise UserError(f"--compile-tokens must be >= 0, got {self.compile_tokens}")
+        if self.compile_beams is not None and (not self.compile_beams or min(self.compile_beams) < 1):
+            raise UserError(f"--compile-beams must list beams >= 1 (e.g. 1,5), got {self.compile_beams}")
+        if not self.compile_sentences or min(self.compile_sentences) < 1:
+            raise UserError(f"--compile-sentences must list batch sizes >= 1 (e.g. 1,2,4), got {self.compile_sentences}")
         for name in ("header_timeout", "body_timeout", "reload_interval"):
             if not getattr(self, name) > 0:
                 raise UserError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(self, name)}")
@@ -80,6 +96,7 @@ class ServerState:
         self.batchers: dict[tuple[str, str], Batcher] = {}  # of the models served now
         self.retired: list[Batcher] = []  # of models replaced by a reload, until their queues drain
         self.ready = threading.Event()
+        self.phase = "loading"  # then "compiling" (the static decoding step, before ready), then ready
         self.draining = False
         self.stopping = threading.Event()  # set at shutdown: generations stop at their next token
         self.load_error: BaseException | None = None
@@ -95,6 +112,11 @@ class ServerState:
     def load(self) -> None:
         try:
             models = list(self.loader())
+            # compiled before ready, in this thread, with no request running: a first request
+            # pays no compile, and torch.compile (not thread-safe) never runs beside a request
+            self.phase = "compiling"
+            for m in models:
+                m.prepare(self.cfg)
             self.models = {m.name: m for m in models}
             self.ready.set()
             log.info("ready: %s", ", ".join(f"{m.name} ({m.task})" for m in models))
@@ -234,6 +256,8 @@ class ServerState:
                                     f"({type(e).__name__}: {e})", "conflict") from None
             if new.weights == old.weights:
                 return {"id": name, "reloaded": False, "weights": old.weights}
+            # nothing compiled now: requests run beside this thread, and torch.compile is not thread-safe
+            new.prepare(self.cfg, compile=False)
             self.models = {**self.models, name: new}
             key_routes = [k for k in self.batchers if k[0] == name]
             for k in key_routes:

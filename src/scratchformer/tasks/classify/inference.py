@@ -58,21 +58,26 @@ class Classifier:
 
     @classmethod
     def load(cls, run_dir: str | Path, blend: bool = True, quantize: str | None = None,
-             compute_type: str | None = None) -> "Classifier":
+             compute_type: str | None = None, static_encoder: bool = False) -> "Classifier":
         """A finished run directory; an ensemble run gives an `EnsembleClassifier`. When the run
         holds a blend with the TF-IDF baseline (`baseline/blend.json`, see blend.py), the
         `BlendedClassifier` is what the run predicts with; `blend=False`: ours alone.
         `compute_type`: float32 (default), bfloat16 (a bf16 copy of the model), int8 (int8
         projections, CPU) or auto (per batch, what a probe measures faster; `nn/compute.py`).
-        `quantize='int8'` is the deprecated spelling of compute_type='int8'."""
+        `quantize='int8'` is the deprecated spelling of compute_type='int8'. `static_encoder=True`:
+        inputs of up to `nn.static_encoder.MAX_TOKENS` padded tokens (a served sentence) run the
+        compiled static encoder (a compile of seconds per new shape bucket, then faster: see
+        docs/speed.md); larger batches, and models it cannot serve, run the eager one."""
         compute_type = compute_type_from(compute_type, quantize)
         run = RunDir(run_dir)
         if blend and (run.path / BLEND_DIR / BLEND_FILE).is_file():
-            return BlendedClassifier.load(cls.load(run_dir, blend=False, compute_type=compute_type),
+            return BlendedClassifier.load(cls.load(run_dir, blend=False, compute_type=compute_type,
+                                                   static_encoder=static_encoder),
                                           run.path / BLEND_DIR)
         if run.is_ensemble:
             recipe = run.load_recipe(ClassifyRecipe, "classify", (), "classification")
-            members = [cls.load(run.member(i).path, compute_type=compute_type) for i in range(recipe.ensemble)]
+            members = [cls.load(run.member(i).path, compute_type=compute_type, static_encoder=static_encoder)
+                       for i in range(recipe.ensemble)]
             return EnsembleClassifier(members, recipe)
         recipe = run.load_recipe(ClassifyRecipe, "classify", ("tokenizer.json", "labels.json", WEIGHTS),
                                  "classification")
@@ -86,6 +91,8 @@ class Classifier:
                             f"{run / 'config.json'} only a {recipe.model.vocab_size}-row embedding: "
                             "the run folder is inconsistent")
         model = build_checked(lambda: build_classifier(recipe.model), run / WEIGHTS, run / "config.json")
+        if static_encoder and hasattr(model, "static_encoder"):  # (not the LSTM baseline)
+            model.static_encoder = True
         return cls(model, tokenizer, labels, recipe, Compute(model, compute_type, recipe.model.d_model))
 
     @property

@@ -36,8 +36,11 @@ implement the interface, tested to give identical tokens (tests/tasks/test_lean_
 from __future__ import annotations
 
 import functools
+import os
 import math
 from dataclasses import dataclass, field
+
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -68,9 +71,13 @@ class DecodeConfig(JsonConfig):
     # Off by default: on the CPU only batch-1 greedy gained (~14%, benchmarks/results/epyc-avx2/compiled_decode.md)
     compile: bool = False
     # the static compiled step (nn/static.py: fixed shape buckets, K/V buffers written in place,
-    # torch.compile with Inductor's C++ wrapper); falls back to the lean step, with one warning,
-    # where a model cannot use it or the compiler fails
-    static: bool = False
+    # compiled ahead of time by AOTInductor, one package per bucket kept in the cache folder):
+    # "on" (or true): compile a bucket the first time it is met (seconds to a minute each);
+    # "auto": in float32 on the CPU, where the bucket's package is ready (built in this process or
+    # stored): a one-off command never waits for a compile; `serve` builds its buckets at start;
+    # "off" (or false): the lean step. Falls back to the lean step, with one warning, where a
+    # model cannot use it or the compiler fails
+    static: bool | str = "auto"
     # with `static`: weight-only int8 projections (per-output-channel scales, float activations;
     # a quarter of the weight bytes a batch-1 step reads)
     static_int8: bool = False
@@ -82,6 +89,10 @@ class DecodeConfig(JsonConfig):
             raise UserError("max_len_ratio and max_len_offset must be >= 0 and max_output_len >= 1")
         if self.max_input_len < 1 or self.batch_tokens < 1:
             raise UserError("max_input_len and batch_tokens must be >= 1")
+        if isinstance(self.static, bool):  # the earlier spelling
+            self.static = "on" if self.static else "off"
+        if self.static not in ("on", "off", "auto"):
+            raise UserError(f"decode static must be 'on', 'off' or 'auto' (or true/false), got {self.static!r}")
         if self.precision not in ("fp32", "bf16", "auto"):
             raise UserError(f"decode precision must be 'fp32', 'bf16' or 'auto', got {self.precision!r}")
 
@@ -180,9 +191,16 @@ def _stepper(model, src: torch.Tensor, cfg: DecodeConfig, capacity: int, expand:
     """The state the search steps: the lean step (`cfg.lean` with the cache) or the readable
     one (`_Stepper`: the model's own `decode`, the reference the lean step is tested against).
     Both implement the stepper interface, so the search below is written once for both."""
-    if cfg.static and cfg.lean and cfg.use_cache and not hasattr(model, "members") \
-            and getattr(model, "static_blocker", lambda: "the model has no static_step")() is None:
-        state = _StaticStepper.make(model, src, capacity, expand=expand, int8=cfg.static_int8)
+    if static_path(model, cfg) is None:
+        try:
+            state = _StaticStepper.make(model, src, capacity, expand=expand, int8=cfg.static_int8,
+                                        build=cfg.static == "on")
+        except Exception as e:  # noqa: BLE001  auto is the default: a step that cannot be built must not stop decoding
+            if cfg.static != "auto":
+                raise
+            _warn_once(f"the static decoding step could not be built ({type(e).__name__}: "
+                       f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}); decoding runs the lean step")
+            state = None
         if state is not None:
             return state
     if cfg.lean and cfg.use_cache:
@@ -257,6 +275,73 @@ def _compiled_call(step, tokens: torch.Tensor) -> torch.Tensor:
     return _compiler()(step, tokens)
 
 
+CAP_LEAST, SOURCE_LEAST = 64, 32  # the smallest target-capacity and source-length buckets
+def static_path(model, cfg: DecodeConfig) -> str | None:
+    """None when a decode may take the static step under `cfg` (with "auto": if its bucket's
+    package is ready), else why not."""
+    if cfg.static == "off":
+        return "decode.static is off"
+    if not (cfg.lean and cfg.use_cache):
+        return "the readable path was asked for (lean or use_cache off)"
+    if hasattr(model, "members"):
+        return "an ensemble averages its members' steps: the lean step serves it"
+    blocker = getattr(model, "static_blocker", lambda: "the model has no static step")()
+    if blocker is not None:
+        return blocker
+    if cfg.static == "auto":
+        p = next(model.parameters())
+        if p.dtype != torch.float32 or p.device.type != "cpu":
+            return "auto takes it for float32 on the CPU only (decode.static=on forces it)"
+    return None
+
+
+_warned: set = set()
+
+
+def _warn_once(message: str) -> None:
+    import warnings
+
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def static_bucket(model, src: torch.Tensor, cfg: DecodeConfig) -> tuple[tuple[int, int, int], bool]:
+    """The static step's shape bucket (rows, target capacity, source length) for decoding `src
+    (B, S)` with `model` under `cfg`, and whether it is ready (built in this process or its
+    package stored): what a decode with decode.static=auto takes."""
+    limits = length_limits(src, cfg, getattr(model, "src_pad_id", PAD_ID))
+    capacity = int(limits.max()) + 1
+    shapes = _StaticStepper._shapes(src, capacity, cfg.beam)
+    entry = _StaticStepper._entry(model, src, capacity, cfg.beam, cfg.static_int8)
+    return shapes, entry.stored(shapes, greedy=cfg.beam == 1)
+
+
+def _package_store(module):
+    """Where the compiled packages of a static step live between processes: one verified folder
+    per bucket under `<cache>/static-steps/<step digest>/` (`$SCRATCHFORMER_STEP_CACHE` for
+    `<cache>/static-steps`, else under `$SCRATCHFORMER_CACHE`, else ~/.cache/scratchformer),
+    written whole or not at all, its sha256 checked before the shared
+    library in it is loaded. Not in the run folder: a run folder is meant to be copied and
+    shared, and a package is native code that loading runs (as unpickling would)."""
+    from ...data.fetch import cache_dir
+    from ...folders import check_whole, whole
+
+    root = Path(os.environ.get("SCRATCHFORMER_STEP_CACHE") or cache_dir() / "static-steps") / static.step_digest(module)
+
+    def store(name: str, build) -> Path | None:
+        """The package `name`, built by `build(path)` when it is not stored whole (build=None:
+        only a stored one, else None)."""
+        folder = root / name
+        if build is None:
+            return folder / "step.pt2" if check_whole(folder, "package.json", {"kind": "aoti-step"}) is None else None
+        whole(folder, "package.json", lambda stage: build(stage.path / "step.pt2"), want={"kind": "aoti-step"},
+              what="compiled step cache")
+        return folder / "step.pt2"
+
+    return store
+
+
 class _StaticStepper:
     """The static compiled step (`nn.static`) behind the stepper interface. Its shapes are
     fixed per decode (rows, capacity and source length rounded up to buckets), so rows never
@@ -266,22 +351,39 @@ class _StaticStepper:
 
     @classmethod
     def make(cls, model, src: torch.Tensor, capacity: int, expand: int = 1,
-             int8: bool = False) -> "_StaticStepper | None":
-        """The stepper, or None when the compiler failed here (the lean step serves then)."""
+             int8: bool = False, build: bool = True) -> "_StaticStepper | None":
+        """The stepper, or None when the compiler failed here or (`build=False`) its bucket's
+        package is not stored yet (the lean step serves then)."""
         if static.compiler_on() and static.compile_disabled() is not None:
             return None
+        if not build and not cls._entry(model, src, capacity, expand, int8).stored(
+                cls._shapes(src, capacity, expand), greedy=expand == 1):
+            return None  # before the encoder runs: the lean step would run it again
         state = cls(model, src, capacity, expand, int8)
-        return state if state.compiled.warm(state.shapes, *state.args(), greedy=expand == 1) else None
+        return state if state.compiled.warm(state.shapes, *state.args(), greedy=expand == 1, build=build) else None
+
+    @staticmethod
+    def _shapes(src: torch.Tensor, capacity: int, expand: int) -> tuple[int, int, int]:
+        """(rows, capacity, source length) rounded up to their buckets (the memory is as long as
+        the source): few buckets, as each is compiled once (seconds); attention over a few
+        padded slots is cheap."""
+        return (static.bucket(src.shape[0] * expand), static.bucket(capacity, CAP_LEAST),
+                static.bucket(src.shape[1], SOURCE_LEAST))
+
+    @staticmethod
+    def _entry(model, src: torch.Tensor, capacity: int, expand: int, int8: bool) -> static.CompiledStep:
+        cap = static.bucket(capacity, CAP_LEAST)
+        dtype = next(model.parameters()).dtype
+        key = (static.weights_digest(model), "int8" if int8 else str(dtype), cap)
+        return static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8), model, _package_store)
 
     def __init__(self, model, src: torch.Tensor, capacity: int, expand: int = 1, int8: bool = False):
-        memory, mask = model.encode(src)  # (B, S, C), (B, S)
+        memory, mask = model.static_encode(src)  # (B, S, C), (B, S): compiled where it wins
         B, S, _ = memory.shape
         K, n = expand, B * expand
-        N, cap, Sb = static.bucket(n), static.bucket(capacity, 16), static.bucket(S, 8)
-        self.shapes = (N, cap, Sb)
-        dtype = memory.dtype
-        key = (static.weights_digest(model), "int8" if int8 else str(dtype), cap)
-        self.compiled = static.compiled_step(key, lambda: model.static_step(cap, _BANNED, int8), model)
+        self.shapes = N, cap, Sb = self._shapes(src, capacity, expand)
+        assert Sb >= S, "the memory is longer than its source"
+        self.compiled = self._entry(model, src, capacity, expand, int8)
         module = self.compiled.module
         self.self_k, self.self_v = module.new_caches(N, cap)  # per layer (cap, N, H, d_k)
         ks, vs = module.memory_kv(memory)  # per layer (S, B, H, d_k): once per sentence
@@ -311,7 +413,7 @@ class _StaticStepper:
             self.tokens.copy_(prefix[:, -1])
         else:
             self.tokens[self.phys] = prefix[:, -1]
-        out = self.compiled.fn(*self.args(), greedy=greedy)
+        out = self.compiled(self.shapes, greedy, self.args())
         self.pos += 1
         return out
 
@@ -498,4 +600,4 @@ def decode(model, src: torch.Tensor, cfg: DecodeConfig) -> list[Hypothesis]:
 
 
 __all__ = ["DecodeConfig", "Hypothesis", "greedy_decode", "beam_search", "decode", "length_limits",
-           "check_sources"]
+           "check_sources", "static_path", "static_bucket"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import threading
 import time
@@ -15,13 +16,15 @@ from ...data.batching import pad_sequences
 from ...data.tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text, inside
+from ...nn import static
 from ...nn.compute import compute_type_from
 from ...nn.quant import Int8Linear, quantize_int8
 from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble, build_seq2seq
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .data import source_ids
-from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode
+from .decoding import (DecodeConfig, Hypothesis, check_sources, choose_precision, decode, static_bucket,
+                       static_path)
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
 from .task import SENTENCE_SORTS, corpus_scores, sentence_scores
 
@@ -52,6 +55,7 @@ def _final_weights(final: Path) -> str:
 
 # compute_type (CTranslate2's names) -> the decode's precision; int8 decodes its int8 projections in fp32
 _PRECISION = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16", "int8": "fp32"}
+_COMPUTE_NAME = {"fp32": "float32", "bf16": "bfloat16"}  # and back, for what a record says
 
 
 class Translator:
@@ -71,6 +75,10 @@ class Translator:
         self._last = threading.local()  # the deprecated last_precision / precision_reason, per thread
         self.quantized = any(isinstance(m, Int8Linear) for m in self.model.modules())
         self._bf16: torch.nn.Module | None = None
+        # what each batch decoded so far resolved to, per rows bucket (`decode_record`): a record
+        # that only grows, written under the lock (one translator serves several threads)
+        self._record: dict[int, dict] = {}
+        self._record_lock = threading.Lock()
 
     @property
     def last_precision(self) -> str | None:
@@ -213,9 +221,12 @@ class Translator:
         return [Tokenized.of(t, x, self, len(x) - specials) for t, x in zip(texts, ids)]
 
     @torch.no_grad()
-    def hypotheses(self, texts: Sequence[str], **overrides) -> list[Hypothesis]:
+    def hypotheses(self, texts: Sequence[str], cold: str = "compile", **overrides) -> list[Hypothesis]:
         """The best `Hypothesis` for each text, in order. Overrides: any `DecodeConfig` field
-        (beam, length_penalty, max_len_ratio, early_stop, use_cache, ...)."""
+        (beam, length_penalty, max_len_ratio, early_stop, use_cache, static, ...). `cold`: with
+        `static=True`, what a shape bucket not compiled yet does (`decode_path`)."""
+        if cold not in ("compile", "lean"):
+            raise UserError(f"cold must be 'compile' or 'lean', got {cold!r}")
         cfg = self.decode_config(**self._precision(overrides, warn=True))
         ids = self.encode(texts, cfg)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -227,14 +238,143 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             src, _ = pad_sequences([ids[i] for i in chunk], getattr(self.src_tok, "pad_id", PAD_ID))
-            src = src.to(self.device)
-            precision, why = self._last.choice = self.choose_precision(len(chunk) * cfg.beam, cfg.precision)
-            hyps = decode(self.bf16_model() if precision == "bf16" else self.model, src, cfg)
+            hyps = self._decode_chunk(src.to(self.device), cfg, cold)
             for i, h in zip(chunk, hyps):
-                h.precision, h.precision_reason = precision, why
                 out[i] = h
             start = end
         return out  # type: ignore[return-value]
+
+    def _decode_chunk(self, src: torch.Tensor, cfg: DecodeConfig, cold: str = "compile") -> list[Hypothesis]:
+        """One batch `src (B, S)`: its precision (auto: measured per rows bucket), its decoding
+        path (static or lean, `decode_path`), the decode, and the record of what it resolved to."""
+        rows = src.shape[0] * cfg.beam
+        precision, why = self._last.choice = self.choose_precision(rows, cfg.precision)
+        model = self.bf16_model() if precision == "bf16" else self.model
+        path, path_why = self.decode_path(model, src, cfg, cold)
+        if path != "static" and cfg.static != "off":
+            cfg = cfg.replace(static="off")
+        hyps = decode(model, src, cfg)
+        if path == "static" and static.compiler_on() and static.compile_disabled() is not None:
+            path, path_why = "lean", f"the compile failed here ({static.compile_disabled()})"
+        for h in hyps:
+            h.precision, h.precision_reason = precision, why
+        self._note(rows, precision, why, path, path_why)
+        return hyps
+
+    def static_blocker(self, model: torch.nn.Module | None = None) -> str | None:
+        """Why the static compiled step (`nn/static.py`) cannot decode for this translator here
+        (None when it can): an ensemble, a device other than the CPU (the step is written and
+        measured for it), what the model's own `static_blocker` names, or a compile that failed
+        in this process."""
+        model = self.model if model is None else model
+        if hasattr(model, "members"):
+            return "an ensemble: the static step decodes one model (the lean step serves ensembles)"
+        if self.device.type != "cpu":
+            return f"the static step is written and measured for the CPU; on {self.device.type} the lean step serves"
+        if self.quantized:  # Int8Linear keeps a float `weight` beside its packed one: the model's own blocker misses it
+            return "int8 projections (compute_type int8, dynamic int8): the lean step serves them"
+        why = model.static_blocker() if hasattr(model, "static_blocker") else "the model has no static step"
+        if why is not None:
+            return why
+        if static.compiler_on() and static.compile_disabled() is not None:
+            return f"compiling the static step failed in this process ({static.compile_disabled()})"
+        return None
+
+    def decode_path(self, model: torch.nn.Module, src: torch.Tensor, cfg: DecodeConfig,
+                    cold: str = "compile") -> tuple[str, str]:
+        """`("static" | "lean" | "readable", why)` for decoding `src (B, S)` with `model` under
+        `cfg`. A shape bucket the static step has not built yet (in this process or stored in the
+        cache) runs the lean step with decode.static=auto or `cold="lean"` (a server builds its
+        buckets before it says ready: no request pays a compile, and no compile runs beside a
+        request); with decode.static=on and `cold="compile"` its first decode builds it."""
+        if not (cfg.lean and cfg.use_cache):
+            return "readable", "lean=False or use_cache=False asks for the readable step"
+        if cfg.static == "off":
+            return "lean", "decode.static is off"
+        why = self.static_blocker(model)
+        if why is not None:
+            return "lean", why
+        why = static_path(model, cfg)
+        if why is not None:
+            return "lean", why
+        try:
+            shapes, ready = static_bucket(model, src, cfg)
+        except Exception as e:  # noqa: BLE001  the step cannot be built for this model: the lean step decodes
+            if cfg.static == "on" and cold == "compile":
+                raise
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            return "lean", f"the static step could not be built ({type(e).__name__}: {first})"
+        if (cold == "lean" or cfg.static == "auto") and not ready:
+            N, cap, Sb = shapes
+            return "lean", (f"the bucket of {N} rows x {cap} target x {Sb} source positions "
+                            f"({'greedy' if cfg.beam == 1 else f'beam {cfg.beam}'}) is not compiled")
+        return "static", "the static compiled step"
+
+    def warm_static(self, beams: Sequence[int] = (1,), max_source_tokens: int = 32,
+                    sentences: Sequence[int] = (1,), **overrides) -> list[dict]:
+        """Compile the static step's shape buckets of batches of `sentences` sentences (default
+        batch 1) of 1 .. `max_source_tokens` tokens, each beam of `beams`, now, so that no later
+        decode pays the compile (6-9 s a bucket on a quiet 2-core CPU, docs/speed.md). Returns one
+        row per bucket: its shapes, the seconds it took, and "static" or "lean" with why (a model
+        the step cannot run, a compile that failed: the RuntimeWarning is caught here and said in
+        the row)."""
+        import warnings as _warnings
+
+        done: list[dict] = []
+        seen = set()
+        # a source of S ids that are not padding (the shapes are all a compile reads; nothing tokenized)
+        pad = getattr(self.src_tok, "pad_id", PAD_ID)
+        filler = next(i for i in range(self.src_tok.vocab_size - 1, -1, -1) if i not in (pad, EOS_ID))
+        specials = getattr(self.src_tok, "source_specials", 1)
+        for beam, B, S in itertools.product(dict.fromkeys(beams), dict.fromkeys(sentences),
+                                            range(specials + 1, max_source_tokens + specials + 1)):
+            cfg = self.decode_config(**{**self._precision(overrides), "beam": beam, "static": True})
+            src = torch.tensor([[filler] * (S - 1) + [EOS_ID]] * B, device=self.device)  # (B, S)
+            precision, _ = self.choose_precision(B * beam, cfg.precision)
+            model = self.bf16_model() if precision == "bf16" else self.model
+            why = self.static_blocker(model)
+            if why is not None:
+                return [{"beam": beam, "path": "lean", "why": why}]
+            shapes, _ = static_bucket(model, src, cfg)
+            if (id(model), shapes, beam == 1) in seen:
+                continue
+            seen.add((id(model), shapes, beam == 1))
+            t0 = time.perf_counter()
+            with _warnings.catch_warnings(record=True):
+                _warnings.simplefilter("always")
+                decode(model, src, cfg)
+            row = {"beam": beam, "rows": shapes[0], "target_positions": shapes[1], "source_positions": shapes[2],
+                   "compute_type": self.compute_name(precision),
+                   "seconds": round(time.perf_counter() - t0, 2)}
+            if static.compiler_on() and static.compile_disabled() is not None:
+                return [*done, {**row, "path": "lean", "why": f"the compile failed here ({static.compile_disabled()})"}]
+            done.append({**row, "path": "static"})
+        return done
+
+    def compute_name(self, precision: str) -> str:
+        """A decode's precision ("fp32" / "bf16") by its compute type's name (float32, bfloat16;
+        int8 for a translator loaded with int8 projections, which decode in fp32 around them)."""
+        return "int8" if self.quantized else _COMPUTE_NAME.get(precision, precision)
+
+    def _note(self, rows: int, precision: str, why: str, path: str, path_why: str) -> None:
+        bucket = 1 << max(0, (rows - 1).bit_length())  # the rows bucket auto's probe measures per
+        with self._record_lock:
+            r = self._record.setdefault(bucket, {"rows": bucket, "batches": {}})
+            r["compute_type"] = self.compute_name(precision)
+            r["why"] = why
+            r["batches"][path] = r["batches"].get(path, 0) + 1
+            if path != "static":
+                r["lean_why"] = path_why
+
+    def decode_record(self) -> dict:
+        """What this translator's decodes resolved to so far: the compute type asked for
+        (`auto` by default) and, per rows bucket (sentences x beam, rounded up to a power of two:
+        the buckets auto's probe measures), the compute type it resolved to, why, and how many
+        batches ran each decoding path (with why the last lean one was not static)."""
+        with self._record_lock:
+            rows = [dict(r, batches=dict(r["batches"])) for _, r in sorted(self._record.items())]
+        asked = self.compute_type or _COMPUTE_NAME.get(self.recipe.decode.precision, "auto")
+        return {"compute_type": asked, "resolved": rows}
 
     def translate(self, texts: Sequence[str] | str, beam: int | None = None,
                   length_penalty: float | None = None, **overrides) -> list[str]:
@@ -255,11 +395,18 @@ class Translator:
         if per_sentence and sort not in SENTENCE_SORTS:  # before decoding: nothing spent on a typo
             sentence_scores([], [], [], sort)
         t0 = time.perf_counter()
-        hyps = self.translate(srcs, **overrides)
+        found = self.hypotheses(srcs, **overrides)
         elapsed = time.perf_counter() - t0
+        hyps = [self.tgt_tok.decode(h.tokens) for h in found]
         rep = corpus_scores(hyps, refs)
+        # what the decode's compute type (auto by default) resolved to, with the sentences each choice decoded
+        resolved: dict = {}
+        for h in found:
+            resolved[(h.precision, h.precision_reason)] = resolved.get((h.precision, h.precision_reason), 0) + 1
         rep.update(n=len(pairs), decode=cfg.to_dict(), seconds=round(elapsed, 2),
-                   sentences_per_s=len(pairs) / max(elapsed, 1e-9))
+                   sentences_per_s=len(pairs) / max(elapsed, 1e-9),
+                   compute=[{"compute_type": self.compute_name(p), "why": why, "sentences": n}
+                            for (p, why), n in resolved.items()])
         if per_sentence:
             rep.update(sentence_scores(srcs, hyps, refs, sort))
         if out_dir is not None:
