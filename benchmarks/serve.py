@@ -270,7 +270,8 @@ def run(quick: bool = False, out_dir=None, log=print, models: str | None = None)
         servers = {}
         try:
             for mode in ("on", "off"):
-                servers[mode] = start_server(specs, mode == "on")
+                # quick (the smoke test): no static-step build before ready (serve_static measures that)
+                servers[mode] = start_server(specs, mode == "on", ["--decode", "lean"] if quick else [])
                 warm_up(servers[mode][1], [bodies[m] for m in chosen])
             for rep in range(reps):
                 for model in chosen:
