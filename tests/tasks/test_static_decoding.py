@@ -16,7 +16,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny ops: see tests/confte
 from scratchformer.nn import static
 from scratchformer.tasks.translate import decoding
 from scratchformer.errors import UserError
-from scratchformer.tasks.translate.decoding import DecodeConfig, _StaticStepper, decode, static_path
+from scratchformer.tasks.translate.decoding import DecodeConfig, decode
+from scratchformer.tasks.translate.static_step import _StaticStepper, static_path
 
 from test_lean_decoding import _model, _sources  # the same tiny models and ragged sources
 

@@ -23,8 +23,8 @@ from ...models.seq2seq import Seq2Seq, Seq2SeqEnsemble, build_seq2seq
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .data import source_ids
-from .decoding import (DecodeConfig, Hypothesis, check_sources, choose_precision, decode, static_bucket,
-                       static_path)
+from .decoding import DecodeConfig, Hypothesis, check_sources, choose_precision, decode
+from .static_step import static_bucket, static_path
 from .recipe import FINAL, SRC_TOK, TGT_TOK, TranslateRecipe
 from .task import SENTENCE_SORTS, corpus_scores, sentence_scores
 
