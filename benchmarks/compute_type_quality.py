@@ -17,7 +17,11 @@ def main(argv=None) -> None:
     from scratchformer.data.readers import read_parallel
     from scratchformer.tasks.translate import Translator
 
-    run, test = (argv or sys.argv[1:])[:2]
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        raise SystemExit("usage: python -m benchmarks.compute_type_quality RUN_DIR TEST.tsv (a translation run folder "
+                         "and its src<TAB>tgt test file)")
+    run, test = args
     torch.set_num_threads(1)
     pairs = read_parallel(test)
     out = {}
