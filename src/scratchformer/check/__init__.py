@@ -52,7 +52,7 @@ from __future__ import annotations
 KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "rms_norm", "positional_encoding",
          "encoder_layer", "decoder_layer", "block", "causal_mask", "encoder", "decoder", "model")
 
-__all__ = ["KINDS", "check_file", "check_module"]
+__all__ = ["KINDS", "check", "check_file", "check_module"]
 
 
 def check_file(path, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
@@ -67,6 +67,72 @@ def check_file(path, lang: str = "zh", mask_convention: str | None = None, mappi
     return run_child(path, lang=lang, mask_convention=mask_convention, mapping=mapping,
                      timeout_s=timeout_s, memory_mb=memory_mb, train_steps=train_steps, train_png=train_png,
                      sizes=sizes)
+
+
+def check(obj=None, lang: str | None = None, quiet: bool = False, **options):
+    """In a notebook cell: `check(MyModel)` (or `check()` for the notebook so far) prints the same report as
+    `scratchformer check`. The cells run so far (IPython's history, in the order they ran) are written to a
+    notebook file and checked in a child process, never in the kernel; places are named "cell 7, line 3"
+    with the cell's execution count. Outside IPython it checks the file that defines `obj` (or the running
+    script). With `obj`, the report keeps that class's lines. Returns the Report when `quiet` (nothing
+    printed), else None (the notebook shows the printed report once)."""
+    import inspect
+    import json
+    import os
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    if os.environ.get("SCRATCHFORMER_CHECKING"):
+        return None  # their notebook, replayed by the check itself: no check inside the check
+    lang = lang or ("en" if os.environ.get("LANG", "").lower().startswith("en") else "zh")
+    try:
+        ip = get_ipython()  # noqa: F821 (defined inside IPython only)
+    except NameError:
+        ip = None
+    name = getattr(obj, "__name__", None)
+    mapping = dict(options.pop("mapping", None) or {})
+    if name and inspect.isclass(obj):
+        from .discover import kind_of_class
+        kind = kind_of_class(name)
+        if kind is not None and kind not in mapping:
+            mapping[kind] = name
+    if ip is not None and isinstance(ip.user_ns.get("In"), list):
+        history = list(ip.user_ns["In"])
+        cells = [{"cell_type": "code", "execution_count": n, "metadata": {}, "outputs": [],
+                  "source": src} for n, src in enumerate(history) if n > 0]
+        nb = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+        with tempfile.TemporaryDirectory(prefix="scratchformer-nb-") as tmp:
+            path = Path(tmp) / "notebook_so_far.ipynb"
+            path.write_text(json.dumps(nb), encoding="utf-8")
+            os.environ["SCRATCHFORMER_CHECKING"] = "1"
+            try:
+                report = check_file(path, lang=lang, mapping=mapping, **options)
+            finally:
+                os.environ.pop("SCRATCHFORMER_CHECKING", None)
+            report.path = "this notebook"
+    else:
+        src = None
+        if obj is not None:
+            try:
+                src = inspect.getsourcefile(obj)
+            except TypeError:
+                src = None
+        src = src or getattr(sys.modules.get("__main__"), "__file__", None)
+        if not src:
+            raise ValueError("check(): no file to check; give a class defined in a file, or call it in a notebook")
+        os.environ["SCRATCHFORMER_CHECKING"] = "1"
+        try:
+            report = check_file(src, lang=lang, mapping=mapping, **options)
+        finally:
+            os.environ.pop("SCRATCHFORMER_CHECKING", None)
+    if name and any(c.name == name for c in report.components):
+        report.components = [c for c in report.components if c.name == name]
+        report.findings = [f for f in report.findings if f.where.split(".")[0].split(" ")[0].rstrip("()") == name]
+    if quiet:
+        return report
+    print(report.text(lang))
+    return None
 
 
 def check_module(module, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,

@@ -317,7 +317,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
     masked_row = (lambda: caller(xq, xk, xv, keep)[2]) if caller.mask_role is not None and not rotary else None
     comp = settle(ctx, f, L, ref, space, choices, masked_row,
                    lambda: R.multi_head(xq, xk, xv, w, h, kb, h_kv=h_kv)[2], words, grads)
-    if own_mask and comp.status == "ok" and decoder_only(ctx, f) \
+    if own_mask and comp.status == "ok" and must_be_causal(ctx, f) \
             and search(L, ref, {}, [c for c in choices if c["causal"]]) is None:
         # a decoder-only model's attention that sees the future: the causal mask is missing
         ctx.add("no-causal-mask", f, where(f), "position i attends to positions after i")
@@ -326,6 +326,20 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
                                                (xq, xk, xv, keep), caller):
         comp.status, comp.ids = "differs", ["attention-dropout-in-eval"]
     return comp
+
+
+def must_be_causal(ctx: Ctx, f: Found) -> bool:
+    """Is this attention wrong to read the future? Decided by its use where the learner's program ran: a class
+    that is causal in any of its uses (a decoder's, while the encoder shares it) is not; one that reads the
+    future in every use is, when their model is a decoder whose logits at t move with a later token (a
+    property violated on their own inputs) and the file means it to be causal. Without a run: the words."""
+    run = getattr(ctx, "run", None)
+    used = run.causal_in_use(f.obj) if run else None
+    if used is True:
+        return False
+    if used is False:
+        return run.top_reads_future() is True and decoder_only(ctx, f)
+    return decoder_only(ctx, f)
 
 
 def decoder_only(ctx: Ctx, f: Found) -> bool:

@@ -597,9 +597,13 @@ CHECKS = {"scaled_dot_product": check_scaled_dot_product, "attention": check_att
           "decoder": check_decoder}
 
 
-def mask_form(module, source: str, found: list[Found], helpers: dict, convention: str | None) -> M.MaskForm:
+def mask_form(module, source: str, found: list[Found], helpers: dict, convention: str | None,
+              run=None) -> M.MaskForm:
     if convention:
         return M.flag(convention)
+    form = run.mask_form() if run else None  # the masks their own model built for their own padded input
+    if form is not None:
+        return form
     for fn in helpers.get("pad_mask", []):
         form = M.from_function(fn)
         if form is not None:

@@ -54,9 +54,9 @@ def not_a_python_file(path: Path, lang: str) -> str | None:
     if not path.exists():
         return _msg(lang, f"{path} 不存在；请给出你的 Python 文件的路径",
                     f"{path} does not exist; give the path of your Python file")
-    if not path.is_file() or path.suffix != ".py":
-        return _msg(lang, f"{path} 不是一个 .py 文件；请给出你写的 Transformer 的 Python 文件",
-                    f"{path} is not a .py file; give the Python file of your Transformer")
+    if not path.is_file() or path.suffix not in (".py", ".ipynb"):
+        return _msg(lang, f"{path} 不是 .py 文件或 .ipynb 笔记本；请给出你写的 Transformer 的 Python 文件",
+                    f"{path} is not a .py file or an .ipynb notebook; give the Python file of your Transformer")
     return None
 
 
@@ -101,7 +101,18 @@ def run_child(path, lang: str = "zh", mask_convention: str | None = None, mappin
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="scratchformer-check-") as tmp:
         out, ready = Path(tmp) / "report.json", Path(tmp) / "ready"
-        cmd = [sys.executable, "-m", "scratchformer.check.child", str(path.resolve()), "--out", str(out),
+        target, cells = path.resolve(), None
+        if path.suffix == ".ipynb":  # the code cells as one Python file; places mapped back to "cell 7, line 3"
+            from .notebook import NotebookError, to_source
+            try:
+                text, cells = to_source(path)
+            except NotebookError as e:
+                report.error = str(e)
+                return report
+            target = Path(tmp) / "notebook" / (path.stem + ".py")
+            target.parent.mkdir()
+            target.write_text(text, encoding="utf-8")
+        cmd = [sys.executable, "-m", "scratchformer.check.child", str(target), "--out", str(out),
                "--ready", str(ready), "--lang", lang, "--memory-mb", str(memory_mb),
                "--map", json.dumps(mapping or {}), "--sizes", json.dumps(sizes or {})]
         if mask_convention:
@@ -110,6 +121,8 @@ def run_child(path, lang: str = "zh", mask_convention: str | None = None, mappin
             cmd += ["--train-steps", str(train_steps)]
         if train_png:
             cmd += ["--train-png", str(Path(train_png).resolve())]
+        if cells is not None:
+            cmd += ["--origin", str(path.resolve())]
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -136,6 +149,8 @@ def run_child(path, lang: str = "zh", mask_convention: str | None = None, mappin
             if lines:
                 report.error += f"\n  {lines[-1].strip()[:300]}"
     report.path = str(path)
+    if cells is not None:
+        report.place_cells(cells, target)
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -163,6 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="{}")
     ap.add_argument("--train-steps", type=int, default=0)
     ap.add_argument("--train-png", default=None)
+    ap.add_argument("--origin", default=None, help="the notebook FILE was made from (its folder goes on sys.path)")
+    ap.add_argument("--watch-s", type=float, default=5.0, help="seconds their own program may run while watched")
     a = ap.parse_args(argv)
 
     import importlib.util
@@ -211,15 +228,24 @@ def main(argv=None) -> int:
                            f"so the check cannot run on a changed torch; give your function its own name")
         return r
 
+    watch = None
+    if uses_torch:
+        from .watch import Watch
+        watch = Watch(path, budget_s=a.watch_s)
     limit_self(a.memory_mb)
     Path(a.ready).touch()
     sys.path.insert(0, os.path.dirname(path))
+    if a.origin:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(a.origin)))
     sys.argv = [path]
     try:
         spec = importlib.util.spec_from_file_location("learner_module", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        if watch is None:
+            spec.loader.exec_module(module)
+        else:  # their top level runs statement by statement under the watch (watch.py)
+            watch.run_module(module, source)
     except SystemExit as e:
         report.error = _msg(a.lang, f"你的文件在加载时调用了 exit({e.code!r})；检查需要导入它而不运行脚本部分",
                             f"your file called exit({e.code!r}) while being loaded; the check imports it, "
@@ -241,10 +267,22 @@ def main(argv=None) -> int:
     if replaced(report).error:
         return done(report)
     try:
+        watch.run_entries(module, source)  # their __main__ block or main(): the model called as they call it
+    except SystemExit as e:
+        report.error = _msg(a.lang, f"你的程序在运行时调用了 exit({e.code!r})", f"your program called exit({e.code!r}) while it ran")
+        report.error += "".join("\n" + ln for ln in _learner_frames(e, path))
+        return done(report)
+    except MemoryError:
+        report.error = _msg(a.lang, f"你的程序用完了内存（上限 {a.memory_mb} MB）",
+                            f"your program ran out of memory (limit {a.memory_mb} MB)")
+        return done(report)
+    if replaced(report).error:
+        return done(report)
+    try:
         mapping = json.loads(a.map)
         report = check_loaded(module, lang=a.lang, mask_convention=a.mask_convention, mapping=mapping,
                               source=source, path=a.file, train_steps=a.train_steps, train_png=a.train_png,
-                              sizes=json.loads(a.sizes))
+                              sizes=json.loads(a.sizes), watch=watch)
     except SystemExit as e:
         report.error = _msg(a.lang, f"你的代码在检查时调用了 exit({e.code!r})", f"your code called exit({e.code!r}) while being checked")
         report.error += "".join("\n" + ln for ln in _learner_frames(e, path))

@@ -21,6 +21,52 @@ from . import KINDS
 from .sizes import _CONFIG_PARAM, _D_MODEL, SIZE_NAMES, Sizes, _global_size
 
 
+class _NoRun:
+    """What the checks know of the learner's own run when there was none (the in-process API, a file
+    without a demo): nothing; every question answers None."""
+
+    def representative(self, cls):
+        return None
+
+    def ctor(self, cls):
+        return None
+
+    def call_args(self, cls):
+        return {}
+
+    def causal_in_use(self, cls):
+        return None
+
+    def raised_in(self, name):
+        return None
+
+    def __bool__(self):
+        return False
+
+
+# the facts of the learner's own run for the file being checked (`watch.RunFacts`), set by run.check_loaded
+# for one check and put back after it; the child process checks one file
+RUN = _NoRun()
+
+
+def set_run(facts) -> object:
+    global RUN
+    old, RUN = RUN, facts if facts is not None else _NoRun()
+    return old
+
+
+class Fixed:
+    """A forward argument their own program passes as a plain value (`scale=0.125`, `causal=True`): given the
+    same way when the check calls it."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return f"Fixed({self.value!r})"
+
+
 @dataclass
 class Found:
     kind: str
@@ -216,6 +262,11 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: floa
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
         raise CannotCheck(f"cannot read the parameters of {found.name}") from None
+    seen = RUN.ctor(obj) if inspect.isclass(obj) else None
+    if seen is not None:  # built as their own program built it: their arguments, dropout set to ours
+        mod = _rebuild(obj, sig, seen, dropout)
+        if mod is not None:
+            return mod
     kwargs = {}
     cfg = sizes.config
     for p in sig.parameters.values():
@@ -252,6 +303,10 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: floa
         if dropout and ("drop" in p.name.lower() or p.name.lower() in ("rate", "p", "pdrop", "attn_pdrop")):
             v = dropout
         if v is _MISSING:
+            v = _constant_like(p.name, sizes.consts)
+        if v is _MISSING and re.search(r"class|label|n_out|num_out|target", p.name, re.I):
+            v = 3  # a classifier head's width: any small number checks the body
+        if v is _MISSING:
             if "eps" in p.name.lower():
                 v = 1e-6
             else:
@@ -262,6 +317,79 @@ def build(found: Found, sizes: Sizes, all_found: dict[str, Found], dropout: floa
     if not isinstance(mod, nn.Module):
         raise CannotCheck(f"{found.name}(...) did not give a torch.nn.Module")
     return mod
+
+
+def _constant_like(name: str, consts: dict):
+    """Their module constant that names this parameter (`hid` <- HID_DIM, `heads` <- N_HEADS), else _MISSING."""
+    n = name.lower().replace("_", "")
+    if len(n) < 2:
+        return _MISSING
+    hits = [(k, v) for k, v in consts.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0
+            and (k.lower().replace("_", "").startswith(n) or k.lower().replace("_", "").endswith(n))]
+    if not hits:
+        return _MISSING
+    return min(hits, key=lambda kv: len(kv[0]))[1]
+
+
+def _rebuild(cls, sig, ctor: dict, dropout: float):
+    """`cls` built again from the arguments their program passed it: parts (modules) copied, dropout
+    rates (numbers named like dropout, and nn.Dropout inside copied parts) set to `dropout`."""
+    import copy
+
+    def adapt(name, v):
+        if "drop" in name.lower() and isinstance(v, float):
+            return dropout
+        if isinstance(v, nn.Module):
+            m = copy.deepcopy(v)
+            for sub in m.modules():
+                if isinstance(sub, nn.Dropout):
+                    sub.p = dropout
+            return m
+        if isinstance(v, torch.Tensor):
+            return v.clone()
+        if isinstance(v, (dict, list, tuple)) or hasattr(v, "__dict__") and not isinstance(v, type):
+            try:
+                v = copy.deepcopy(v)
+            except Exception:
+                return v
+            if isinstance(v, dict):
+                for k, x in list(v.items()):
+                    if isinstance(k, str) and "drop" in k.lower() and isinstance(x, float):
+                        v[k] = dropout
+            elif hasattr(v, "__dict__"):
+                for k, x in list(vars(v).items()):
+                    if "drop" in k.lower() and isinstance(x, float):
+                        try:
+                            setattr(v, k, dropout)
+                        except Exception:
+                            pass
+        return v
+
+    pos, kw = [], {}
+    params = list(sig.parameters.values())
+    has_var = any(p.kind == p.VAR_POSITIONAL for p in params)
+    for p in params:
+        if p.name not in ctor:
+            continue
+        v = ctor[p.name]
+        if p.kind == p.VAR_POSITIONAL:
+            pos.extend(adapt(p.name, x) for x in v)
+        elif p.kind == p.VAR_KEYWORD:
+            kw.update({k: adapt(k, x) for k, x in v.items()})
+        elif p.kind == p.POSITIONAL_ONLY or has_var and p.kind == p.POSITIONAL_OR_KEYWORD:
+            pos.append(adapt(p.name, v))
+        else:
+            kw[p.name] = adapt(p.name, v)
+    try:
+        mod = cls(*pos, **kw)
+    except Exception:
+        return None  # the usual way below, from the sizes
+    if isinstance(mod, nn.Module):
+        for sub in mod.modules():
+            if isinstance(sub, nn.Dropout):
+                sub.p = dropout
+        return mod
+    return None
 
 
 # --- calling: forward parameters read by name -----------------------------------------------------
@@ -318,11 +446,19 @@ def call_plan(fn, kind: str) -> list[tuple[str, str, bool]]:
     except (TypeError, ValueError):
         raise CannotCheck("cannot read the forward's parameters") from None
     plan = []
+    owner = getattr(fn, "__self__", None)
+    theirs = RUN.call_args(type(owner)) if isinstance(owner, nn.Module) else {}
     for p in sig.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name == "self":
             continue
         role = role_of(p.name, kind)
         required = p.default is p.empty
+        if (role is None or role in ("skip", "dropout")) and p.name in theirs and _plain_value(theirs[p.name]) \
+                and not (role == "dropout" or "drop" in p.name.lower()):
+            plan.append((p.name, Fixed(theirs[p.name]), required))  # as their own caller passes it
+            continue
+        if role is None and isinstance(theirs.get(p.name), torch.Tensor):
+            role = _role_of_value(theirs[p.name], {r for _, r, _ in plan})  # what their program passed there
         if role is None:
             if required:
                 raise CannotCheck(f"forward parameter {p.name!r} is not one the checker knows; "
@@ -336,7 +472,9 @@ def call(fn, plan, values: dict):
     """Call with keywords from `values` (role -> value); a role without a value is left to its default."""
     kw = {}
     for name, role, required in plan:
-        if role == "training":
+        if isinstance(role, Fixed):
+            kw[name] = role.value
+        elif role == "training":
             kw[name] = False
         elif role == "none":
             kw[name] = None
@@ -349,6 +487,22 @@ def call(fn, plan, values: dict):
         elif required:
             raise CannotCheck(f"forward needs {name!r} ({role}) and the checker has none to give")
     return fn(**kw)
+
+
+def _role_of_value(v: torch.Tensor, taken: set) -> str | None:
+    """A parameter's role from the value their own program passed it, where its name says nothing: a
+    boolean or 0/1 tensor, or 0 / −1e9 floats, is a mask; a (B, T, C) float tensor the input."""
+    if v.dim() >= 2 and (v.dtype == torch.bool or not v.is_floating_point() and bool(((v == 0) | (v == 1)).all())):
+        return "mask" if "mask" not in taken else None
+    if v.is_floating_point() and v.dim() >= 2 and bool(((v == 0) | (v <= -1e4)).all()) and bool((v == 0).any()):
+        return "mask" if "mask" not in taken else None
+    if v.is_floating_point() and v.dim() == 3 and "x" not in taken and "q" not in taken:
+        return "x"
+    return None
+
+
+def _plain_value(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
 
 
 def first_tensor(out, ndim: int | None = None, shape=None):

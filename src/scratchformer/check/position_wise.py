@@ -165,10 +165,25 @@ def norm_params(mod: nn.Module, d: int):
     return params, gamma, beta
 
 
+def _keeps_the_mean(mod, d: int, ctx: Ctx) -> bool:
+    """Behaviour decides the kind: a LayerNorm (over any axis, with any eps) gives the same output when one
+    constant is added to every input; an RMS norm, which removes no mean, does not."""
+    x = ctx.randn(2, 5, d)
+    with torch.no_grad():
+        a, b = mod(x), mod(x + 2.5)
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and not torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def check_layer_norm(ctx: Ctx, f: Found) -> Component:
     mod = ctx.build(f).double()
     randomize(mod, 3)
     d = ctx.sizes.d_model
+    if _keeps_the_mean(mod, d, ctx):  # named a layer norm, computes an RMS norm: compared with RMSNorm
+        comp = check_rms_norm(ctx, Found("rms_norm", f.name, f.obj, f.how))
+        comp.kind = f.kind
+        comp.detail = "an RMS norm by what it does (it removes no mean), whatever its name" + \
+            (f"; {comp.detail}" if comp.detail else "")
+        return comp
     params, gamma, beta = norm_params(mod, d)
     x = ctx.randn(3, 5, d) * 2 + 0.5
     x[1, 2] = x[1, 2] * 1e-3  # a row with a tiny variance: where the place of eps shows

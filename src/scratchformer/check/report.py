@@ -17,6 +17,7 @@ class Finding:
     en: str
     link: str
     detail: str = ""       # what exactly was seen (a variant, a position, a value)
+    line: int | None = None  # the line of `where` in the learner's file (a notebook: see Report.place_cells)
 
 
 @dataclass
@@ -72,14 +73,15 @@ _WORDS = {
            "summary_ok": "检查过的组件都与参考实现一致。", "summary_bug": "发现错误。",
            "summary_todo": "还没有完成：文件里还有 TODO。",
            "summary_skipped": "{n} 个组件无法检查（见上面的原因）：没有发现错误，但不能说全部正确。",
-           "summary_counts": "{n} 个已检查，{m} 个无法检查。", "map": "检查"},
+           "summary_counts": "{n} 个已检查，{m} 个无法检查。", "map": "检查", "watched": "运行", "notebook": "笔记本"},
     "en": {"ok": "ok", "differs": "differs", "skipped": "skipped", "todo": "todo", "error": "error", "bug": "bug", "note": "note", "warning": "warning",
            "where": "where", "see": "see", "mask": "mask convention", "sizes": "sizes", "none": "no component found to check",
            "summary_ok": "every component checked matches the reference.", "summary_bug": "bugs found.",
            "summary_todo": "not finished: a TODO is still there.",
            "summary_skipped": "{n} component(s) could not be checked (see why above): no bug found, "
                               "but the file is not known to be right.",
-           "summary_counts": "{n} checked, {m} could not be checked.", "map": "checked"},
+           "summary_counts": "{n} checked, {m} could not be checked.", "map": "checked", "watched": "your run",
+           "notebook": "notebook"},
 }
 
 
@@ -94,6 +96,8 @@ class Report:
     lang: str = "zh"
     seconds: float = 0.0
     train: dict | None = None  # --train: {"line": ..., "verdict", "step", "learner", "reference", "png"}
+    watched: str = ""      # what of the learner's own program ran under the watch, and where it was stopped
+    notebook: str = ""     # a notebook: the code cells read, and those left out
 
     @property
     def exit_code(self) -> int:
@@ -134,6 +138,10 @@ class Report:
             lines.append(f"{w['mask']}: {self.mask_convention}")
         if self.sizes:
             lines.append(f"{w['sizes']}: {zh_detail(self.sizes) if lang == 'zh' else self.sizes}")
+        if self.notebook:
+            lines.append(f"{w['notebook']}: {self.notebook}")
+        if self.watched:
+            lines.append(f"{w['watched']}: {self.watched}")
         for c in self.components:
             if c.status not in ("skipped", "todo", "error") and c.detail:
                 lines.append(f"{w['map']} {c.name}: {zh_detail(c.detail) if lang == 'zh' else c.detail}")
@@ -164,6 +172,7 @@ class Report:
     def to_dict(self) -> dict:
         return {"path": self.path, "exit_code": self.exit_code, "error": self.error,
                 "mask_convention": self.mask_convention, "sizes": self.sizes, "seconds": round(self.seconds, 2), "train": self.train,
+                "watched": self.watched, "notebook": self.notebook,
                 "components": [asdict(c) for c in self.components],
                 "findings": [asdict(f) for f in self.findings]}
 
@@ -174,7 +183,28 @@ class Report:
     def from_dict(cls, d: dict, lang: str = "zh") -> "Report":
         r = cls(path=d["path"], mask_convention=d.get("mask_convention", ""), error=d.get("error"), lang=lang,
                 sizes=d.get("sizes", ""),
-                seconds=d.get("seconds", 0.0), train=d.get("train"))
+                seconds=d.get("seconds", 0.0), train=d.get("train"), watched=d.get("watched", ""),
+                notebook=d.get("notebook", ""))
         r.components = [Component(**c) for c in d.get("components", [])]
         r.findings = [Finding(**f) for f in d.get("findings", [])]
         return r
+
+    def place_cells(self, cells, converted) -> None:
+        """A notebook's report: each finding's place as "cell 7, line 3", the same in the error's lines."""
+        import re as _re
+        self.notebook = cells.describe()
+        for f in self.findings:
+            at = cells.where(f.line)
+            if at and at not in f.where:
+                f.where = f"{f.where} ({at})"
+        if self.error:
+            name = _re.escape(getattr(converted, "name", str(converted)))
+
+            def cell(m):
+                at = cells.where(int(m.group(1)))
+                return at if at else m.group(0)
+            self.error = _re.sub(rf'(?:File "{name}", )?line (\d+)', cell, self.error)
+            self.error = _re.sub(rf'{name}:(\d+)', cell, self.error)
+        for c in self.components:
+            if c.detail:
+                c.detail = _re.sub(r"\(at line (\d+):", lambda m: f"({cells.where(int(m.group(1))) or m.group(0)}:", c.detail)

@@ -60,7 +60,8 @@ SIZE_NAMES = {
 _D_MODEL = {"d_model", "num_hiddens", "size", "embed_dim", "hidden_size", "dim", "d", "model_dim", "features",
             "norm_shape", "ffn_num_outputs", "n_embd", "emb_dim", "embedding_dim", "d_embed", "hidden",
             "normalized_shape", "n_features", "ndim", "n_embed", "in_features", "in_dim", "input_dim",
-            "模型维度", "维度", "嵌入维度", "隐藏大小", "num_features", "d_k_total", "model_size", "embed_size", "d_hid"}
+            "模型维度", "维度", "嵌入维度", "隐藏大小", "num_features", "d_k_total", "model_size", "embed_size", "d_hid",
+            "hid", "hid_dim", "hid_size"}
 
 _CONFIG_PARAM = re.compile(r"config|conf|cfg|args|params|hparams|hp|model_args|settings|opt", re.I)
 
