@@ -49,7 +49,7 @@ the reference is plain formulas written here (not nn/'s fast paths), each classi
 """
 from __future__ import annotations
 
-KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "rms_norm", "positional_encoding",
+KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "rms_norm", "positional_encoding", "add_norm",
          "encoder_layer", "decoder_layer", "block", "causal_mask", "encoder", "decoder", "model")
 
 __all__ = ["KINDS", "check", "check_file", "check_module"]

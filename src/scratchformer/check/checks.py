@@ -451,6 +451,20 @@ def check_causal_mask(ctx: Ctx, f: Found) -> Component:
     return comp
 
 
+def pad_id(ctx: Ctx, mod: nn.Module) -> int:
+    """The padding id: an embedding's padding_idx, a `pad` argument their program built the module with, else 0."""
+    for m in mod.modules():
+        if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+            return int(m.padding_idx)
+    run = getattr(ctx, "run", None)
+    if run:
+        for s in run.seen:
+            for n, v in s.ctor.items():
+                if "pad" in n.lower() and isinstance(v, int) and not isinstance(v, bool) and 0 <= v:
+                    return v
+    return 0
+
+
 def check_encoder(ctx: Ctx, f: Found) -> Component:
     enc = ctx.build(f)
     d = ctx.sizes.d_model
@@ -461,9 +475,12 @@ def check_encoder(ctx: Ctx, f: Found) -> Component:
         raise CannotCheck("an encoder over vectors needs a mask argument to be checked")
     enc.double()
     randomize(enc, 6)
-    if tokens_in:
-        inputs = torch.randint(1, ctx.sizes.vocab, (2, 7), generator=ctx.gen)
-        inputs[1, 4:] = 0
+    if tokens_in:  # ids its own embedding can read; the padding id their program uses (else 0)
+        vocab = min([ctx.sizes.vocab] + [m.num_embeddings for m in enc.modules() if isinstance(m, nn.Embedding)])
+        pad = pad_id(ctx, enc)
+        inputs = torch.randint(1, max(2, vocab), (2, 7), generator=ctx.gen)
+        inputs[inputs == pad] = (pad + 1) % max(2, vocab)
+        inputs[1, 4:] = pad
     else:
         inputs = ctx.randn(2, 7, d)
     keep = torch.ones(2, 7, dtype=torch.bool)

@@ -119,15 +119,79 @@ def _role(path: str) -> str | None:
     return None
 
 
+def _applied_as_x_at_w(m: nn.Module, w: torch.Tensor, b) -> bool | None:
+    """Behaviour decides how a 2-D weight is stored: True when the module computes x @ W + b (GPT-2's
+    Conv1D: W stored (in, out)), False when F.linear(x, W, b) (stored (out, in)), None when neither."""
+    g = torch.Generator().manual_seed(5)
+    for rows, as_x_at_w in ((w.shape[0], True), (w.shape[1], False)):
+        x = torch.randn(2, 3, rows, generator=g, dtype=w.dtype)
+        try:
+            with torch.no_grad():
+                y = m(x)
+        except Exception:
+            continue
+        want = x @ w + (b if b is not None else 0) if as_x_at_w else torch.nn.functional.linear(x, w, b)
+        if isinstance(y, torch.Tensor) and y.shape == want.shape and torch.allclose(y, want, rtol=1e-6, atol=1e-8):
+            return as_x_at_w
+    return None
+
+
+def linear_params(mod: nn.Module):
+    """The module's parameters with every 2-D weight as (out, in), as nn.Linear stores it: a leaf module of
+    the learner's that computes x @ W + b (GPT-2's Conv1D) gives its weight transposed (a view of theirs,
+    found by what the module does, not by its name). Returns (named parameters, the names transposed)."""
+    params = list(mod.named_parameters())
+    flipped = set()
+    for mname, m in mod.named_modules():
+        if isinstance(m, (nn.Linear, nn.Embedding, nn.LayerNorm)) or any(True for _ in m.children()):
+            continue
+        w, b = getattr(m, "weight", None), getattr(m, "bias", None)
+        if not isinstance(w, torch.Tensor) or w.dim() != 2 or not isinstance(w, nn.Parameter):
+            continue
+        if _applied_as_x_at_w(m, w, b if isinstance(b, torch.Tensor) else None):
+            flipped.add(f"{mname}.weight" if mname else "weight")
+    if flipped:
+        params = [(n, p.t() if n in flipped else p) for n, p in params]
+    return params, flipped
+
+
 def map_attention(mod: nn.Module, d: int, h: int | None = None):
     """({"q"|"k"|"v"|"o": (weight, bias | None)}, the mapping in words, the weights, h_kv) from the
     learner's parameters: one fused W_QKV (3d×d), per-head query/key/value Linears (the GPT video's
     `Head`), four d×d maps, or W_K, W_V with fewer rows (grouped-query attention, h_kv K/V heads)."""
-    params = [(n, p) for n, p in mod.named_parameters()]
+    w, words, mats, h_kv = _map_attention(mod, d, h)
+    return w, words, mats, h_kv
+
+
+def _map_attention(mod: nn.Module, d: int, h: int | None = None):
+    params, flipped = linear_params(mod)
+    if flipped:  # stored (in, out) and applied as x @ W: compared through the inputs' gradients only
+        w, words, mats, h_kv = _map_linear_layout(mod, params, d, h)
+        return w, words + f" (stored in×out: {', '.join(sorted(flipped))}, applied as x @ W)", mats, h_kv
+    return _map_linear_layout(mod, params, d, h)
+
+
+def _map_linear_layout(mod, params, d: int, h: int | None):
     mats = [(n, p) for n, p in params if p.dim() == 2]
     sq = [(n, p) for n, p in mats if tuple(p.shape) == (d, d)]
     fused = [(n, p) for n, p in mats if tuple(p.shape) == (3 * d, d)]
     biases = {n.rsplit(".", 1)[0]: p for n, p in params if p.dim() == 1 and n.endswith("bias")}
+    if h and d % h == 0 and len(sq) == 1:
+        dk = d // h
+        small = [(n, p) for n, p in mats if tuple(p.shape) == (dk, dk)]
+        roles = {_role(n.rsplit(".", 1)[0]): (n, p) for n, p in small}
+        if len(small) == 3 and set(roles) == {"q", "k", "v"} and dk != d:
+            # one d_k×d_k map shared by every head (applied to each head's slice): W = diag(W_h, ..., W_h)
+            w = {}
+            for r in "qkv":
+                n, p = roles[r]
+                bias = biases.get(n.rsplit(".", 1)[0])
+                w[r] = (torch.block_diag(*[p] * h), None if bias is None else bias.repeat(h))
+            on, ow = sq[0]
+            w["o"] = (ow, biases.get(on.rsplit(".", 1)[0]))
+            words = ", ".join(f"W_{r.upper()}←{roles[r][0]}" for r in "qkv") + \
+                f" (one map shared by every head: block-diagonal), W_O←{on}"
+            return w, words, [p for _, p in small] + [ow], None
     if len(sq) == 1 and len(fused) == 1:
         (fn, fw), (on, ow) = fused[0], sq[0]
         fb = biases.get(fn.rsplit(".", 1)[0])
@@ -296,6 +360,11 @@ class AttnCaller:
             if own is not None and own.kind == "add":
                 self.form = own
         self.ndim = form.ndim
+        if self.mask_role == "mask" and isinstance(fn, nn.Module):
+            from . import discover
+            theirs = discover.RUN.mask_form(type(fn))  # the mask their own model passed to this class
+            if theirs is not None:
+                self.form, self.ndim = theirs, theirs.ndim
 
     def __call__(self, q, k, v, keep=None, square=False, out_shape=None):
         if self.torch_mha:

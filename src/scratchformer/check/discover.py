@@ -37,6 +37,9 @@ class _NoRun:
     def causal_in_use(self, cls):
         return None
 
+    def mask_form(self, cls=None):
+        return None
+
     def raised_in(self, name):
         return None
 
@@ -465,7 +468,29 @@ def call_plan(fn, kind: str) -> list[tuple[str, str, bool]]:
                                   f"name it like the tutorials (query, key, value, mask / x, mask)")
             continue
         plan.append((p.name, role, required))
+    if theirs and kind != "attention" and any(r in ("q", "k", "v") for _, r, _ in plan):
+        plan = _roles_by_data(plan, theirs, kind)
     return plan
+
+
+def _roles_by_data(plan, theirs: dict, kind: str):
+    """A layer called (value, key, query, mask) as their program calls it: the arguments it was given the same
+    tensor for are one input ("x"); in a decoder layer, those that are another sequence are the memory."""
+    def same(a, b):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    named = {n: theirs.get(n) for n, r, _ in plan if r in ("q", "k", "v", "x")}
+    anchor = next((n for n, r, _ in plan if r in ("x", "q")), None)
+    if anchor is None or not isinstance(named.get(anchor), torch.Tensor):
+        return plan
+    out = []
+    for n, r, req in plan:
+        if r in ("q", "k", "v", "x"):
+            if same(named.get(n), named[anchor]):
+                r = "x"
+            elif kind == "decoder_layer" and isinstance(named.get(n), torch.Tensor):
+                r = "m"
+        out.append((n, r, req))
+    return out
 
 
 def call(fn, plan, values: dict):

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from . import reference as R
-from .compare import (Ctx, all_close, close, departure, grads_equal, has_lazy,
+from .compare import (Ctx, all_close, close, departure, grads_equal, has_lazy, linear_params,
                       randomize, search, settle, where)
 from .discover import CannotCheck, Found, first_tensor
 from .report import Component
@@ -34,7 +34,7 @@ def bias_of_(params, n, size):
 def ffn_params(mod: nn.Module, d: int, dff: int | None = None):
     """((W₁, b₁, W₂, b₂), the mapping in words) of a feed-forward block, by shape (d→d_ff, d_ff→d); d_ff is
     read from the weights (4·d, 2/3 of it rounded, whatever the learner chose) unless given."""
-    params = list(mod.named_parameters())
+    params, flipped = linear_params(mod)
     if dff is None:
         outs = {p.shape[0] for _, p in params if p.dim() == 2 and p.shape[1] == d and p.shape[0] != d}
         ins = {p.shape[1] for _, p in params if p.dim() == 2 and p.shape[0] == d and p.shape[1] != d}
@@ -75,7 +75,8 @@ def ffn_params(mod: nn.Module, d: int, dff: int | None = None):
         b1 = next((p for n, p in params if tuple(p.shape) == (dff,)), None)
     if b2 is None and dff != d:  # a bias of its own name, never a norm's gain inside the block
         b2 = next((p for n, p in params if tuple(p.shape) == (d,) and n.endswith("bias") and "norm" not in n), None)
-    return (w1[0][1], b1, w2[0][1], b2), f"W_1←{w1[0][0]}, W_2←{w2[0][0]} (by shape)"
+    stored = f" (stored in×out: {', '.join(sorted(flipped))}, applied as x @ W)" if flipped else ""
+    return (w1[0][1], b1, w2[0][1], b2), f"W_1←{w1[0][0]}, W_2←{w2[0][0]} (by shape){stored}"
 
 
 def check_feed_forward(ctx: Ctx, f: Found) -> Component:
@@ -121,7 +122,7 @@ def check_feed_forward(ctx: Ctx, f: Found) -> Component:
     if len(inner) == 1:  # its own `norm(x + FFN(x))`: the residual's mistakes are its own too
         space.update({"no-residual": ["none"], "post-ln-residual": ["norm(x) + FFN(x)"]})
     comp = settle(ctx, f, L, ref, space, choices, None, None, words,
-                   grads if len(inner) != 1 else None)
+                   grads if len(inner) != 1 and "stored in×out" not in words else None)
     if "ffn-no-activation" not in comp.ids and comp.status == "ok":
         act = next(c["act"] for c in choices if all_close(L, ref({}, **c)))
         if len(inner) == 1 and all_close(L, ref({}, act=act, wrap=True)):

@@ -18,8 +18,9 @@ CHECKS = {**CHECKS, "model": check_model}
 from .compare import Ctx
 from .discover import CannotCheck, discover, set_run
 from .watch import RunFacts, synthesize
+from .in_use import add_norm_classes, check_add_norm, check_functional, functional_components, run_properties
 from .sizes import learner_sizes
-from .report import Component, Report
+from .report import Component, Report, finding
 from .train import train_beside
 
 
@@ -30,6 +31,8 @@ _SHAPE = re.compile(r"dtype|boolean mask|shape|size|mat1 and mat2|dimension|cann
 def _attempt(ctx, f, module):
     n = len(ctx.report.findings)
     try:
+        if f.how == "your run":
+            return (check_add_norm if f.kind == "add_norm" else check_functional)(ctx, f), None
         return CHECKS[f.kind](ctx, f), None
     except CannotCheck as e:
         return Component(f.kind, f.name, "skipped", [], str(e)), None
@@ -121,6 +124,14 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
             facts = RunFacts(watch)
             set_run(facts)
             RUN_FACTS[0] = facts
+            if facts:  # components found by what their run does with them (in_use.py)
+                names = {f.name for f in found}
+                for f in list(found):
+                    if inspect.isfunction(f.obj) and f.name in facts.watch.functions and \
+                            any(f2.name == f.name for f2 in functional_components(facts, module, set())):
+                        found.remove(f)
+                        names.discard(f.name)
+                found += add_norm_classes(facts, module, names) + functional_components(facts, module, names)
             form = mask_form(module, source, found, helpers, mask_convention, facts)
             facts.sizes_into(learner, module)
         except ValueError as e:
@@ -143,6 +154,7 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
             if f.how != "name":  # say what was matched to what, and by whom
                 comp.detail = f"{f.kind} = {f.name} by {f.how}; {comp.detail}" if comp.detail else f"{f.kind} = {f.name} by {f.how}"
             report.components.append(comp)
+        run_properties(report, facts, source)
         _positive_only(report, found)
         _lines(report, found)
     finally:

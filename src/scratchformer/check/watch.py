@@ -374,9 +374,10 @@ class RunFacts:
         self.watch = watch
         self.seen = list(watch.instances.values()) if watch is not None else []
         self._causal: dict = {}
+        self.inverted: dict = {}  # classes their model passed an additive mask that hides the words
 
     def __bool__(self) -> bool:
-        return any(s.calls for s in self.seen)
+        return any(s.calls for s in self.seen) or bool(self.watch is not None and self.watch.functions)
 
     # which instance of a class stands for it: one that was called, a causal one first (the stronger check)
     def representative(self, cls) -> Seen | None:
@@ -421,6 +422,49 @@ class RunFacts:
             return None
         return any(got)
 
+    def decoder_reads_future(self, source: str):
+        """(True, the input changed) when their top model, on its own first call, moves an earlier output
+        position as the last token of its decoder input changes, and the model is a decoder: two token
+        sequences in (an encoder-decoder), or one with a causal intent in the file (a `tril`, `is_causal`,
+        `generate`, ...). (False, name) when it does not; None when the run cannot tell."""
+        import copy
+        top = self.watch.top() if self.watch is not None else None
+        if top is None or not top.calls:
+            return None
+        args = dict(top.calls[0].args)
+        seqs = [n for n, v in args.items() if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[1] > 1
+                and not v.is_floating_point() and v.dtype != torch.bool]
+        if not seqs:
+            return None
+        if len(seqs) >= 2:
+            name = next((n for n in seqs if _TGT.search(n)), seqs[1])
+        else:
+            intent = re.search(r"\btril\b|\btriu\b|causal|generate|multinomial|subsequent|look_?ahead|因果|自回归|"
+                               r"语言模型|gpt|lm_?head|causal_?lm|language_?model|next[ _]token", source, re.I)
+            masked_lm = re.search(r"mlm|masked_?lm|mask_token|\bbert\b", source, re.I)
+            if not intent or masked_lm:
+                return None
+            name = seqs[0]
+        ids = args[name]
+        changed = dict(args)
+        bumped = ids.clone()
+        bumped[:, -1] = torch.where(bumped[:, -1] > 1, bumped[:, -1] - 1, bumped[:, -1] + 1)
+        changed[name] = bumped
+        for n, v in args.items():  # targets beside the ids (the loss): not the question here
+            if n not in seqs and isinstance(v, torch.Tensor) and v.shape == ids.shape:
+                changed[n] = args[n] = None
+        try:
+            mod = copy.deepcopy(top.obj).eval()
+            with torch.no_grad():
+                a, b = recall(mod, args), recall(mod, changed)
+        except Exception:
+            return None
+        a = a if isinstance(a, torch.Tensor) else next(_tensors(a), None)
+        b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
+        if a is None or b is None or a.shape != b.shape or a.dim() < 3 or a.shape[:2] != ids.shape:
+            return None
+        return (not torch.allclose(a[:, :-1], b[:, :-1], rtol=1e-5, atol=1e-6)), name
+
     def top_reads_future(self) -> bool | None:
         """Their top model on its own first call, and again with the last token changed: True when an
         earlier position's output moved (it reads the future), False when none did, None when its call
@@ -458,7 +502,9 @@ class RunFacts:
         return out
 
     # the mask convention, read from the masks their model built for their own padded input
-    def mask_form(self):
+    def mask_form(self, cls=None):
+        """The convention of the masks their model passed (to `cls` only, when given; else to the innermost
+        component that got one) for their own padded input: "keep", "pad" or "add", with dtype and rank."""
         from .masks import MaskForm, _dtype_of
         top = self.watch.top() if self.watch is not None else None
         if top is None or not top.calls:
@@ -467,12 +513,14 @@ class RunFacts:
                     if t.dim() == 2 and not t.is_floating_point() and t.dtype != torch.bool), None)
         if ids is None:
             return None
+        depth = {id(s.obj): sum(id(m) in self.watch.instances for m in s.obj.modules()) for s in self.seen}
+        pool = [s for s in self.seen if cls is None or type(s.obj) is cls]
         for pad in self._pad_ids(top):
             P = ids == pad
             if not P.any() or P.all() or not (~P).any(dim=1).all():
                 continue
             B, S = ids.shape
-            for s in sorted(self.seen, key=lambda s: s.calls[0].order if s.calls else 1 << 30):
+            for s in sorted(pool, key=lambda s: (depth[id(s.obj)], s.calls[0].order if s.calls else 1 << 30)):
                 for c in s.calls[:1]:
                     for name, v in c.args.items():
                         if not isinstance(v, torch.Tensor) or "mask" not in name.lower() or "key_padding" in name.lower():
@@ -480,11 +528,20 @@ class RunFacts:
                         form = _read_mask(v, P, B, S)
                         if form is not None:
                             kind, ndim = form
+                            if kind == "add-inverted":
+                                self.inverted.setdefault(type(s.obj).__name__, 1)
+                                kind = "add"
                             who = type(s.obj).__name__
                             return MaskForm(kind, _dtype_of(v), ndim if ndim in (3, 4) else None,
                                             f"the mask your model passed to {who} for your own padded input",
                                             f"你的模型为你自己带 padding 的输入传给 {who} 的掩码")
         return None
+
+    def inverted_masks(self) -> str | None:
+        self.mask_form()
+        for s in self.seen:
+            self.mask_form(type(s.obj)) if s.calls else None
+        return ", ".join(sorted(self.inverted)) or None
 
     def _pad_ids(self, top: Seen) -> list[int]:
         out = []
@@ -599,6 +656,8 @@ def _read_mask(m: torch.Tensor, P: torch.Tensor, B: int, S: int):
         at_pad, at_tok = r[P], r[~P]
         if (at_tok == 0).all() and (at_pad <= -1e4).all():
             return "add", m.dim()
+        if (at_pad == 0).all() and (at_tok <= -1e4).all():
+            return "add-inverted", m.dim()  # added to the scores, it hides the words: inverted wherever it is used
         if (at_tok == 0).all() and (at_pad == 1).all():
             return "pad", m.dim()
         if (at_tok == 1).all() and (at_pad == 0).all():

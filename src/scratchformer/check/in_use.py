@@ -1,0 +1,407 @@
+"""The checks that stand on the learner's own run (`watch.py`): components found by what their program does
+with them, called with the arguments their program gave them.
+
+- **add & norm** (`add_norm`): a module of theirs that their program calls with two sequences and that holds
+  one norm (and at most one linear map): HF BERT's `BertSelfOutput` / `BertOutput` (`LN(dense(h) + x)`), d2l's
+  `AddNorm(X, Y)`. Compared with `norm(f(a) + r)` on their own shapes; `no-residual` when the sum is missing.
+- **functional components**: `ffn(params, x)`, `layer_norm(params, x)`, `mha(params, x, n_heads, mask)`:
+  functions of their file that their program called with a dict (or list) of weight tensors and a sequence.
+  Each weight's role comes from its shape and its name as a hint, and whether it is stored (in, out) or
+  (out, in) from which of the two reproduces the reference; nothing that does not reproduce under any
+  mapping is called a bug.
+- **whole-model properties** on their own input: a decoder that reads the future (`no-causal-mask`, wherever its
+  mask is built), an additive mask their model builds that hides the real tokens (`mask-inverted`).
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+
+import torch
+from torch import nn
+
+from . import reference as R
+from .compare import close, settle
+from .discover import CannotCheck, Found
+from .report import Component, finding
+
+# --- add & norm -----------------------------------------------------------------------------------------
+
+
+def _norms(mod: nn.Module) -> list:
+    return [m for m in mod.modules() if m is not mod and (isinstance(m, (nn.LayerNorm, nn.RMSNorm))
+                                                          or re.search(r"norm", type(m).__name__, re.I))]
+
+
+def add_norm_classes(run, module, found_names: set) -> list[Found]:
+    """Their classes that their run shows to be an add & norm: called with two (B, T, ·) float tensors,
+    holding one norm, at most one linear map and nothing else with weights."""
+    out = []
+    if not run:
+        return out
+    for name, cls in vars(module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and cls.__module__ == module.__name__) \
+                or name in found_names:
+            continue
+        s = run.representative(cls)
+        if s is None or not s.calls:
+            continue
+        seqs = [v for v in s.calls[0].args.values() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                and v.dim() == 3]
+        if len(seqs) != 2 or seqs[0].shape[:2] != seqs[1].shape[:2]:
+            continue
+        norms = _norms(s.obj)
+        linears = [m for m in s.obj.modules() if isinstance(m, nn.Linear)]
+        weighted = [m for m in s.obj.modules() if m is not s.obj and any(True for _ in m.parameters(recurse=False))
+                    and not isinstance(m, (nn.Linear, nn.LayerNorm, nn.RMSNorm)) and m not in norms]
+        if len(norms) == 1 and len(linears) <= 1 and not weighted:
+            out.append(Found("add_norm", name, cls, "your run"))
+    return out
+
+
+def check_add_norm(ctx, f: Found) -> Component:
+    s = ctx.run.representative(f.obj)
+    mod = copy.deepcopy(s.obj).double().eval()
+    names = [n for n, v in s.calls[0].args.items() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 3]
+    a_name, r_name = names
+    a = ctx.randn(*s.calls[0].args[a_name].shape)
+    r = ctx.randn(*s.calls[0].args[r_name].shape)
+    norm = _norms(mod)[0]
+    lin = next((m for m in mod.modules() if isinstance(m, nn.Linear)), None)
+    for p in mod.parameters():  # weights away from their defaults: a norm's gain of 1 hides nothing, ours shows
+        with torch.no_grad():
+            p.add_(0.1 * ctx.randn(*p.shape))
+    args = dict(s.calls[0].args)
+    args[a_name], args[r_name] = a, r
+    from .watch import recall
+    L = [recall(mod, args)]
+    if not isinstance(L[0], torch.Tensor):
+        raise CannotCheck("its output is not a tensor")
+
+    def ref(bugs, swap=False):
+        x, res = (r, a) if swap else (a, r)
+        fx = lin(x) if lin is not None else x
+        if fx.shape != res.shape:
+            raise ValueError("shapes")
+        if "no-residual" in bugs:
+            return [norm(fx)]
+        if "post-ln-residual" in bugs:
+            return [norm(res) + fx]
+        return [norm(fx + res)]
+
+    words = f"norm({'W·' if lin is not None else ''}{a_name} + {r_name}) (add & norm, found by your run)"
+    space = {"no-residual": ["none"], "post-ln-residual": ["norm(x) + f"]}
+    return settle(ctx, f, L, ref, space, [{"swap": False}, {"swap": True}], None, None, words)
+
+
+# --- functional components --------------------------------------------------------------------------------
+
+_LAYER_FN = re.compile(r"encoder_?layer|decoder_?layer|block|^layer$|transformer_?layer|编码器层|编码层", re.I)
+_FN_KIND = [("layer_norm", re.compile(r"layer_?norm|^ln\d*$|_ln$|^norm$|层归一化", re.I)),
+            ("rms_norm", re.compile(r"rms_?norm", re.I)),
+            ("feed_forward", re.compile(r"ffn|feed_?forward|mlp|前馈", re.I)),
+            ("attention", re.compile(r"attention|attn|^mha$|self_attn|注意力", re.I))]
+
+
+def _weights(v) -> dict:
+    """{name: tensor} of a params argument: a dict (nested one level), or a list/tuple of tensors."""
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if isinstance(x, torch.Tensor):
+                out[str(k)] = x
+            elif isinstance(x, dict):
+                out.update({f"{k}.{k2}": x2 for k2, x2 in x.items() if isinstance(x2, torch.Tensor)})
+        return out
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
+        return {str(i): x for i, x in enumerate(v)}
+    return {}
+
+
+def functional_components(run, module, found_names: set) -> list[Found]:
+    out = []
+    if not run or run.watch is None:
+        return out
+    for name, calls in run.watch.functions.items():
+        fn = vars(module).get(name)
+        if not inspect.isfunction(fn) or name in found_names or not calls:
+            continue
+        kind = "encoder_layer" if _LAYER_FN.search(name) else next((k for k, pat in _FN_KIND if pat.search(name)), None)
+        args = calls[0].args
+        has_w = any(_weights(v) for v in args.values())
+        has_x = any(isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 3 for v in args.values())
+        if kind and has_w and has_x:
+            out.append(Found(kind, name, fn, "your run"))
+    return out
+
+
+def _call_theirs(fn, args: dict, x_name: str, x, params_name: str, params):
+    a = dict(args)
+    a[x_name] = x
+    a[params_name] = params
+    return fn(**a)
+
+
+def _split_args(args: dict):
+    pname = next(n for n, v in args.items() if _weights(v))
+    xname = next(n for n, v in args.items() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 3)
+    return pname, xname
+
+
+def _double_params(v):
+    if isinstance(v, dict):
+        return {k: _double_params(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_double_params(x) for x in v)
+    if isinstance(v, torch.Tensor) and v.is_floating_point():
+        return v.detach().double() + 0.0
+    return v
+
+
+def _randomized(v, ctx, gains: bool):
+    """Their weights replaced by distinct random ones of the same shapes (gains near 1, biases near 0)."""
+    if isinstance(v, dict):
+        return {k: _randomized(x, ctx, gains or bool(re.search(r"gamma|weight|scale|gain|^g$|^w$|a_2", str(k))))
+                for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_randomized(x, ctx, gains) for x in v)
+    if isinstance(v, torch.Tensor) and v.is_floating_point():
+        r = ctx.randn(*v.shape)
+        if v.dim() == 1:
+            return 1 + 0.2 * r if gains else 0.2 * r
+        return r / v.shape[-1] ** 0.5
+    return v
+
+
+def check_functional(ctx, f: Found) -> Component:
+    calls = ctx.run.watch.functions[f.name]
+    args = calls[0].args
+    pname, xname = _split_args(args)
+    params = _randomized(_double_params(args[pname]), ctx, False)
+    W = _weights(params)
+    shape = args[xname].shape
+    x = ctx.randn(*shape) * 2 + 0.5
+    x[min(1, shape[0] - 1), 0] *= 1e-3  # a row with a tiny variance: where eps sits shows
+    rest = {n: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for n, v in args.items()}
+    L = [_call_theirs(f.obj, rest, xname, x, pname, params)]
+    if isinstance(L[0], (tuple, list)):
+        L = [L[0][0]]
+    if not isinstance(L[0], torch.Tensor):
+        raise CannotCheck("its output is not a tensor")
+    d = shape[-1]
+    if f.kind == "encoder_layer":
+        return _functional_layer(ctx, f, rest, xname, x, pname, params)
+    if f.kind in ("layer_norm", "rms_norm"):
+        return _functional_norm(ctx, f, L, x, W, d)
+    if f.kind == "feed_forward":
+        return _functional_ffn(ctx, f, L, x, W, d)
+    return _functional_attention(ctx, f, L, x, W, d, rest, xname, pname, params)
+
+
+def _functional_layer(ctx, f, rest, xname, x, pname, params) -> Component:
+    """Their layer function run on our input with every call of their own (checked) sublayer functions
+    recorded: the wiring is read from the values, a sublayer at a time. After S(u) = s, Post-LN feeds
+    norm(u + s) on; Pre-LN (u = norm(r)) carries r + s. `s` alone carried on is `no-residual`; norm(r) + s
+    (the normalised input added back) is `post-ln-residual`."""
+    module = ctx.module
+    kinds = {g.name: g.kind for g in ctx.found.values()
+             if inspect.isfunction(g.obj) and g.kind in ("attention", "feed_forward", "layer_norm", "rms_norm")}
+    for name in list(ctx.run.watch.functions):
+        k = next((k for k, pat in _FN_KIND if pat.search(name)), None)
+        if k and name not in kinds and inspect.isfunction(vars(module).get(name)):
+            kinds[name] = k
+    if not any(k in ("attention", "feed_forward") for k in kinds.values()):
+        raise CannotCheck("its sublayers are not functions of your file that the check could follow")
+    seen = []
+    saved = {n: vars(module)[n] for n in kinds}
+
+    def spy(name, fn):
+        def wrapped(*a, **kw):
+            out = fn(*a, **kw)
+            xin = next((v for v in list(a) + list(kw.values()) if isinstance(v, torch.Tensor)
+                        and v.is_floating_point() and v.dim() == 3), None)
+            seen.append((kinds[name], xin, out if isinstance(out, torch.Tensor) else None))
+            return out
+        return wrapped
+    try:
+        for n, fn in saved.items():
+            setattr(module, n, spy(n, fn))
+        out = _call_theirs(f.obj, rest, xname, x, pname, params)
+    finally:
+        for n, fn in saved.items():
+            setattr(module, n, fn)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    comp = Component(f.kind, f.name, "ok", [], "the wiring followed through your own sublayer functions")
+    norms = [(i, u, y) for i, (k, u, y) in enumerate(seen) if k in ("layer_norm", "rms_norm")]
+    subs = [(i, u, y) for i, (k, u, y) in enumerate(seen) if k in ("attention", "feed_forward")]
+    if not subs or any(u is None or y is None for _, u, y in seen):
+        raise CannotCheck("its sublayers' inputs and outputs could not be followed")
+    pre_ln = seen[0][0] in ("layer_norm", "rms_norm")  # Pre-LN starts with a norm, Post-LN with a sublayer
+    for i, u, sout in subs:
+        before = [(j, nu, ny) for j, nu, ny in norms if j < i]
+        after = [(j, nu, ny) for j, nu, ny in norms if j > i]
+        nxt_sub = next((su for j, su, _ in subs if j > i), None)
+        if pre_ln:
+            if not before:
+                raise CannotCheck("a Pre-LN sublayer without its norm")
+            r = before[-1][1]
+            z = after[0][1] if after else nxt_sub if nxt_sub is not None else out
+            if close(z, r + sout):
+                continue
+            bug = "no-residual" if close(z, sout) else "post-ln-residual" if close(z, u + sout) else None
+        else:
+            if not after:
+                continue
+            z = after[0][1]
+            if close(z, u + sout):
+                continue
+            bug = "no-residual" if close(z, sout) else None
+        if bug is None:
+            raise CannotCheck(f"the value after its {seen[i][0]} is neither norm(x + sublayer) nor x + sublayer(norm(x))")
+        ctx.add(bug, f, f"{f.name}()", f"after its {seen[i][0].replace('_', ' ')}, the sum with the sublayer's "
+                f"input is {'missing' if bug == 'no-residual' else 'taken with the normalised input'}")
+        comp.status, comp.ids = "differs", comp.ids + [bug]
+    if comp.status == "ok":
+        ctx.add("pre-ln" if pre_ln else "post-ln", f, f"{f.name}()")
+    return comp
+
+
+def _gain_bias(W: dict, d: int):
+    ones = [(n, t) for n, t in W.items() if t.dim() == 1 and t.shape[0] == d]
+    gamma = next((t for n, t in ones if re.search(r"gamma|weight|scale|gain|(^|\.)g$|(^|\.)w$|a_2", n)), None)
+    beta = next((t for n, t in ones if re.search(r"beta|bias|shift|(^|\.)b$|b_2", n)), None)
+    if gamma is None and beta is None and len(ones) == 2:
+        gamma, beta = ones[0][1], ones[1][1]
+    return gamma, beta
+
+
+def _functional_norm(ctx, f, L, x, W, d):
+    gamma, beta = _gain_bias(W, d)
+    eps = [1e-5, 1e-6, 1e-12, 1e-8]
+    if f.kind == "rms_norm" or beta is None and _no_mean(L[0], x):
+        def ref(bugs, eps):
+            return [R.rms_norm(x, gamma, eps, bugs)]
+        return settle(ctx, f, L, ref, R.RMS_NORM_VARIANTS, [{"eps": e} for e in eps], None, None,
+                      "an RMS norm by what it does; w←" + ("its gain" if gamma is not None else "none"))
+
+    def ref(bugs, eps):
+        return [R.layer_norm(x, gamma, beta, eps, bugs)]
+    return settle(ctx, f, L, ref, R.LAYER_NORM_VARIANTS, [{"eps": e} for e in eps], None, None,
+                  "γ, β from your params by name (functional)")
+
+
+def _no_mean(y, x) -> bool:
+    return not torch.allclose(y.mean(-1), torch.zeros_like(y.mean(-1)), atol=1e-3)
+
+
+def _functional_ffn(ctx, f, L, x, W, d):
+    mats = [(n, t) for n, t in W.items() if t.dim() == 2]
+    if len(mats) != 2:
+        raise CannotCheck(f"expected two weight matrices in {f.name}'s params, found {len(mats)}")
+    (n1, a), (n2, b) = mats
+    if re.search(r"2|out|down|proj", n1) and not re.search(r"2|out|down|proj", n2):
+        (n1, a), (n2, b) = (n2, b), (n1, a)
+    vecs = {n: t for n, t in W.items() if t.dim() == 1}
+
+    def bias_for(n, size):
+        stem = re.sub(r"(\.|_)?(w|weight|kernel)$", "", n.lower())
+        cand = [t for k, t in vecs.items() if t.shape[0] == size and re.sub(r"(\.|_)?(b|bias)$", "", k.lower()) == stem]
+        if not cand and len(vecs) <= 2:
+            cand = [t for t in vecs.values() if t.shape[0] == size]
+        return cand[0] if len(cand) == 1 else None
+
+    choices = []
+    for layout in ("x@W", "linear"):
+        w1 = a.t() if layout == "x@W" else a
+        w2 = b.t() if layout == "x@W" else b
+        if w1.shape[1] != d or w2.shape[0] != d or w1.shape[0] != w2.shape[1]:
+            continue
+        for act in ("relu", "gelu", "gelu-tanh", "silu"):
+            choices.append({"W": (w1, bias_for(n1, w1.shape[0]), w2, bias_for(n2, d)), "act": act, "layout": layout})
+    if not choices:
+        raise CannotCheck(f"{f.name}'s two matrices do not chain d→d_ff→d")
+
+    def ref(bugs, W, act, layout):
+        return [R.feed_forward(x, *W, act=act, bugs=bugs)]
+    return settle(ctx, f, L, ref, {"ffn-no-activation": ["identity"]}, choices, None, None,
+                  f"W_1←{n1}, W_2←{n2} (functional; stored as your product uses them)")
+
+
+def _functional_attention(ctx, f, L, x, W, d, rest, xname, pname, params):
+    h = next((v for n, v in rest.items() if isinstance(v, int) and not isinstance(v, bool)
+              and re.search(r"head|^h$|nh", n)), None) or ctx.sizes.heads
+    if d % h:
+        raise CannotCheck(f"{d} is not a multiple of {h} heads")
+    mats = [(n, t) for n, t in W.items() if t.dim() == 2]
+    role = {}
+    for n, t in mats:
+        parts = [p for p in n.lower().split(".") if p not in ("w", "weight", "kernel")]
+        last = parts[-1] if parts else n.lower()
+        for r, pat in (("q", r"q|query"), ("k", r"k|key"), ("v", r"v|value"), ("o", r"o|out|proj")):
+            if re.fullmatch(rf"(w_?)?({pat})(_?(w|weight|proj))?", last) and r not in role:
+                role[r] = (n, t)
+    if set(role) != {"q", "k", "v", "o"} or any(t.shape != (d, d) for _, t in role.values()):
+        raise CannotCheck(f"{f.name}: W_Q, W_K, W_V, W_O not found by name among {[n for n, _ in mats]}")
+    vecs = {n: t for n, t in W.items() if t.dim() == 1 and t.shape[0] == d}
+    mask = next(((n, v) for n, v in rest.items() if "mask" in n.lower() and isinstance(v, torch.Tensor)), None)
+    keep = None
+    if mask is not None:
+        m = mask[1]
+        form = ctx.form
+        B, T = x.shape[:2]
+        keep = (m == 0) if form.kind == "pad" else (m > -1e4) if m.is_floating_point() and form.kind == "add" else m.bool()
+        while keep.dim() < 4:
+            keep = keep.unsqueeze(1)
+
+    def bias(n):
+        stem = re.sub(r"(\.|_)?(w|weight|kernel)$", "", n.lower())
+        return next((t for k, t in vecs.items() if re.sub(r"(\.|_)?(b|bias)$", "", k.lower()) == stem
+                     and k.lower() != stem), None)
+
+    choices = []
+    for layout in ("x@W", "linear"):
+        w = {r: ((t.t() if layout == "x@W" else t), bias(n)) for r, (n, t) in role.items()}
+        for fill in (-1e9, float("-inf")):
+            choices.append({"w": w, "fill": fill})
+
+    def ref(bugs, w, fill):
+        return [R.multi_head(x, x, x, w, h, keep, bugs, fill=fill)]
+    space = dict(R.ATTENTION_VARIANTS)
+    return settle(ctx, f, L, ref, space, choices, None, None,
+                  ", ".join(f"W_{r.upper()}←{n}" for r, (n, _) in sorted(role.items())) + " (functional, by names)")
+
+
+# --- whole-model properties on their own input ------------------------------------------------------------
+
+def run_properties(report, facts, source: str) -> None:
+    """A decoder that reads the future on their own input (`no-causal-mask`), wherever its mask is built; an
+    additive mask their model builds that hides the real tokens and keeps the padding (`mask-inverted`)."""
+    if not facts:
+        return
+    top = facts.watch.top()
+    if top is None:
+        return
+    name = type(top.obj).__name__
+
+    def add(id_, detail):
+        report.findings.append(finding(id_, "model", f"{name}.forward", detail))
+        try:
+            report.findings[-1].line = inspect.getsourcelines(type(top.obj).forward)[1]
+        except (OSError, TypeError):
+            pass
+        comp = next((c for c in report.components if c.name == name), None)
+        if comp is None:
+            report.components.append(Component("model", name, "differs", [id_], "the whole model on your own input"))
+        else:
+            comp.status, comp.ids = "differs", comp.ids + [id_]
+
+    if "no-causal-mask" not in report.ids():
+        got = facts.decoder_reads_future(source)
+        if got and got[0]:
+            add("no-causal-mask", f"on your own input, changing the last token of `{got[1]}` changed the outputs at "
+                                  f"earlier positions: the decoder reads the future")
+    inverted = facts.inverted_masks()
+    if inverted and "mask-inverted" not in report.ids():
+        add("mask-inverted", f"the additive mask your model passed to {inverted} for your own padded input is 0 on the "
+                             f"padding and large negative on the real tokens: it hides the words and keeps the padding")
