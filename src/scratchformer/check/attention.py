@@ -179,6 +179,11 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         rotary, table_from = True, "inside your attention"
     x1 = ctx.randn(1, 3, d)
     L = [caller(xq, xk, xv, keep)[:2], caller(x1, x1, x1)]
+    if not close(caller(xq, xk, xv, keep)[:2], L[0]):
+        # in eval(), twice the same input, two outputs: something keeps dropping (a property, not a guess)
+        ctx.add("attention-dropout-in-eval", f, where(f), "in eval(), the same input gave two different outputs: "
+                "F.dropout(..., training=self.training)?")
+        return Component(f.kind, f.name, "differs", ["attention-dropout-in-eval"], words)
     # torch's API takes a square `attn_mask` beside the key padding mask: probe it too (causal, True = blocked)
     square = caller.torch_mha and not caller.self_only
     if square:
@@ -369,11 +374,16 @@ def dropout_in_eval(ctx: Ctx, f: Found, mod, make_caller, inputs, caller) -> boo
     sizes = ctx.sizes
     cfg = sizes.config
     saved = {}
+    is_dict = isinstance(cfg, dict)
     if cfg is not None:
-        for n in list(vars(cfg)):
-            if "drop" in n.lower() and isinstance(getattr(cfg, n), float):
-                saved[n] = getattr(cfg, n)
-                setattr(cfg, n, 0.5)
+        for n in list(cfg if is_dict else getattr(cfg, "__dict__", {})):
+            v = cfg[n] if is_dict else getattr(cfg, n)
+            if isinstance(n, str) and "drop" in n.lower() and isinstance(v, float):
+                saved[n] = v
+                if is_dict:
+                    cfg[n] = 0.5
+                else:
+                    setattr(cfg, n, 0.5)
     consts = {n: v for n, v in sizes.consts.items() if "drop" in n.lower()}
     for n in consts:
         setattr(ctx.module, n, 0.5)
@@ -393,7 +403,10 @@ def dropout_in_eval(ctx: Ctx, f: Found, mod, make_caller, inputs, caller) -> boo
         return False  # the probe could not be built this way: no finding either way
     finally:
         for n, v in saved.items():
-            setattr(cfg, n, v)
+            if is_dict:
+                cfg[n] = v
+            else:
+                setattr(cfg, n, v)
         for n, v in consts.items():
             setattr(ctx.module, n, v)
     if not close(a, dry) or not close(a, b):

@@ -127,7 +127,7 @@ def kind_of_class(name: str) -> str | None:
             and not re.search(r"embed|head|norm|output|input|conv|patch", n):
         return "block"
     if re.search(r"gpt|llama|languagemodel|decoderonly|causallm|^transformer$|^(tiny|mini|nano|simple|my)?(lm|model)$|模型", n) \
-            and not re.search(r"rotary|rope|embed|norm|config|head|mlp|cache", n):
+            and not re.search(r"rotary|rope|embed|norm|config|(?<!lm)head|mlp|cache", n):
         return "model"  # a decoder-only language model, if its structure says so (else dropped, see model.py)
     return None
 

@@ -396,12 +396,83 @@ def run_properties(report, facts, source: str) -> None:
         else:
             comp.status, comp.ids = "differs", comp.ids + [id_]
 
-    if "no-causal-mask" not in report.ids():
+    attention_bug = any(c.kind in ("attention", "scaled_dot_product") and set(c.ids) - {"unknown-difference"}
+                        for c in report.components)
+    if "no-causal-mask" not in report.ids() and not attention_bug:  # an attention bug already explains it
         got = facts.decoder_reads_future(source)
         if got and got[0]:
             add("no-causal-mask", f"on your own input, changing the last token of `{got[1]}` changed the outputs at "
                                   f"earlier positions: the decoder reads the future")
+    loss = lm_loss_property(facts)
+    if loss is not None:
+        for id_, detail in loss:
+            if id_ not in report.ids():
+                add(id_, detail)
     inverted = facts.inverted_masks()
     if inverted and "mask-inverted" not in report.ids():
         add("mask-inverted", f"the additive mask your model passed to {inverted} for your own padded input is 0 on the "
                              f"padding and large negative on the real tokens: it hides the words and keeps the padding")
+
+
+def lm_loss_property(facts):
+    """Their model's own loss on their own first call (ids, targets), against cross-entropy computed from its
+    logits: shifted by one unless their data already is (targets[:, :-1] == ids[:, 1:]), padding left out
+    when their targets hold the padding id. [(id, detail)] for what differs, [] when it matches, None
+    when the run cannot tell (no loss, no targets, or no variant reproduces it)."""
+    import torch.nn.functional as F
+    top = facts.watch.top()
+    if top is None or not top.calls:
+        return None
+    args = dict(top.calls[0].args)
+    ints = [(n, v) for n, v in args.items() if isinstance(v, torch.Tensor) and v.dim() == 2
+            and not v.is_floating_point() and v.dtype != torch.bool]
+    if len(ints) != 2:
+        return None
+    (_, ids), (tname, targets) = ints
+    if ids.shape != targets.shape or ids.shape[1] < 2:
+        return None
+    try:
+        mod = copy.deepcopy(top.obj).eval()
+        from .watch import recall
+        with torch.no_grad():
+            out = recall(mod, args)
+    except Exception:
+        return None
+    if not isinstance(out, (tuple, list)):
+        return None
+    logits = next((t for t in out if isinstance(t, torch.Tensor) and t.dim() == 3 and t.shape[:2] == ids.shape), None)
+    loss = next((t for t in out if isinstance(t, torch.Tensor) and t.dim() == 0), None)
+    if logits is None or loss is None:
+        return None
+    if torch.equal(targets, ids):
+        shift_expected = True
+    elif torch.equal(targets[:, :-1], ids[:, 1:]):
+        shift_expected = False
+    else:
+        return None
+    pads = [p for p in facts.pad_ids() if bool((targets == p).any())]
+    pad = pads[0] if pads else None
+
+    def ce(shift, ignore):
+        lg, tg = (logits[:, :-1], targets[:, 1:]) if shift else (logits, targets)
+        kw = {"ignore_index": pad} if ignore and pad is not None else {}
+        return F.cross_entropy(lg.reshape(-1, lg.shape[-1]).float(), tg.reshape(-1), **kw)
+
+    def same(a, b):
+        return bool(torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5))
+    right = ce(shift_expected, True)
+    if same(loss, right):
+        return []
+    found = []
+    for shift in (shift_expected, not shift_expected):
+        for ignore in ((True, False) if pad is not None else (True,)):
+            if (shift, ignore) == (shift_expected, True) or not same(loss, ce(shift, ignore)):
+                continue
+            if shift != shift_expected and shift_expected:
+                found.append(("target-not-shifted", f"its loss equals cross-entropy of logits[t] against targets[t] "
+                                                    f"(`{tname}` is your input itself): position t must predict t+1"))
+            if not ignore:
+                found.append(("loss-on-padding", f"its loss equals cross-entropy with the padding id {pad} counted: "
+                                                 f"leave it out with ignore_index={pad}"))
+            return found or None
+    return None

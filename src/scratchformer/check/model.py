@@ -41,6 +41,11 @@ def lm_parts(model: nn.Module, ctx: Ctx):
                       and p.shape[-1] == d and p.shape[-2] >= 2 and (p.dim() == 2 or p.shape[0] == 1)), None)
         if table is not None:
             pos = (table[0], lambda idx, t=table[1]: t.reshape(-1, d)[idx])
+    pe = ctx.found.get("positional_encoding")
+    if pos is None and pe is not None and isinstance(pe.obj, type):  # their sinusoid module: x -> x + PE (checked above)
+        inner = next(((n, m) for n, m in mods if isinstance(m, pe.obj)), None)
+        if inner is not None:
+            pos = (inner[0], inner[1], "wraps")
     cls = ctx.found.get("block")
     if cls is None or not isinstance(cls.obj, type):
         raise CannotCheck("its blocks were not found as a component; --map block=YourBlock")
@@ -81,7 +86,9 @@ def check_model(ctx: Ctx, f: Found):
 
     def stack(scale):
         h = tok(tokens) * scale
-        if pos is not None:
+        if pos is not None and len(pos) == 3:
+            h = pos[1](h)  # their positional module adds its table itself
+        elif pos is not None:
             h = h + pos[1](torch.arange(T))
         for _, b in blocks:
             h = run_block(b, h)

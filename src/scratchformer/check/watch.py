@@ -387,6 +387,8 @@ class RunFacts:
         if not called:
             built = self.watch.of_class(cls)
             return built[0] if built else None
+        inside = [s for s in called if s.calls[0].parent is not None]  # as the model uses it, not a side demo
+        called = inside + [s for s in called if s not in inside]
         for s in called:
             if self.causal_instance(s):
                 return s
@@ -456,9 +458,11 @@ class RunFacts:
         try:
             mod = copy.deepcopy(top.obj).eval()
             with torch.no_grad():
-                a, b = recall(mod, args), recall(mod, changed)
+                a, b, a2 = recall(mod, args), recall(mod, changed), recall(mod, args)
         except Exception:
             return None
+        if not _same_output(a, a2):
+            return None  # not repeatable in eval (dropout left on): the property cannot be read
         a = a if isinstance(a, torch.Tensor) else next(_tensors(a), None)
         b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
         if a is None or b is None or a.shape != b.shape or a.dim() < 3 or a.shape[:2] != ids.shape:
@@ -543,11 +547,15 @@ class RunFacts:
             self.mask_form(type(s.obj)) if s.calls else None
         return ", ".join(sorted(self.inverted)) or None
 
+    def pad_ids(self) -> list[int]:
+        top = self.watch.top() if self.watch is not None else None
+        return self._pad_ids(top) if top is not None else [0]
+
     def _pad_ids(self, top: Seen) -> list[int]:
         out = []
         for s in [top] + self.seen:
-            for n, v in s.ctor.items():
-                if "pad" in n.lower() and isinstance(v, int) and not isinstance(v, bool):
+            for n, v in list(s.ctor.items()) + [kv for v in s.ctor.values() for kv in _fields(v).items()]:
+                if isinstance(n, str) and "pad" in n.lower() and isinstance(v, int) and not isinstance(v, bool):
                     out.append(v)
         for m in top.obj.modules():
             if isinstance(m, nn.Embedding) and m.padding_idx is not None:
@@ -700,8 +708,11 @@ def _reads_only_past(s: Seen) -> bool | None:
         with torch.no_grad():
             a = recall(mod, args)
             b = recall(mod, changed)
+            a2 = recall(mod, args)
     except Exception:
         return None
+    if not _same_output(a, a2):
+        return None  # not repeatable in eval (dropout left on): causality cannot be read
     a = next(_tensors(a), None) if not isinstance(a, torch.Tensor) else a
     b = next(_tensors(b), None) if not isinstance(b, torch.Tensor) else b
     if a is None or b is None or a.shape != b.shape or a.dim() < 2 or a.shape[1] != T:
@@ -833,3 +844,9 @@ def _inputs_for(cls, sizes):
         yield args
     if params and params[0].default is params[0].empty:  # a model that takes embeddings: (B, T, d)
         yield {params[0].name: torch.randn(2, T, sizes.d_model, generator=g)}
+
+
+def _same_output(a, b) -> bool:
+    a = a if isinstance(a, torch.Tensor) else next(_tensors(a), None)
+    b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
+    return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-7)
