@@ -60,6 +60,105 @@ def add_norm_classes(run, module, found_names: set) -> list[Found]:
     return out
 
 
+def _one_seq_call(s, only: bool = True) -> torch.Tensor | None:
+    """The one (B, T, d) float sequence of its first call (`only`: and no other tensor given)."""
+    if not s.calls:
+        return None
+    tensors = [v for v in s.calls[0].args.values() if isinstance(v, torch.Tensor)]
+    seqs = [v for v in tensors if v.is_floating_point() and v.dim() == 3
+            and not bool(((v == 0) | (v <= -1e4)).all())]  # an additive mask is not a sequence
+    if len(seqs) != 1 or only and len(tensors) != 1:
+        return None
+    return seqs[0]
+
+
+def _seq_name(args: dict, like: torch.Tensor) -> str | None:
+    return next((n for n, v in args.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                 and v.shape == like.shape and torch.equal(v, like)), None)
+
+
+def ffn_classes(run, module, found_names: set) -> list[Found]:
+    """Their classes that their run shows to be a feed-forward block, whatever the name (T5DenseActDense):
+    called with one (B, T, d) tensor, giving (B, T, d), holding two linear maps d→h→d and nothing else with
+    weights."""
+    out = []
+    for name, cls in vars(module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and cls.__module__ == module.__name__) \
+                or name in found_names:
+            continue
+        s = run.representative(cls) if run else None
+        if s is None or _one_seq_call(s) is None:
+            continue
+        d = _one_seq_call(s).shape[-1]
+        lin = [m for m in s.obj.modules() if isinstance(m, nn.Linear)]
+        other = [m for m in s.obj.modules() if m is not s.obj and not isinstance(m, nn.Linear)
+                 and any(True for _ in m.parameters(recurse=False))]
+        if len(lin) == 2 and not other and lin[0].in_features == d and lin[1].out_features == d \
+                and lin[0].out_features == lin[1].in_features and s.calls[0].out_shape == tuple(_one_seq_call(s).shape):
+            out.append(Found("feed_forward", name, cls, "its shapes in your run"))
+    return out
+
+
+def residual_classes(run, module, found_names: set, ffn_names: set) -> list[Found]:
+    """Their classes that wrap one feed-forward block of theirs with one norm and the residual (T5LayerFF,
+    a SublayerConnection around the FFN): called with one sequence, holding exactly those two."""
+    out = []
+    for name, cls in vars(module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and cls.__module__ == module.__name__) \
+                or name in found_names:
+            continue
+        s = run.representative(cls) if run else None
+        if s is None or _one_seq_call(s, only=False) is None:
+            continue
+        kids = [m for m in s.obj.children() if any(True for _ in m.parameters())]
+        norms = [m for m in kids if m in _norms(s.obj)]
+        subs = [m for m in kids if type(m).__name__ in ffn_names and run.representative(type(m)) is not None]
+        if len(kids) == 2 and len(norms) == 1 and len(subs) == 1:
+            out.append(Found("add_norm", name, cls, "your run"))
+    return out
+
+
+def check_residual(ctx, f: Found) -> Component:
+    s = ctx.run.representative(f.obj)
+    mod = copy.deepcopy(s.obj).double().eval()
+    norm = _norms(mod)[0] if _norms(mod) else None
+    kids = [m for m in mod.children() if any(True for _ in m.parameters())]
+    sub = next(m for m in kids if m is not norm)
+    for p in mod.parameters():
+        with torch.no_grad():
+            p.add_(0.1 * ctx.randn(*p.shape))
+    from .watch import recall
+    seq = _one_seq_call(s, only=False)
+    x = ctx.randn(*seq.shape)
+    outer = {n: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+             for n, v in s.calls[0].args.items()}
+    outer[_seq_name(s.calls[0].args, seq)] = x
+    got = recall(mod, outer)
+    L = [got[0] if isinstance(got, (tuple, list)) else got]
+    inner_s = ctx.run.representative(type(sub))
+    inner_seq = _one_seq_call(inner_s, only=False)
+    inner = {n: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+             for n, v in inner_s.calls[0].args.items()}
+    inner_name = _seq_name(inner_s.calls[0].args, inner_seq)
+    if inner_name is None or inner_seq.shape != seq.shape:
+        raise CannotCheck("its sublayer was called on another shape")
+
+    def run_sub(t):
+        y = recall(sub, {**inner, inner_name: t})
+        return y[0] if isinstance(y, (tuple, list)) else y
+
+    def ref(bugs, pre):
+        if pre:
+            y = run_sub(norm(x))
+            return [y if "no-residual" in bugs else norm(x) + y if "post-ln-residual" in bugs else x + y]
+        y = run_sub(x)
+        return [norm(y) if "no-residual" in bugs else norm(x + y)]
+    words = f"x + {type(sub).__name__}(norm(x)) or norm(x + {type(sub).__name__}(x)) (a residual around your sublayer)"
+    comp = settle(ctx, f, L, ref, {"no-residual": ["none"], "post-ln-residual": ["norm(x) + f"]},
+                  [{"pre": True}, {"pre": False}], None, None, words)
+    return comp
+
+
 def check_add_norm(ctx, f: Found) -> Component:
     s = ctx.run.representative(f.obj)
     mod = copy.deepcopy(s.obj).double().eval()
@@ -403,6 +502,21 @@ def run_properties(report, facts, source: str) -> None:
         if got and got[0]:
             add("no-causal-mask", f"on your own input, changing the last token of `{got[1]}` changed the outputs at "
                                   f"earlier positions: the decoder reads the future")
+    if "attention-dropout-in-eval" not in report.ids():
+        wet = dropping_in_eval(facts)
+        if wet is not None and re.search(r"attention|attn|注意力", wet, re.I):
+            name_ = wet
+            comp = next((c for c in report.components if c.name == name_), None)
+            report.findings.append(finding("attention-dropout-in-eval", "attention", f"{name_}.forward",
+                                           "put in eval(), the same input from your own run gave two different "
+                                           "outputs: F.dropout(..., training=self.training)?"))
+            if comp is None:
+                report.components.append(Component("attention", name_, "differs", ["attention-dropout-in-eval"], ""))
+            else:
+                comp.status, comp.ids = "differs", [i for i in comp.ids if i != "unknown-difference"] + ["attention-dropout-in-eval"]
+                comp.detail = ""
+                report.findings = [x for x in report.findings if not (x.id == "unknown-difference"
+                                                                      and x.where.startswith(name_ + "."))]
     loss = lm_loss_property(facts)
     if loss is not None:
         for id_, detail in loss:
@@ -424,8 +538,8 @@ def lm_loss_property(facts):
     if top is None or not top.calls:
         return None
     args = dict(top.calls[0].args)
-    ints = [(n, v) for n, v in args.items() if isinstance(v, torch.Tensor) and v.dim() == 2
-            and not v.is_floating_point() and v.dtype != torch.bool]
+    from .watch import _token_ids
+    ints = [(n, v) for n, v in args.items() if _token_ids(n, v)]
     if len(ints) != 2:
         return None
     (_, ids), (tname, targets) = ints
@@ -475,4 +589,42 @@ def lm_loss_property(facts):
                 found.append(("loss-on-padding", f"its loss equals cross-entropy with the padding id {pad} counted: "
                                                  f"leave it out with ignore_index={pad}"))
             return found or None
+    return None
+
+
+def dropping_in_eval(facts) -> str | None:
+    """The innermost class of theirs whose instance, put in eval(), gives two outputs for the same input of
+    their own run (dropout left on): its name, else None."""
+    from .watch import _same_output, recall
+    w = facts.watch
+    seen = [s for s in facts.seen if s.calls]
+    depth = {id(s.obj): sum(id(m) in w.instances for m in s.obj.modules()) for s in seen}
+    done = set()
+    module, drops = getattr(facts, "module", None), getattr(facts, "dropout_constants", {})
+    saved = {n: vars(module)[n] for n in drops} if module is not None else {}
+    try:  # their module-level rates as they wrote them (the checks run with 0)
+        for n, v in drops.items():
+            setattr(module, n, v)
+        return _first_wet(seen, depth, done, recall, _same_output)
+    finally:
+        for n, v in saved.items():
+            setattr(module, n, v)
+
+
+def _first_wet(seen, depth, done, recall, _same_output):
+    for s in sorted(seen, key=lambda s: depth[id(s.obj)]):
+        if type(s.obj) in done:
+            continue
+        done.add(type(s.obj))
+        try:
+            mod = copy.deepcopy(s.obj).eval()
+            with torch.no_grad():
+                torch.manual_seed(1)
+                a = recall(mod, s.calls[0].args)
+                torch.manual_seed(2)
+                b = recall(mod, s.calls[0].args)
+        except Exception:
+            continue
+        if not _same_output(a, b) and (isinstance(a, torch.Tensor) or isinstance(a, (tuple, list))):
+            return type(s.obj).__name__
     return None

@@ -18,7 +18,8 @@ CHECKS = {**CHECKS, "model": check_model}
 from .compare import Ctx
 from .discover import CannotCheck, discover, set_run
 from .watch import RunFacts, synthesize
-from .in_use import add_norm_classes, check_add_norm, check_functional, functional_components, run_properties
+from .in_use import (add_norm_classes, check_add_norm, check_functional, check_residual, ffn_classes,
+                     functional_components, residual_classes, run_properties)
 from .sizes import learner_sizes
 from .report import Component, Report, finding
 from .train import train_beside
@@ -28,11 +29,20 @@ _SHAPE = re.compile(r"dtype|boolean mask|shape|size|mat1 and mat2|dimension|cann
                     r"not enough values|too many values|out of range|invalid for input", re.I)
 
 
+residual_names: set = set()  # the add & norm classes that wrap a sublayer of theirs (check_residual)
+
+
 def _attempt(ctx, f, module):
     n = len(ctx.report.findings)
     try:
         if f.how == "your run":
-            return (check_add_norm if f.kind == "add_norm" else check_functional)(ctx, f), None
+            if f.kind == "add_norm":
+                s = ctx.run.representative(f.obj)
+                two = s is not None and s.calls and sum(isinstance(v, torch.Tensor) and v.dim() == 3 and v.is_floating_point()
+                                                        for v in s.calls[0].args.values()) == 2 \
+                    and f.name not in residual_names
+                return (check_add_norm if two else check_residual)(ctx, f), None
+            return check_functional(ctx, f), None
         return CHECKS[f.kind](ctx, f), None
     except CannotCheck as e:
         return Component(f.kind, f.name, "skipped", [], str(e)), None
@@ -115,13 +125,16 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
             source = ""
     facts = RunFacts(None)
     old_run = set_run(facts)
+    residual_names.clear()
     try:
         try:
             found, helpers = discover(module, mapping, source)
-            learner = learner_sizes(module, source, sizes)
+            drops = {n: v for n, v in vars(module).items() if "drop" in n.lower() and isinstance(v, float)}
+            learner = learner_sizes(module, source, sizes)  # (sets their module-level dropout to 0)
             if watch is not None and watch.top() is None:  # their file never calls its model: we do, once
                 synthesize(watch, module, source, {f.kind: f for f in found}, learner)
             facts = RunFacts(watch)
+            facts.module, facts.dropout_constants = module, drops
             set_run(facts)
             RUN_FACTS[0] = facts
             if facts:  # components found by what their run does with them (in_use.py)
@@ -132,6 +145,12 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
                         found.remove(f)
                         names.discard(f.name)
                 found += add_norm_classes(facts, module, names) + functional_components(facts, module, names)
+                if "feed_forward" not in {f.kind for f in found}:
+                    found += ffn_classes(facts, module, {f.name for f in found})
+                ffns = {f.name for f in found if f.kind in ("feed_forward", "attention") and inspect.isclass(f.obj)}
+                wrappers = residual_classes(facts, module, {f.name for f in found}, ffns)
+                found += wrappers
+                residual_names.update(f.name for f in wrappers)
             form = mask_form(module, source, found, helpers, mask_convention, facts)
             facts.sizes_into(learner, module)
         except ValueError as e:

@@ -434,12 +434,13 @@ class RunFacts:
         if top is None or not top.calls:
             return None
         args = dict(top.calls[0].args)
-        seqs = [n for n, v in args.items() if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[1] > 1
-                and not v.is_floating_point() and v.dtype != torch.bool]
+        seqs = [n for n, v in args.items() if _token_ids(n, v)]
         if not seqs:
             return None
-        if len(seqs) >= 2:
-            name = next((n for n in seqs if _TGT.search(n)), seqs[1])
+        if len(seqs) >= 2:  # an encoder-decoder: the target sequence is the decoder's input
+            name = next((n for n in seqs if _TGT.search(n)), None)
+            if name is None:
+                return None
         else:
             intent = re.search(r"\btril\b|\btriu\b|causal|generate|multinomial|subsequent|look_?ahead|因果|自回归|"
                                r"语言模型|gpt|lm_?head|causal_?lm|language_?model|next[ _]token", source, re.I)
@@ -830,6 +831,10 @@ def _inputs_for(cls, sizes):
     args, seqs = {}, 0
     for p in params:
         n = p.name
+        if re.fullmatch(r"attention_mask|input_mask|attn_mask_ids", n) and seqs == 1:
+            first = next(iter(args.values()))
+            args[n] = (first != pad).long()  # Hugging Face's convention for this name: 1 = a real token
+            continue
         if _NOT_INPUT.search(n) or p.default is not p.empty and seqs >= 1:
             if p.default is p.empty:
                 return
@@ -850,3 +855,12 @@ def _same_output(a, b) -> bool:
     a = a if isinstance(a, torch.Tensor) else next(_tensors(a), None)
     b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
     return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _token_ids(name: str, v) -> bool:
+    """A (B, T) tensor of token ids, not a mask (its name says mask, or it holds only 0 and 1)."""
+    if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[1] < 2 or v.is_floating_point() or v.dtype == torch.bool:
+        return False
+    if "mask" in name.lower():
+        return False
+    return not bool(((v == 0) | (v == 1)).all())
