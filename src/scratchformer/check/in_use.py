@@ -517,6 +517,17 @@ def run_properties(report, facts, source: str) -> None:
                 comp.detail = ""
                 report.findings = [x for x in report.findings if not (x.id == "unknown-difference"
                                                                       and x.where.startswith(name_ + "."))]
+    for id_, detail in loss_in_their_loop(facts):
+        if id_ not in report.ids():
+            add(id_, detail)
+    for id_, who, detail in square_masks_in_use(facts):
+        if id_ not in report.ids():
+            report.findings.append(finding(id_, "decoder_layer", f"{who}.forward", detail))
+            comp = next((c for c in report.components if c.name == who), None)
+            if comp is None:
+                report.components.append(Component("decoder_layer", who, "differs", [id_], "the mask your model passed it"))
+            else:
+                comp.status, comp.ids = "differs", [i for i in comp.ids if i != "unknown-difference"] + [id_]
     loss = lm_loss_property(facts)
     if loss is not None:
         for id_, detail in loss:
@@ -564,7 +575,7 @@ def lm_loss_property(facts):
         shift_expected = False
     else:
         return None
-    pads = [p for p in facts.pad_ids() if bool((targets == p).any())]
+    pads = [p for p in facts.pad_ids(declared=True) if bool((targets == p).any())]
     pad = pads[0] if pads else None
 
     def ce(shift, ignore):
@@ -627,4 +638,89 @@ def _first_wet(seen, depth, done, recall, _same_output):
             continue
         if not _same_output(a, b) and (isinstance(a, torch.Tensor) or isinstance(a, (tuple, list))):
             return type(s.obj).__name__
+    return None
+
+
+def loss_in_their_loop(facts) -> list:
+    """F.cross_entropy as their own training step called it: its target is the model's own decoder input
+    (not shifted by one), or it counts the padding id their data pads with (no ignore_index for it)."""
+    from .watch import _token_ids, padding_value
+    w = facts.watch
+    top = w.top()
+    if not w.losses or top is None or not top.calls:
+        return []
+    seqs = [v for n, v in top.calls[0].args.items() if _token_ids(n, v)]
+    if not seqs:
+        return []
+    dec = seqs[-1]  # the decoder's (or the language model's) input
+    out = []
+    call = w.losses[0]
+    target = call.get("target")
+    if not isinstance(target, torch.Tensor) or target.is_floating_point():
+        return []
+    if target.numel() == dec.numel() and torch.equal(target.reshape(dec.shape), dec):
+        out.append(("target-not-shifted", "the loss your training step computes takes the model's own input as "
+                                          "the target: position t must predict token t+1"))
+    declared = facts.pad_ids(declared=True)
+    batches = seqs + ([target.reshape(dec.shape)] if target.numel() == dec.numel() else [])
+    pad = declared[0] if declared else padding_value(batches)
+    ignore = call.get("ignore_index")
+    if pad is not None and call.get("reduction", "mean") == "mean" and ignore != pad and bool((target == pad).any()):
+        out.append(("loss-on-padding", f"the loss your training step computes counts the padding id {pad} "
+                                       f"(ignore_index={ignore}): leave it out with ignore_index={pad}"))
+    return out
+
+
+def square_masks_in_use(facts) -> list:
+    """The causal masks their model passed its layers for their own input, read as they are: the diagonal
+    hidden (a position cannot see itself), or a later position visible, is `no-causal-mask`."""
+    w = facts.watch
+    out = []
+    seen_cls = set()
+    for s in sorted(facts.seen, key=lambda s: s.calls[0].order if s.calls else 1 << 30):
+        if not s.calls or type(s.obj) in seen_cls:
+            continue
+        for n, m in s.calls[0].args.items():
+            if not isinstance(m, torch.Tensor) or "mask" not in n.lower() or m.dim() < 2 or m.shape[-1] != m.shape[-2] \
+                    or m.shape[-1] < 3:
+                continue
+            rows = m.reshape(-1, m.shape[-2], m.shape[-1])
+            if all(torch.equal(r[0:1].expand_as(r), r) for r in rows):
+                continue  # the same row for every query: a padding mask, not a triangle
+            hidden = _hidden(m, s, facts)
+            if hidden is None:
+                continue
+            T = m.shape[-1]
+            hid = hidden.reshape(-1, T, T)
+            upper = torch.ones(T, T, dtype=torch.bool).triu(1)
+            diag_hidden = ahead_seen = False
+            for h0 in hid:
+                real = ~h0.all(0)  # a padding column is hidden from every row: leave it out
+                pairs = upper & real[None, :] & real[:, None]
+                if bool((h0.diagonal() & real).any()):
+                    diag_hidden = True
+                if bool((~h0 & pairs).any()):
+                    ahead_seen = True
+            if diag_hidden and not ahead_seen:
+                out.append(("no-causal-mask", type(s.obj).__name__, "the causal mask your model passed it hides the "
+                            "diagonal too: a position cannot see itself (triu with k=0 where k=1 was meant?)"))
+            seen_cls.add(type(s.obj))
+            break
+    return out[:1]
+
+
+def _hidden(m: torch.Tensor, s, facts):
+    """The mask as True = hidden: read from its own padding columns where it has them (hidden in every row), else
+    from the convention their run showed."""
+    if m.is_floating_point():
+        if bool(((m == 0) | (m <= -1e4)).all()):
+            return m <= -1e4
+        return None
+    b = m.bool()
+    lower = torch.ones(m.shape[-1], m.shape[-1], dtype=torch.bool).tril(-1)
+    vals = b.reshape(-1, m.shape[-1], m.shape[-1])[:, lower]
+    if bool(vals.all()):
+        return ~b  # the strict lower triangle is True: True = may attend
+    if not bool(vals.any()):
+        return b   # the strict lower triangle is False: True = hidden
     return None

@@ -33,6 +33,9 @@ import torch
 from torch import nn
 
 
+_CE_CODE = torch.nn.functional.cross_entropy.__code__
+
+
 class StopWatch(BaseException):
     """Stops the learner's program: their first forward has been seen (or the watch's time is up)."""
 
@@ -106,6 +109,7 @@ class Watch:
         self.entries: list[str] = []     # what was run: "module-level code", "the __main__ block", "main()"
         self.raised_in: str | None = None  # the class whose forward raised it
         self.errors: list[str] = []      # what their top-level code raised (a missing data file, ...)
+        self.losses: list[dict] = []     # F.cross_entropy as their code called it (input, target, ignore_index)
         self._deadline = None
 
     # --- the profile function: only frames of the learner's own file are looked at ---------------------
@@ -114,6 +118,9 @@ class Watch:
             return
         code = frame.f_code
         if code.co_filename != self.path:
+            if code is _CE_CODE and event == "call" and len(self.losses) < 2:
+                loc = frame.f_locals  # their loss, as their training step computes it
+                self.losses.append({k: _copy(loc.get(k)) for k in ("input", "target", "ignore_index", "reduction")})
             return
         if self._deadline is not None and time.monotonic() > self._deadline:
             self.stopped = self.stopped or f"after {self.budget_s:g} s"
@@ -548,11 +555,15 @@ class RunFacts:
             self.mask_form(type(s.obj)) if s.calls else None
         return ", ".join(sorted(self.inverted)) or None
 
-    def pad_ids(self) -> list[int]:
+    def pad_ids(self, declared: bool = False) -> list[int]:
+        """The padding ids their program names (a `pad` argument or config field, an embedding's padding_idx);
+        0 last unless `declared` (then only what they named)."""
         top = self.watch.top() if self.watch is not None else None
-        return self._pad_ids(top) if top is not None else [0]
+        if top is None:
+            return [] if declared else [0]
+        return self._pad_ids(top, fallback=not declared)
 
-    def _pad_ids(self, top: Seen) -> list[int]:
+    def _pad_ids(self, top: Seen, fallback: bool = True) -> list[int]:
         out = []
         for s in [top] + self.seen:
             for n, v in list(s.ctor.items()) + [kv for v in s.ctor.values() for kv in _fields(v).items()]:
@@ -561,7 +572,8 @@ class RunFacts:
         for m in top.obj.modules():
             if isinstance(m, nn.Embedding) and m.padding_idx is not None:
                 out.append(int(m.padding_idx))
-        out.append(0)
+        if fallback:
+            out.append(0)
         return list(dict.fromkeys(out))
 
     # the sizes their own modules were built with
@@ -864,3 +876,25 @@ def _token_ids(name: str, v) -> bool:
     if "mask" in name.lower():
         return False
     return not bool(((v == 0) | (v == 1)).all())
+
+
+def padding_value(seqs) -> int | None:
+    """The id their data pads with, read from their own batches: a value that fills only a suffix of every row
+    it is in, in every batch, and that is absent from some row or fills suffixes of different lengths (so a
+    sentence-final '.' in every row, always one long, is not taken)."""
+    seqs = [t for t in seqs if t is not None and t.dim() == 2 and t.shape[1] >= 2]
+    if not seqs:
+        return None
+    ends = torch.unique(torch.cat([t[:, -1] for t in seqs])).tolist()
+    for v in ends:
+        ok, lengths, absent = True, set(), False
+        for t in seqs:
+            hit = t == v
+            if not bool((hit[:, 1:] >= hit[:, :-1]).all()):  # once v starts in a row, it never stops
+                ok = False
+                break
+            lengths.update(hit.sum(1).tolist())
+            absent = absent or not bool(hit.any(1).all())
+        if ok and lengths - {0} and (absent or len(lengths - {0}) > 1):
+            return int(v)
+    return None
