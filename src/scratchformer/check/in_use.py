@@ -204,7 +204,10 @@ _FN_KIND = [("layer_norm", re.compile(r"layer_?norm|^ln\d*$|_ln$|^norm$|层归�
 
 
 def _weights(v) -> dict:
-    """{name: tensor} of a params argument: a dict (nested one level), or a list/tuple of tensors."""
+    """{name: tensor} of a params argument: a dict (nested one level), a list/tuple of tensors, or a module
+    (an nn.ModuleDict of layers: their parameters by name, Linear weights as (out, in))."""
+    if isinstance(v, nn.Module):
+        return dict(v.named_parameters())
     if isinstance(v, dict):
         out = {}
         for k, x in v.items():
@@ -249,6 +252,8 @@ def _split_args(args: dict):
 
 
 def _double_params(v):
+    if isinstance(v, nn.Module):
+        return copy.deepcopy(v).double().eval()
     if isinstance(v, dict):
         return {k: _double_params(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -260,6 +265,10 @@ def _double_params(v):
 
 def _randomized(v, ctx, gains: bool):
     """Their weights replaced by distinct random ones of the same shapes (gains near 1, biases near 0)."""
+    if isinstance(v, nn.Module):
+        from .compare import randomize
+        randomize(v, 11)
+        return v
     if isinstance(v, dict):
         return {k: _randomized(x, ctx, gains or bool(re.search(r"gamma|weight|scale|gain|^g$|^w$|a_2", str(k))))
                 for k, x in v.items()}
@@ -310,19 +319,48 @@ def _functional_layer(ctx, f, rest, xname, x, pname, params) -> Component:
         k = next((k for k, pat in _FN_KIND if pat.search(name)), None)
         if k and name not in kinds and inspect.isfunction(vars(module).get(name)):
             kinds[name] = k
-    if not any(k in ("attention", "feed_forward") for k in kinds.values()):
+    if not any(k in ("attention", "feed_forward") for k in kinds.values()) and not isinstance(params, nn.Module):
         raise CannotCheck("its sublayers are not functions of your file that the check could follow")
     seen = []
     saved = {n: vars(module)[n] for n in kinds}
 
+    inside = [0]  # > 0 while one of their spied sublayer functions runs
+
     def spy(name, fn):
         def wrapped(*a, **kw):
-            out = fn(*a, **kw)
+            inside[0] += 1
+            try:
+                out = fn(*a, **kw)
+            finally:
+                inside[0] -= 1
             xin = next((v for v in list(a) + list(kw.values()) if isinstance(v, torch.Tensor)
                         and v.is_floating_point() and v.dim() == 3), None)
             seen.append((kinds[name], xin, out if isinstance(out, torch.Tensor) else None))
             return out
         return wrapped
+    hooks = []
+    pending = {}  # a d→h Linear whose h→d partner has not come yet: the two are one feed-forward sublayer
+
+    def on_norm(m, inp, out):
+        if isinstance(inp[0], torch.Tensor) and inp[0].dim() == 3:
+            seen.append(("layer_norm", inp[0], out))
+
+    def on_linear(m, inp, out):
+        """Two Linears their layer calls itself (outside its attention), d→h then h→d: one feed-forward."""
+        if inside[0]:
+            return
+        d = x.shape[-1]
+        if "in" not in pending and m.in_features == d:
+            pending["in"] = inp[0]
+        elif "in" in pending and m.out_features == d:
+            seen.append(("feed_forward", pending.pop("in"), out))
+
+    if isinstance(params, nn.Module):  # their layers held in a ModuleDict: norms and d→h→d pairs followed too
+        for m in params.modules():
+            if m is not params and (isinstance(m, (nn.LayerNorm, nn.RMSNorm)) or re.search(r"norm", type(m).__name__, re.I)):
+                hooks.append(m.register_forward_hook(on_norm))
+            elif isinstance(m, nn.Linear):
+                hooks.append(m.register_forward_hook(on_linear))
     try:
         for n, fn in saved.items():
             setattr(module, n, spy(n, fn))
@@ -330,6 +368,8 @@ def _functional_layer(ctx, f, rest, xname, x, pname, params) -> Component:
     finally:
         for n, fn in saved.items():
             setattr(module, n, fn)
+        for h in hooks:
+            h.remove()
     out = out[0] if isinstance(out, (tuple, list)) else out
     comp = Component(f.kind, f.name, "ok", [], "the wiring followed through your own sublayer functions")
     norms = [(i, u, y) for i, (k, u, y) in enumerate(seen) if k in ("layer_norm", "rms_norm")]
@@ -434,12 +474,14 @@ def _functional_attention(ctx, f, L, x, W, d, rest, xname, pname, params):
         raise CannotCheck(f"{d} is not a multiple of {h} heads")
     mats = [(n, t) for n, t in W.items() if t.dim() == 2]
     role = {}
+    pats = (("q", r"^(w_?)?q(_?(proj|w))?$|quer"), ("k", r"^(w_?)?k(_?(proj|w))?$|(^|_)keys?($|_)"),
+            ("v", r"^(w_?)?v(_?(proj|w))?$|value"), ("o", r"^(w_?)?o(_?(proj|w))?$|out|dense|proj"))
     for n, t in mats:
         parts = [p for p in n.lower().split(".") if p not in ("w", "weight", "kernel")]
         last = parts[-1] if parts else n.lower()
-        for r, pat in (("q", r"q|query"), ("k", r"k|key"), ("v", r"v|value"), ("o", r"o|out|proj")):
-            if re.fullmatch(rf"(w_?)?({pat})(_?(w|weight|proj))?", last) and r not in role:
-                role[r] = (n, t)
+        r = next((r for r, pat in pats if re.search(pat, last)), None)
+        if r is not None and r not in role:
+            role[r] = (n, t)
     if set(role) != {"q", "k", "v", "o"} or any(t.shape != (d, d) for _, t in role.values()):
         raise CannotCheck(f"{f.name}: W_Q, W_K, W_V, W_O not found by name among {[n for n, _ in mats]}")
     vecs = {n: t for n, t in W.items() if t.dim() == 1 and t.shape[0] == d}
@@ -447,9 +489,8 @@ def _functional_attention(ctx, f, L, x, W, d, rest, xname, pname, params):
     keep = None
     if mask is not None:
         m = mask[1]
-        form = ctx.form
-        B, T = x.shape[:2]
-        keep = (m == 0) if form.kind == "pad" else (m > -1e4) if m.is_floating_point() and form.kind == "add" else m.bool()
+        kind = _functional_mask_kind(ctx, m) or ctx.form.kind
+        keep = (m == 0) if kind == "pad" else (m > -1e4) if m.is_floating_point() and kind == "add" else m.bool()
         while keep.dim() < 4:
             keep = keep.unsqueeze(1)
 
@@ -724,3 +765,23 @@ def _hidden(m: torch.Tensor, s, facts):
     if not bool(vals.any()):
         return b   # the strict lower triangle is False: True = hidden
     return None
+
+
+def _functional_mask_kind(ctx, m: torch.Tensor) -> str | None:
+    """How their functional code's mask marks the padding, read against the token ids their program passed
+    (the padding id a module constant names, else the one their batches show)."""
+    from .watch import _read_mask, _token_ids, padding_value
+    ids = [v for calls in ctx.run.watch.functions.values() for c in calls for n, v in c.args.items() if _token_ids(n, v)]
+    if not ids:
+        return None
+    t = ids[0]
+    named = [v for n, v in vars(ctx.module).items() if re.fullmatch(r"pad\w*|PAD\w*", n) and isinstance(v, int)
+             and not isinstance(v, bool)]
+    pad = named[0] if named else padding_value([t])
+    if pad is None or m.shape[0] != t.shape[0] or m.shape[-1] != t.shape[-1]:
+        return None
+    P = t == pad
+    if not P.any() or P.all():
+        return None
+    got = _read_mask(m, P, t.shape[0], t.shape[1])
+    return None if got is None else ("add" if got[0] == "add-inverted" else got[0])
