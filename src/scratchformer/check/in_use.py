@@ -702,6 +702,8 @@ def loss_in_their_loop(facts) -> list:
     if target.numel() == dec.numel() and torch.equal(target.reshape(dec.shape), dec):
         out.append(("target-not-shifted", "the loss your training step computes takes the model's own input as "
                                           "the target: position t must predict token t+1"))
+    if target.numel() != dec.numel() and target.numel() != dec.shape[0] * (dec.shape[1] - 1):
+        return out  # not a loss per token (a classifier's labels): padding is not its question
     declared = facts.pad_ids(declared=True)
     batches = seqs + ([target.reshape(dec.shape)] if target.numel() == dec.numel() else [])
     pad = declared[0] if declared else padding_value(batches)

@@ -572,6 +572,7 @@ class RunFacts:
         for m in top.obj.modules():
             if isinstance(m, nn.Embedding) and m.padding_idx is not None:
                 out.append(int(m.padding_idx))
+        out += _vocabulary_pads(getattr(self, "module", None))
         if fallback:
             out.append(0)
         return list(dict.fromkeys(out))
@@ -895,6 +896,33 @@ def padding_value(seqs) -> int | None:
                 break
             lengths.update(hit.sum(1).tolist())
             absent = absent or not bool(hit.any(1).all())
-        if ok and lengths - {0} and (absent or len(lengths - {0}) > 1):
+        # padding as data is padded: id 0 (the tutorials' and the tokenizers' habit), a run of two or more in
+        # some row, and a row without it; a random batch whose row happens to end in a lone token is not padding
+        if ok and int(v) == 0 and max(lengths) >= 2 and absent:
             return int(v)
     return None
+
+
+_PAD_TOKEN = re.compile(r"<pad>|\[pad\]|pad|<p>|p|<blank>|填充", re.I)
+_ONE_LETTER = re.compile(r"p", re.I)  # 'P' is padding only at id 0 (a character vocabulary has its own 'P')
+
+
+def _vocabulary_pads(module) -> list[int]:
+    """The padding id their vocabulary names: a dict {'P': 0, ...} / {'<pad>': 0} or a list ['<pad>', ...] at the
+    top of their file."""
+    out = []
+    if module is None:
+        return out
+    for v in vars(module).values():
+        if isinstance(v, dict) and 2 <= len(v) <= 100000:
+            for k, i in v.items():
+                if isinstance(k, str) and isinstance(i, int) and not isinstance(i, bool) and _PAD_TOKEN.fullmatch(k.strip()) \
+                        and (i == 0 or not _ONE_LETTER.fullmatch(k.strip())):
+                    out.append(i)
+                    break
+        elif isinstance(v, list) and 2 <= len(v) <= 100000 and isinstance(v[0], str):
+            hit = next((i for i, k in enumerate(v[:4]) if isinstance(k, str) and _PAD_TOKEN.fullmatch(k.strip())
+                        and (i == 0 or not _ONE_LETTER.fullmatch(k.strip()))), None)
+            if hit is not None:
+                out.append(hit)
+    return out
