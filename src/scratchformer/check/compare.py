@@ -131,8 +131,12 @@ def _applied_as_x_at_w(m: nn.Module, w: torch.Tensor, b) -> bool | None:
         except Exception:
             continue
         want = x @ w + (b if b is not None else 0) if as_x_at_w else torch.nn.functional.linear(x, w, b)
-        if isinstance(y, torch.Tensor) and y.shape == want.shape and torch.allclose(y, want, rtol=1e-6, atol=1e-8):
-            return as_x_at_w
+        if not isinstance(y, torch.Tensor) or y.shape != want.shape:
+            continue
+        F_ = torch.nn.functional  # a dense layer that applies its activation itself (Keras' Dense(activation=...))
+        for act in (lambda t: t, F_.relu, F_.gelu, lambda t: F_.gelu(t, approximate="tanh"), F_.silu):
+            if torch.allclose(y, act(want), rtol=1e-6, atol=1e-8):
+                return as_x_at_w
     return None
 
 
@@ -145,11 +149,16 @@ def linear_params(mod: nn.Module):
     for mname, m in mod.named_modules():
         if isinstance(m, (nn.Linear, nn.Embedding, nn.LayerNorm)) or any(True for _ in m.children()):
             continue
-        w, b = getattr(m, "weight", None), getattr(m, "bias", None)
-        if not isinstance(w, torch.Tensor) or w.dim() != 2 or not isinstance(w, nn.Parameter):
+        own = list(m.named_parameters(recurse=False))
+        mats = [(n, p) for n, p in own if p.dim() == 2]
+        vecs = [(n, p) for n, p in own if p.dim() == 1]
+        if len(mats) != 1 or len(vecs) > 1:  # a dense layer of theirs: one matrix (weight, kernel, W), one bias
             continue
-        if _applied_as_x_at_w(m, w, b if isinstance(b, torch.Tensor) else None):
-            flipped.add(f"{mname}.weight" if mname else "weight")
+        (wn, w), b = mats[0], (vecs[0][1] if vecs else None)
+        if b is not None and b.shape[0] not in (w.shape[0], w.shape[1]):
+            continue
+        if _applied_as_x_at_w(m, w, b):
+            flipped.add(f"{mname}.{wn}" if mname else wn)
     if flipped:
         params = [(n, p.t() if n in flipped else p) for n, p in params]
     return params, flipped
@@ -263,7 +272,7 @@ def _map_linear_layout(mod, params, d: int, h: int | None):
     if len(sq) != 4:
         raise CannotCheck(f"expected 4 linear maps of {d}×{d} (W_Q, W_K, W_V, W_O), a fused {3 * d}×{d} W_QKV, "
                           f"or per-head maps; found " + ", ".join(f"{n} {tuple(p.shape)}" for n, p in params[:8]))
-    paths = [n.rsplit(".", 1)[0] if n.endswith(".weight") else n for n, _ in sq]
+    paths = [n.rsplit(".", 1)[0] if "." in n else n for n, _ in sq]
     roles = [_role(p) for p in paths]
     order = roles if sorted(r or "" for r in roles) == ["k", "o", "q", "v"] else ["q", "k", "v", "o"]
     w = {r: (p, biases.get(path)) for r, (n, p), path in zip(order, sq, paths)}

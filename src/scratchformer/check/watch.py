@@ -402,8 +402,14 @@ class RunFacts:
         return called[0]
 
     def ctor(self, cls) -> dict | None:
+        """The arguments their program built `cls` with: the representative's, else another instance's (copies
+        made with copy.deepcopy, as `clones()` makes them, never pass through __init__)."""
         s = self.representative(cls)
-        return s.ctor if s is not None and s.ctor else None
+        if s is not None and s.ctor:
+            return s.ctor
+        if self.watch is None or not isinstance(cls, type):
+            return None
+        return next((x.ctor for x in self.watch.of_class(cls) if x.ctor), None)
 
     def call_args(self, cls) -> dict:
         s = self.representative(cls)
