@@ -196,6 +196,7 @@ def check_add_norm(ctx, f: Found) -> Component:
 
 # --- functional components --------------------------------------------------------------------------------
 
+_PE_FN = re.compile(r"posit|pos_?enc|sinusoid|位置编码", re.I)
 _LAYER_FN = re.compile(r"encoder_?layer|decoder_?layer|block|^layer$|transformer_?layer|编码器层|编码层", re.I)
 _FN_KIND = [("layer_norm", re.compile(r"layer_?norm|^ln\d*$|_ln$|^norm$|层归一化", re.I)),
             ("rms_norm", re.compile(r"rms_?norm", re.I)),
@@ -228,6 +229,10 @@ def functional_components(run, module, found_names: set) -> list[Found]:
     for name, calls in run.watch.functions.items():
         fn = vars(module).get(name)
         if not inspect.isfunction(fn) or name in found_names or not calls:
+            continue
+        ints = [v for v in calls[0].args.values() if isinstance(v, int) and not isinstance(v, bool)]
+        if _PE_FN.search(name) and len(ints) >= 2 and len(calls[0].args) == len(ints):
+            out.append(Found("positional_encoding", name, fn, "your run"))  # positional_encoding(max_len, d_model)
             continue
         kind = "encoder_layer" if _LAYER_FN.search(name) else next((k for k, pat in _FN_KIND if pat.search(name)), None)
         args = calls[0].args
@@ -282,7 +287,40 @@ def _randomized(v, ctx, gains: bool):
     return v
 
 
+def _functional_table(ctx, f: Found) -> Component:
+    """Their table function called as their program called it: (max_len, d) against the paper's formula."""
+    args = ctx.run.watch.functions[f.name][0].args
+    try:
+        src = inspect.getsource(ctx.module)
+    except (OSError, TypeError):
+        src = ""
+    if re.search(r"rotary|\brope\b|rotate_half|freqs|_cis\b", src, re.I):
+        raise CannotCheck("a rotary file: this table is not the paper's additive sinusoid")
+    out = f.obj(**args)
+    t = torch.as_tensor(out).double() if not isinstance(out, torch.Tensor) else out.double()
+    while t.dim() > 2 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() != 2:
+        raise CannotCheck(f"{f.name}(...) gave shape {tuple(t.shape)}, not (positions, d_model)")
+    T, d = t.shape
+    comp = Component(f.kind, f.name, "ok", [], "your table function, called as your program calls it")
+    if close(t, R.positional_table(T, d)):
+        return comp
+    if close(t, R.positional_table(T, d, "sin-cos-halves")):
+        ctx.add("pe-sin-cos-halves", f, f"{f.name}()")
+        return comp
+    sub = next((v for v in R.PE_VARIANTS[1:] if close(t, R.positional_table(T, d, v))), None)
+    if sub is None and not bool(((t.abs() <= 1 + 1e-6)).all()):
+        raise CannotCheck(f"{f.name}(...) is not a sinusoid table (values beyond ±1)")
+    ctx.add("pe-wrong-formula", f, f"{f.name}()", f"your table matches: {sub}" if sub else
+            "not PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d))")
+    comp.status, comp.ids = "differs", ["pe-wrong-formula"]
+    return comp
+
+
 def check_functional(ctx, f: Found) -> Component:
+    if f.kind == "positional_encoding":
+        return _functional_table(ctx, f)
     calls = ctx.run.watch.functions[f.name]
     args = calls[0].args
     pname, xname = _split_args(args)
