@@ -97,7 +97,7 @@ def _positive_only(report: Report, found) -> None:
         if "unknown-difference" not in c.ids:
             continue
         mine = [x for x in report.findings if x.id == "unknown-difference" and x.where.split(".")[0].rstrip("()") == c.name]
-        grads = any("gradients" in x.detail for x in mine)
+        grads = any("gradients" in x.detail or "on your own input" in x.detail for x in mine)  # a property seen
         confirmed = how.get(c.name) in ("--map", "comment") or grads \
             or c.kind in _COMPOSITE and parts_ok
         if confirmed:

@@ -34,6 +34,15 @@ from torch import nn
 
 
 _CE_CODE = torch.nn.functional.cross_entropy.__code__
+_FORK_HOOK = []
+
+
+def _forget_in_forks() -> None:
+    """A process their code forks is theirs alone: it runs without our profile function (nor its deadline)."""
+    if not _FORK_HOOK:
+        import os
+        os.register_at_fork(after_in_child=lambda: sys.setprofile(None))
+        _FORK_HOOK.append(True)
 
 
 class StopWatch(BaseException):
@@ -184,6 +193,7 @@ class Watch:
 
     # --- running the learner's code under the watch --------------------------------------------------
     def __enter__(self):
+        _forget_in_forks()
         if self._deadline is None:  # one budget for the whole run: import, cells, __main__, main()
             self._deadline = time.monotonic() + self.budget_s
         self._old_alarm = None
@@ -481,7 +491,15 @@ class RunFacts:
         b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
         if a is None or b is None or a.shape != b.shape or a.dim() < 3 or a.shape[:2] != ids.shape:
             return None
-        return (not torch.allclose(a[:, :-1], b[:, :-1], rtol=1e-5, atol=1e-6)), name
+        moved = [t for t in range(ids.shape[1] - 1)
+                 if not torch.allclose(a[:, t], b[:, t], rtol=1e-5, atol=1e-6)]
+        if not moved:
+            return False, name
+        # how it reads the future says why: every earlier position (no causal mask), or the one just before
+        # (a mask one ahead); other patterns (positions mixed by a head split, say) are not the mask's
+        T = ids.shape[1]
+        why = "all" if moved == list(range(T - 1)) else "one ahead" if moved == [T - 2] else "other"
+        return True, name, why
 
     def top_reads_future(self) -> bool | None:
         """Their top model on its own first call, and again with the last token changed: True when an
@@ -876,11 +894,15 @@ def _same_output(a, b) -> bool:
     return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+_TARGET = re.compile(r"target|label|^y(b|s|_true)?$|loss|gold|answer|dec_out|tgt_out|output_ids", re.I)
+
+
 def _token_ids(name: str, v) -> bool:
-    """A (B, T) tensor of token ids, not a mask (its name says mask, or it holds only 0 and 1)."""
+    """A (B, T) tensor of token ids given as an input: not a mask (its name says mask, or it holds only 0 and 1),
+    not the targets given beside the inputs."""
     if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[1] < 2 or v.is_floating_point() or v.dtype == torch.bool:
         return False
-    if "mask" in name.lower():
+    if "mask" in name.lower() or _TARGET.search(name):
         return False
     return not bool(((v == 0) | (v == 1)).all())
 
