@@ -84,7 +84,7 @@ def test_a_component_is_checked_as_its_caller_calls_it_with_the_masks_their_mode
     assert r.exit_code == 0, r.text("en")
     assert comps["scaled_dot_product"].status == "ok" and comps["attention"].status == "ok"
     assert "the mask your model passed to" in r.mask_convention and "1/True = padding (bool)" in r.mask_convention
-    assert "d_model=32 (" in r.sizes and "your run's" in r.sizes  # from the construction site, not a guess
+    assert "d_model=32 (" in r.sizes and "in your run: " in r.sizes  # from the construction site, not a guess
     assert "stopped at the second call of Classifier" in r.watched
 
 

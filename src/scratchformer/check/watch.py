@@ -117,6 +117,7 @@ class Watch:
         self.stopped: str | None = None  # why the program was stopped ("a second call of GPT", "time")
         self.entries: list[str] = []     # what was run: "module-level code", "the __main__ block", "main()"
         self.raised_in: str | None = None  # the class whose forward raised it
+        self.synthetic = False           # the run is a call of our making (their file never calls its model)
         self.errors: list[str] = []      # what their top-level code raised (a missing data file, ...)
         self.losses: list[dict] = []     # F.cross_entropy as their code called it (input, target, ignore_index)
         self._deadline = None
@@ -164,7 +165,8 @@ class Watch:
                 seen.calls.append(Call(_arguments(code, loc, True), parent, self.n))
             self.stack.append((key, frame))
             return
-        if "." not in code.co_qualname and name not in ("<module>", "<lambda>") and not name.startswith("<"):
+        if "." not in code.co_qualname and name not in ("<module>", "<lambda>") and not name.startswith("<") \
+                and getattr(frame.f_globals.get(name), "__code__", None) is code:  # one of their top-level functions
             calls = self.functions.setdefault(name, [])
             if len(calls) < self.MAX_CALLS:
                 self.n += 1
@@ -315,14 +317,16 @@ class Watch:
         return max(tops, key=lambda s: sum(id(m) in self.instances for m in s.obj.modules()))
 
     def summary(self) -> str:
-        classes = {}
-        for s in self.instances.values():
-            if s.calls:
-                classes[type(s).__name__] = 1
+        """One line for the report: what of their program ran, what it called, where it was stopped ('' when
+        nothing of theirs was called)."""
         called = sorted({type(s.obj).__name__ for s in self.instances.values() if s.calls})
+        fns = sorted(self.functions)
+        if not called and not fns:
+            return ""
         what = ", ".join(self.entries) or "the module-level code"
-        line = f"watched {what}: {len(called)} of your module classes called ({', '.join(called[:6])}" \
-               f"{', ...' if len(called) > 6 else ''})"
+        names = called + [f"{n}()" for n in fns if n not in called]
+        line = f"watched {what}: {len(names)} of your classes and functions called ({', '.join(names[:6])}" \
+               f"{', ...' if len(names) > 6 else ''})"
         if self.stopped:
             line += f"; stopped {self.stopped}"
         return line
@@ -610,6 +614,8 @@ class RunFacts:
         if not self.seen:
             return
         fixed = {k for k, v in sizes.came_from.items() if "--size" in v or "# check:" in v}
+        if self.watch.synthetic:  # our call was built from the sizes their file states: those keep their source
+            fixed |= set(sizes.came_from)
         got: dict = {}
 
         def take(size, value, where):
@@ -626,13 +632,14 @@ class RunFacts:
         top = self.watch.top()
         order = ([top] if top is not None else []) + [s for s in self.seen if s is not top]
         config = None
+        whose = "the check's call of your model" if self.watch.synthetic else "your run"
         for s in order:
             cname = type(s.obj).__name__
-            read(s.ctor, f"in your run's {cname}(...)")
+            read(s.ctor, f"in {whose}: {cname}(...)")
             for n, v in s.ctor.items():
                 fields = _fields(v)
                 if fields:
-                    read(fields, f"in the {n} your run passed to {cname}(...)")
+                    read(fields, f"in the {n} passed to {cname}(...) in {whose}")
                     if config is None and not isinstance(v, nn.Module):
                         config = v
         for s in order:  # live attributes: self.n_heads = n_heads
@@ -835,6 +842,7 @@ def synthesize(watch: Watch, module, source: str, found: dict, sizes) -> str | N
                         mod(**args)
                     ok = True
                 if ok and watch.top() is not None and watch.top().calls:
+                    watch.synthetic = True
                     shown = ", ".join(f"{n} {tuple(v.shape)}" for n, v in args.items())
                     line = f"{cls.__name__}({shown}) called by the check (your file never calls its model)"
                     watch.entries.append(line)
