@@ -235,3 +235,108 @@ def test_check_inside_a_notebook_replays_the_cells_in_a_child(tmp_path, monkeypa
     report = check(type("MultiHeadAttention", (), {}), lang="en", quiet=True)
     assert [c.name for c in report.components] == ["MultiHeadAttention"] and report.exit_code == 0, report.text("en")
     assert report.path == "this notebook"
+
+
+FUNCTIONAL = HEAD + textwrap.dedent('''
+    cfg = dict(d_model=16, d_ff=32, n_heads=2)
+
+
+    def init(g):
+        def dense(i, o):
+            return {"w": torch.randn(i, o, generator=g) / i ** 0.5, "b": torch.zeros(o)}
+        return {"attn": {k: dense(16, 16) for k in "qkvo"}, "ln1": {"scale": torch.ones(16), "bias": torch.zeros(16)},
+                "ffn": {"fc1": dense(16, 32), "fc2": dense(32, 16)}, "ln2": {"scale": torch.ones(16), "bias": torch.zeros(16)}}
+
+
+    def dense(p, x):
+        return x @ p["w"] + p["b"]
+
+
+    def layer_norm(params, x, eps=1e-5):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return params["scale"] * (x - mean) / torch.sqrt(var + eps) + params["bias"]
+
+
+    def mha(params, x, n_heads, mask):
+        B, T, D = x.shape
+        split = lambda t: t.reshape(B, T, n_heads, D // n_heads).transpose(1, 2)
+        q, k, v = (split(dense(params[n], x)) for n in "qkv")
+        s = q @ k.transpose(-1, -2) / math.sqrt(D // n_heads)
+        s = torch.where(mask, s, torch.full_like(s, -1e9))
+        return dense(params["o"], (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, D))
+
+
+    def ffn(params, x):
+        return dense(params["fc2"], torch.relu(dense(params["fc1"], x)))
+
+
+    def encoder_layer(params, x, mask):
+        x = layer_norm(params["ln1"], x + mha(params["attn"], x, cfg["n_heads"], mask))
+        return layer_norm(params["ln2"], x + ffn(params["ffn"], x))
+
+
+    params = init(torch.Generator().manual_seed(0))
+    tokens = torch.tensor([[3, 4, 5, 0], [6, 7, 8, 9]])
+    mask = (tokens != 0)[:, None, None, :]
+    out = encoder_layer(params, torch.randn(2, 4, 16), mask)
+''')
+
+
+def test_functional_code_is_checked_from_its_own_calls(tmp_path):
+    r = _check(tmp_path, FUNCTIONAL)
+    assert r.exit_code == 0 and {c.name for c in r.components} >= {"layer_norm", "mha", "ffn", "encoder_layer"}, r.text("en")
+    bad = FUNCTIONAL.replace("var = ((x - mean) ** 2).mean(-1, keepdim=True)",
+                             "var = x.var(-1, keepdim=True)")
+    r = _check(tmp_path, bad, name="b.py")
+    assert "unbiased-std" in r.bug_ids(), r.text("en")
+    r = _check(tmp_path, FUNCTIONAL.replace("return layer_norm(params[\"ln2\"], x + ffn(", "return layer_norm(params[\"ln2\"], 0 * x + ffn("),
+               name="c.py")
+    assert r.bug_ids() == ["no-residual"], r.text("en")
+
+
+def test_the_loss_their_training_step_computes_is_checked(tmp_path):
+    src = SDPA_WITH_SCALE.split('if __name__ == "__main__":')[0] + textwrap.dedent('''
+        class LM(nn.Module):
+            def __init__(self, vocab, hid, heads):
+                super().__init__()
+                self.emb = nn.Embedding(vocab, hid)
+                self.mha = MultiHeadAttention(hid, heads)
+                self.out = nn.Linear(hid, vocab)
+
+            def forward(self, ids):
+                T = ids.shape[1]
+                future = torch.ones(T, T, dtype=torch.bool).triu(1)[None, None]  # True = hidden
+                return self.out(self.mha(self.emb(ids), future))
+
+
+        vocab = {"<pad>": 0, "a": 1, "b": 2, "c": 3, "d": 4}
+        model = LM(5, 16, 2)
+        batch = torch.tensor([[1, 2, 3, 4, 1], [2, 3, 1, 0, 0]])
+        for step in range(3):
+            logits = model(batch[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, 5), batch[:, 1:].reshape(-1), ignore_index=0)
+            loss.backward()
+    ''')
+    r = _check(tmp_path, src)
+    assert r.exit_code != 1 and r.bug_ids() == [], r.text("en")  # (an LM without blocks: its model line is skipped)
+    r = _check(tmp_path, src.replace(", ignore_index=0)", ")"), name="pad.py")
+    assert "loss-on-padding" in r.bug_ids(), r.text("en")
+    r = _check(tmp_path, src.replace("batch[:, 1:].reshape(-1)", "batch[:, :-1].reshape(-1)"), name="shift.py")
+    assert "target-not-shifted" in r.bug_ids(), r.text("en")
+
+
+def test_no_correct_file_of_any_first_contact_round_is_told_it_has_a_bug():
+    """The worst outcome a checker has: every correct file of the frozen rounds (written apart from the engine)
+    exits 0 or 2, never 1."""
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+    root = Path(__file__).parent / "first_contact"
+    files = [d / name for d in sorted(root.iterdir()) if (d / "manifest.json").exists()
+             for name, meta in json.loads((d / "manifest.json").read_text(encoding="utf-8"))["files"].items()
+             if not meta["expected"]]
+    assert len(files) >= 16
+    with ThreadPoolExecutor(2) as ex:
+        reports = list(ex.map(lambda p: check_file(p, lang="en", timeout_s=90), files))
+    accused = [(p.name, r.bug_ids()) for p, r in zip(files, reports) if r.exit_code == 1]
+    assert accused == [], accused

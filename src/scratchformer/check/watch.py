@@ -469,10 +469,7 @@ class RunFacts:
             if name is None:
                 return None
         else:
-            intent = re.search(r"\btril\b|\btriu\b|causal|generate|multinomial|subsequent|look_?ahead|因果|自回归|"
-                               r"语言模型|gpt|lm_?head|causal_?lm|language_?model|next[ _]token", source, re.I)
-            masked_lm = re.search(r"mlm|masked_?lm|mask_token|\bbert\b", source, re.I)
-            if not intent or masked_lm:
+            if not causal_intent(source):
                 return None
             name = seqs[0]
         ids = args[name]
@@ -962,3 +959,12 @@ def _vocabulary_pads(module) -> list[int]:
             if hit is not None:
                 out.append(hit)
     return out
+
+
+def causal_intent(source: str) -> bool:
+    """Does their file mean a model that predicts the next token (a `tril`, `is_causal`, `generate`, a GPT), and
+    not a masked language model or an encoder?"""
+    intent = re.search(r"\btril\b|\btriu\b|causal|generate|multinomial|subsequent|look_?ahead|因果|自回归|"
+                       r"语言模型|gpt|lm_?head|causal_?lm|language_?model|next[ _]token", source, re.I)
+    masked_lm = re.search(r"mlm|masked_?lm|mask_token|\bbert\b", source, re.I)
+    return bool(intent) and not masked_lm
