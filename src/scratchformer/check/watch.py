@@ -74,6 +74,8 @@ def _copy(v, depth: int = 0):
     if depth < 2 and isinstance(v, (list, tuple)) and len(v) <= 16:
         out = [_copy(x, depth + 1) for x in v]
         return tuple(out) if isinstance(v, tuple) else out
+    if depth < 3 and type(v) is dict and len(v) <= 64:  # a cache their call fills in place: as it was at the call
+        return {k: _copy(x, depth + 1) for k, x in v.items()}
     return v
 
 
@@ -765,8 +767,13 @@ def _reads_only_past(s: Seen) -> bool | None:
 def recall(mod: nn.Module, args: dict):
     """Call `mod` again with the arguments a watched call recorded (by parameter name; *args and **kwargs
     as they were)."""
+    import copy
     params = list(inspect.signature(mod.forward).parameters.values())
     has_var = any(p.kind == p.VAR_POSITIONAL for p in params)
+    try:  # a cache dict or list their call filled in place: each call gets its own copy, as it was
+        args = copy.deepcopy(args)
+    except Exception:
+        pass
     pos, kw = [], {}
     for p in params:
         if p.name not in args:
