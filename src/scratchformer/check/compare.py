@@ -397,7 +397,7 @@ class AttnCaller:
                 am = torch.zeros(am.shape, dtype=q.dtype).masked_fill(am, float("-inf"))
         elif keep is not None:
             kpm = ~keep  # (B, S), True = padding
-        first = not getattr(self.fn, "batch_first", False)
+        first = not getattr(self.fn, "batch_first", False) and not self._batch_first_in_run()
         if first:
             q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (T, B, d)
         if isinstance(self.fn, nn.MultiheadAttention):
@@ -405,6 +405,16 @@ class AttnCaller:
         else:  # the learner's own, written to torch's API
             out = first_tensor(self.fn(q, k, v, key_padding_mask=kpm, attn_mask=am), ndim=3)
         return out.transpose(0, 1) if first else out
+
+    def _batch_first_in_run(self) -> bool:
+        """Their own program called it batch first: the key padding mask it passed is (B, S) with B the query's
+        first dimension (not its second)."""
+        from . import discover
+        args = discover.RUN.call_args(type(self.fn)) if isinstance(self.fn, nn.Module) else {}
+        q = next((v for n, v in args.items() if isinstance(v, torch.Tensor) and v.dim() == 3), None)
+        kpm = next((v for n, v in args.items() if "key_padding" in n and isinstance(v, torch.Tensor)), None)
+        return q is not None and kpm is not None and kpm.dim() == 2 and q.shape[0] != q.shape[1] \
+            and kpm.shape[0] == q.shape[0]
 
     def settle(self, q, k, v, keep):
         """Find the mask rank and type the learner's code accepts ((B,1,1,S), (B,1,S), (B,S); their

@@ -581,6 +581,11 @@ def run_properties(report, facts, source: str) -> None:
 
     attention_bug = any(c.kind in ("attention", "scaled_dot_product") and set(c.ids) - {"unknown-difference"}
                         for c in report.components)
+    if facts.decoder_ignores_source() and "cross-attention-kv" not in report.ids():
+        add("cross-attention-kv", "on your own input, changing the source did not change the decoder's output at "
+                                  "all: its cross-attention reads the decoder's own states, not the memory")
+        attention_bug = True  # attending to its own states also reads the future: that is this bug, not the mask
+    attention_bug = attention_bug or "cross-attention-kv" in report.ids()
     if "no-causal-mask" not in report.ids() and not attention_bug:  # an attention bug already explains it
         got = facts.decoder_reads_future(source)
         # the id needs its cause seen: an attention checked equal to ours cannot be what mixes the positions

@@ -504,6 +504,33 @@ class RunFacts:
         why = "all" if moved == list(range(T - 1)) else "one ahead" if moved == [T - 2] else "other"
         return True, name, why
 
+    def decoder_ignores_source(self) -> bool | None:
+        """An encoder-decoder whose output does not move when its source changes (its cross-attention reads the
+        decoder's own states, not the memory): True; False when it moves; None when the run cannot tell."""
+        top = self.watch.top() if self.watch is not None else None
+        if top is None or not top.calls:
+            return None
+        args = dict(top.calls[0].args)
+        seqs = [n for n, v in args.items() if _token_ids(n, v)]
+        tgt = next((n for n in seqs if _TGT.search(n)), None)
+        if len(seqs) < 2 or tgt is None:
+            return None
+        src = next(n for n in seqs if n != tgt)
+        changed = dict(args)
+        bumped = args[src].clone()
+        bumped[:, 0] = torch.where(bumped[:, 0] > 1, bumped[:, 0] - 1, bumped[:, 0] + 1)
+        changed[src] = bumped
+        try:
+            import copy
+            mod = copy.deepcopy(top.obj).eval()
+            with torch.no_grad():
+                a, b, a2 = recall(mod, args), recall(mod, changed), recall(mod, args)
+        except Exception:
+            return None
+        if not _same_output(a, a2):
+            return None
+        return _same_output(a, b)
+
     def top_reads_future(self) -> bool | None:
         """Their top model on its own first call, and again with the last token changed: True when an
         earlier position's output moved (it reads the future), False when none did, None when its call
