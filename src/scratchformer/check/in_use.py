@@ -624,6 +624,10 @@ def run_properties(report, facts, source: str) -> None:
                 report.components.append(Component("decoder_layer", who, "differs", [id_], "the mask your model passed it"))
             else:
                 comp.status, comp.ids = "differs", [i for i in comp.ids if i != "unknown-difference"] + [id_]
+    if not {"missing-final-norm", "extra-final-norm"} & set(report.ids()):
+        got = final_norm_in_use(report, facts)
+        if got is not None:
+            add(*got)
     loss = lm_loss_property(facts)
     if loss is not None:
         for id_, detail in loss:
@@ -850,3 +854,57 @@ def _functional_mask_kind(ctx, m: torch.Tensor) -> str | None:
         return None
     got = _read_mask(m, P, t.shape[0], t.shape[1])
     return None if got is None else ("add" if got[0] == "add-inverted" else got[0])
+
+
+def final_norm_in_use(report, facts):
+    """The end of their stack as their own model runs it: after Pre-LN layers the last layer's output must go
+    through one norm before the head (`missing-final-norm` when no norm of the model outside the layers
+    receives it); after Post-LN layers, none (`extra-final-norm` when one does). (id, detail) or None."""
+    from .watch import recall
+    if any(x.severity == "bug" and x.component in ("layer_norm", "rms_norm") for x in report.findings):
+        return None
+    top = facts.watch.top()
+    module = getattr(facts, "module", None)
+    if top is None or not top.calls or module is None:
+        return None
+    order = {x.id for x in report.findings if x.component in ("block", "encoder_layer") and x.id in ("pre-ln", "post-ln")}
+    if len(order) != 1:
+        return None
+    layer_names = {c.name for c in report.components if c.kind in ("block", "encoder_layer") and c.status == "ok"}
+    classes = [getattr(module, n, None) for n in layer_names]
+    classes = tuple(c for c in classes if isinstance(c, type))
+    if not classes:
+        return None
+    mod = copy.deepcopy(top.obj).eval()
+    layers = [m for m in mod.modules() if isinstance(m, classes)]
+    if len(layers) < 1:
+        return None
+    inside = {id(m) for layer in layers for m in layer.modules()}
+    norms = [m for m in mod.modules() if id(m) not in inside and m is not mod
+             and (isinstance(m, (nn.LayerNorm, nn.RMSNorm)) or re.search(r"norm", type(m).__name__, re.I))
+             and not any(True for _ in m.children())]
+    last, fed = [], []
+    hooks = [layers[-1].register_forward_hook(lambda m, i, o: last.append(o[0] if isinstance(o, (tuple, list)) else o))]
+    hooks += [n.register_forward_hook(lambda m, i, o: fed.append(i[0])) for n in norms]
+    try:
+        with torch.no_grad():
+            recall(mod, top.calls[0].args)
+    except Exception:
+        return None
+    finally:
+        for h in hooks:
+            h.remove()
+    if not last or not isinstance(last[-1], torch.Tensor):
+        return None
+    h_last = last[-1]
+    normed = any(isinstance(t, torch.Tensor) and t.shape == h_last.shape and torch.allclose(t, h_last) for t in fed)
+    twice = sum(isinstance(t, torch.Tensor) and t.shape == h_last.shape for t in fed) >= 2 and normed
+    if "pre-ln" in order and not normed:
+        return ("missing-final-norm", "Pre-LN layers, and on your own input the last layer's output reaches the head "
+                                      "without a norm")
+    if "post-ln" in order and normed:
+        return ("extra-final-norm", "Post-LN layers already end in a norm; on your own input the model normalises "
+                                    "the last layer's output again")
+    if "pre-ln" in order and twice:
+        return None
+    return None
