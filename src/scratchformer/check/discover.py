@@ -343,7 +343,8 @@ def _rebuild(cls, sig, ctor: dict, dropout: float):
         if "drop" in name.lower() and isinstance(v, float):
             return dropout
         if isinstance(v, nn.Module):
-            m = copy.deepcopy(v)
+            from .watch import safe_copy
+            m = safe_copy(v)
             for sub in m.modules():
                 if isinstance(sub, nn.Dropout):
                     sub.p = dropout

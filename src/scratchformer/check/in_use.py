@@ -25,6 +25,7 @@ from . import reference as R
 from .compare import close, settle
 from .discover import CannotCheck, Found
 from .report import Component, finding
+from .watch import safe_copy
 
 # --- add & norm -----------------------------------------------------------------------------------------
 
@@ -120,7 +121,7 @@ def residual_classes(run, module, found_names: set, ffn_names: set) -> list[Foun
 
 def check_residual(ctx, f: Found) -> Component:
     s = ctx.run.representative(f.obj)
-    mod = copy.deepcopy(s.obj).double().eval()
+    mod = safe_copy(s.obj).double().eval()
     norm = _norms(mod)[0] if _norms(mod) else None
     kids = [m for m in mod.children() if any(True for _ in m.parameters())]
     sub = next(m for m in kids if m is not norm)
@@ -161,7 +162,7 @@ def check_residual(ctx, f: Found) -> Component:
 
 def check_add_norm(ctx, f: Found) -> Component:
     s = ctx.run.representative(f.obj)
-    mod = copy.deepcopy(s.obj).double().eval()
+    mod = safe_copy(s.obj).double().eval()
     names = [n for n, v in s.calls[0].args.items() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 3]
     a_name, r_name = names
     a = ctx.randn(*s.calls[0].args[a_name].shape)
@@ -558,6 +559,15 @@ def _functional_attention(ctx, f, L, x, W, d, rest, xname, pname, params):
 # --- whole-model properties on their own input ------------------------------------------------------------
 
 def run_properties(report, facts, source: str) -> None:
+    """Each property on its own: one that cannot be read on their run (a model that cannot be copied or called
+    again) is left out, never a crash of the check."""
+    try:
+        _run_properties(report, facts, source)
+    except Exception:
+        return
+
+
+def _run_properties(report, facts, source: str) -> None:
     """A decoder that reads the future on their own input (`no-causal-mask`), wherever its mask is built; an
     additive mask their model builds that hides the real tokens and keeps the padding (`mask-inverted`)."""
     if not facts:
@@ -659,7 +669,7 @@ def lm_loss_property(facts):
     if ids.shape != targets.shape or ids.shape[1] < 2:
         return None
     try:
-        mod = copy.deepcopy(top.obj).eval()
+        mod = safe_copy(top.obj).eval()
         from .watch import recall
         with torch.no_grad():
             out = recall(mod, args)
@@ -730,7 +740,7 @@ def _first_wet(seen, depth, done, recall, _same_output):
             continue
         done.add(type(s.obj))
         try:
-            mod = copy.deepcopy(s.obj).eval()
+            mod = safe_copy(s.obj).eval()
             with torch.no_grad():
                 torch.manual_seed(1)
                 a = recall(mod, s.calls[0].args)
@@ -875,7 +885,7 @@ def final_norm_in_use(report, facts):
     classes = tuple(c for c in classes if isinstance(c, type))
     if not classes:
         return None
-    mod = copy.deepcopy(top.obj).eval()
+    mod = safe_copy(top.obj).eval()
     layers = [m for m in mod.modules() if isinstance(m, classes)]
     if len(layers) < 1:
         return None

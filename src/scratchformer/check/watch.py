@@ -483,7 +483,7 @@ class RunFacts:
             if n not in seqs and isinstance(v, torch.Tensor) and v.shape == ids.shape:
                 changed[n] = args[n] = None
         try:
-            mod = copy.deepcopy(top.obj).eval()
+            mod = safe_copy(top.obj).eval()
             with torch.no_grad():
                 a, b, a2 = recall(mod, args), recall(mod, changed), recall(mod, args)
         except Exception:
@@ -522,7 +522,7 @@ class RunFacts:
         changed[src] = bumped
         try:
             import copy
-            mod = copy.deepcopy(top.obj).eval()
+            mod = safe_copy(top.obj).eval()
             with torch.no_grad():
                 a, b, a2 = recall(mod, args), recall(mod, changed), recall(mod, args)
         except Exception:
@@ -554,7 +554,7 @@ class RunFacts:
                     if n != name and isinstance(v, torch.Tensor) and v.shape == ids.shape:
                         changed[n] = args[n] = None
                 try:
-                    mod = copy.deepcopy(top.obj).eval()
+                    mod = safe_copy(top.obj).eval()
                     with torch.no_grad():
                         a, b = recall(mod, args), recall(mod, changed)
                     a = a if isinstance(a, torch.Tensor) else next(_tensors(a), None)
@@ -775,7 +775,7 @@ def _reads_only_past(s: Seen) -> bool | None:
     if others:
         return None  # keys from another sequence (cross-attention, memory): not a question of causality
     try:
-        mod = copy.deepcopy(s.obj).eval()
+        mod = safe_copy(s.obj).eval()
         with torch.no_grad():
             a = recall(mod, args)
             b = recall(mod, changed)
@@ -1002,3 +1002,18 @@ def causal_intent(source: str) -> bool:
                        r"语言模型|gpt|lm_?head|causal_?lm|language_?model|next[ _]token", source, re.I)
     masked_lm = re.search(r"mlm|masked_?lm|mask_token|\bbert\b", source, re.I)
     return bool(intent) and not masked_lm
+
+
+def safe_copy(obj):
+    """copy.deepcopy of their module, after their own non-leaf tensors kept as plain attributes (a `last_loss`
+    from the training step, which deepcopy refuses) are detached."""
+    import copy
+    try:
+        return copy.deepcopy(obj)
+    except RuntimeError:
+        mods = obj.modules() if isinstance(obj, nn.Module) else []
+        for m in mods:
+            for k, v in list(vars(m).items()):
+                if isinstance(v, torch.Tensor) and v.grad_fn is not None:
+                    setattr(m, k, v.detach())
+        return copy.deepcopy(obj)
