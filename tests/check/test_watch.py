@@ -340,3 +340,68 @@ def test_no_correct_file_of_any_first_contact_round_is_told_it_has_a_bug():
         reports = list(ex.map(lambda p: check_file(p, lang="en", timeout_s=90), files))
     accused = [(p.name, r.bug_ids()) for p, r in zip(files, reports) if r.exit_code == 1]
     assert accused == [], accused
+
+
+BERTISH = HEAD + textwrap.dedent('''
+    class SelfAttention(nn.Module):
+        def __init__(self, hidden, heads):
+            super().__init__()
+            self.h = heads
+            self.query, self.key, self.value = (nn.Linear(hidden, hidden) for _ in range(3))
+
+        def forward(self, hidden_states, attention_mask):
+            B, T, C = hidden_states.shape
+            split = lambda t: t.view(B, T, self.h, C // self.h).transpose(1, 2)
+            q, k, v = split(self.query(hidden_states)), split(self.key(hidden_states)), split(self.value(hidden_states))
+            scores = q @ k.transpose(-1, -2) / math.sqrt(C // self.h) + attention_mask
+            return (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+
+
+    class SelfOutput(nn.Module):
+        def __init__(self, hidden):
+            super().__init__()
+            self.dense = nn.Linear(hidden, hidden)
+            self.LayerNorm = nn.LayerNorm(hidden)
+
+        def forward(self, hidden_states, input_tensor):
+            return self.LayerNorm(self.dense(hidden_states) + input_tensor)
+
+
+    class Layer(nn.Module):
+        def __init__(self, hidden, heads):
+            super().__init__()
+            self.attention = SelfAttention(hidden, heads)
+            self.output = SelfOutput(hidden)
+
+        def forward(self, x, attention_mask):
+            return self.output(self.attention(x, attention_mask), x)
+
+
+    class Encoder(nn.Module):
+        def __init__(self, vocab, hidden, heads):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, hidden)
+            self.layer = Layer(hidden, heads)
+
+        def forward(self, input_ids, attention_mask):
+            ext = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+            return self.layer(self.emb(input_ids), ext)
+
+
+    if __name__ == "__main__":
+        ids = torch.tensor([[5, 6, 7, 8], [9, 4, 0, 0]])
+        print(Encoder(30, 16, 2)(ids, (ids != 0).long()).shape)
+''')
+
+
+def test_an_add_and_norm_module_and_an_extended_mask_are_read_from_the_run(tmp_path):
+    r = _check(tmp_path, BERTISH)
+    comps = {c.kind: c.status for c in r.components}
+    assert r.bug_ids() == [] and comps["add_norm"] == "ok" and comps["attention"] == "ok", r.text("en")
+    assert "additive" in r.mask_convention and "SelfAttention" in r.mask_convention
+    r = _check(tmp_path, BERTISH.replace("self.dense(hidden_states) + input_tensor", "self.dense(hidden_states)"),
+               name="nores.py")
+    assert "no-residual" in r.bug_ids(), r.text("en")
+    r = _check(tmp_path, BERTISH.replace("(1.0 - attention_mask[:, None, None, :].float())",
+                                         "attention_mask[:, None, None, :].float()"), name="inv.py")
+    assert "mask-inverted" in r.bug_ids(), r.text("en")

@@ -785,7 +785,12 @@ def loss_in_their_loop(facts) -> list:
     batches = seqs + ([target.reshape(dec.shape)] if target.numel() == dec.numel() else [])
     pad = declared[0] if declared else padding_value(batches)
     ignore = call.get("ignore_index")
-    if pad is not None and call.get("reduction", "mean") == "mean" and ignore != pad and bool((target == pad).any()):
+    data = [target] + seqs + [v for v in vars(facts.module).values() if isinstance(v, torch.Tensor) and v.dim() == 2
+                              and not v.is_floating_point()] if getattr(facts, "module", None) is not None else [target]
+    padded = pad is not None and any(bool((t == pad).any()) for t in data)  # their data has padding, this batch or not
+    if ignore is not None and bool((target == ignore).any()):
+        padded = False  # they left the padding out through the labels themselves (-100 where the padding was)
+    if pad is not None and call.get("reduction", "mean") == "mean" and ignore != pad and padded:
         out.append(("loss-on-padding", f"the loss your training step computes counts the padding id {pad} "
                                        f"(ignore_index={ignore}): leave it out with ignore_index={pad}"))
     return out

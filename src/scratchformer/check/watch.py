@@ -501,7 +501,7 @@ class RunFacts:
         # how it reads the future says why: every earlier position (no causal mask), or the one just before
         # (a mask one ahead); other patterns (positions mixed by a head split, say) are not the mask's
         T = ids.shape[1]
-        why = "all" if moved == list(range(T - 1)) else "one ahead" if moved == [T - 2] else "other"
+        why = "all" if 0 in moved else "one ahead" if moved == [T - 2] else "other"  # the first position reads the last
         return True, name, why
 
     def decoder_ignores_source(self) -> bool | None:
