@@ -269,7 +269,7 @@ def check_attention(ctx: Ctx, f: Found) -> Component:
         row would spoil every gradient). A fused or per-head W_QKV is compared through the inputs only."""
         G = ctx.randn(2, Tq, d)
         wr = _detached(w)
-        joined = "←" in words and ("3 rows blocks" in words or "per-head" in words or "stored in×out" in words
+        joined = "←" in words and ("rows blocks" in words or "per-head" in words or "stored in×out" in words
                                    or "block-diagonal" in words)
         pairs = [] if joined else [(a, b) for pl, pr in zip(w.values(), wr.values()) for a, b in zip(pl, pr)
                                    if a is not None and a.requires_grad]  # W_O = I (BERT's) is not theirs

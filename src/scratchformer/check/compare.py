@@ -185,6 +185,17 @@ def _map_linear_layout(mod, params, d: int, h: int | None):
     sq = [(n, p) for n, p in mats if tuple(p.shape) == (d, d)]
     fused = [(n, p) for n, p in mats if tuple(p.shape) == (3 * d, d)]
     biases = {n.rsplit(".", 1)[0]: p for n, p in params if p.dim() == 1 and n.endswith("bias")}
+    kv = [(n, p) for n, p in mats if tuple(p.shape) == (2 * d, d)]
+    if len(sq) == 2 and len(kv) == 1 and len(mats) == 3:
+        # W_Q alone, W_K|W_V fused (to_q, to_kv: the row halves are K then V), W_O: roles of the two d×d by names
+        by = {_role(n.rsplit(".", 1)[0]): (n, p) for n, p in sq}
+        if {"q", "o"} <= set(by):
+            (kn, kw_), kb = kv[0], biases.get(kv[0][0].rsplit(".", 1)[0])
+            ks, vs = kw_.chunk(2, 0)
+            kbs = kb.chunk(2, 0) if kb is not None else (None, None)
+            w = {"q": (by["q"][1], biases.get(by["q"][0].rsplit(".", 1)[0])), "k": (ks, kbs[0]), "v": (vs, kbs[1]),
+                 "o": (by["o"][1], biases.get(by["o"][0].rsplit(".", 1)[0]))}
+            return w, f"W_Q←{by['q'][0]}, W_K,W_V←{kn} (2 rows blocks), W_O←{by['o'][0]}", [p for _, p in mats], None
     if h and d % h == 0 and len(sq) == 1:
         dk = d // h
         small = [(n, p) for n, p in mats if tuple(p.shape) == (dk, dk)]

@@ -591,6 +591,13 @@ def _run_properties(report, facts, source: str) -> None:
 
     attention_bug = any(c.kind in ("attention", "scaled_dot_product") and set(c.ids) - {"unknown-difference"}
                         for c in report.components)
+    deaf = facts.ignores_its_input()
+    if deaf is not None and not report.bug_ids():
+        if deaf:
+            add("cross-attention-kv", f"on your own input, changing the input did not change the output at all: "
+                                      f"`{deaf}` reads the model's own states, not the input")
+        else:
+            add("unknown-difference", "on your own input, changing the input did not change the output at all")
     if facts.decoder_ignores_source() and "cross-attention-kv" not in report.ids():
         add("cross-attention-kv", "on your own input, changing the source did not change the decoder's output at "
                                   "all: its cross-attention reads the decoder's own states, not the memory")

@@ -411,6 +411,13 @@ class RunFacts:
             built = self.watch.of_class(cls)
             return built[0] if built else None
         inside = [s for s in called if s.calls[0].parent is not None]  # as the model uses it, not a side demo
+        # the configuration their model repeats most (its layers' attention, not the one cross-attention)
+        def config(s):
+            return tuple(sorted((k, v) for k, v in s.ctor.items() if _plain(v) and "drop" not in k.lower()))
+        counts = {}
+        for s in inside:
+            counts[config(s)] = counts.get(config(s), 0) + 1
+        inside.sort(key=lambda s: -counts[config(s)])
         called = inside + [s for s in called if s not in inside]
         for s in called:
             if self.causal_instance(s):
@@ -503,6 +510,35 @@ class RunFacts:
         T = ids.shape[1]
         why = "all" if 0 in moved else "one ahead" if moved == [T - 2] else "other"  # the first position reads the last
         return True, name, why
+
+    def ignores_its_input(self) -> str | None:
+        """A one-input model whose output does not move when its input changes at all: the name of its
+        cross-attention when it holds one (called without the input as its keys and values), '' otherwise,
+        None when the run cannot tell."""
+        top = self.watch.top() if self.watch is not None else None
+        if top is None or not top.calls:
+            return None
+        args = dict(top.calls[0].args)
+        xs = [n for n, v in args.items() if isinstance(v, torch.Tensor) and v.dim() >= 2 and "mask" not in n.lower()
+              and not _TARGET.search(n)]
+        if len(xs) != 1:
+            return None
+        x = args[xs[0]]
+        changed = dict(args)
+        if x.is_floating_point():
+            changed[xs[0]] = x + 1.0 + x.abs()
+        else:
+            changed[xs[0]] = torch.where(x > 1, x - 1, x + 1)
+        try:
+            mod = safe_copy(top.obj).eval()
+            with torch.no_grad():
+                a, b, a2 = recall(mod, args), recall(mod, changed), recall(mod, args)
+        except Exception:
+            return None
+        if not _same_output(a, a2) or not _same_output(a, b):
+            return None
+        cross = next((n for n, m in top.obj.named_modules() if re.search(r"cross|enc_?dec|src_attn", n.split(".")[-1], re.I)), None)
+        return cross or ""
 
     def decoder_ignores_source(self) -> bool | None:
         """An encoder-decoder whose output does not move when its source changes (its cross-attention reads the
@@ -656,7 +692,10 @@ class RunFacts:
                         take(size, v, f"{n}={v} {where}")
 
         top = self.watch.top()
-        order = ([top] if top is not None else []) + [s for s in self.seen if s is not top]
+        reps = {id(r.obj) for r in (self.representative(type(s.obj)) for s in self.seen) if r is not None}
+        rest = [s for s in self.seen if s is not top]
+        order = ([top] if top is not None else []) + [s for s in rest if id(s.obj) in reps] \
+            + [s for s in rest if id(s.obj) not in reps]  # each class's representative before its odd instances
         config = None
         whose = "the check's call of your model" if self.watch.synthetic else "your run"
         for s in order:
