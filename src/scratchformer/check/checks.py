@@ -91,6 +91,19 @@ def _no_activation(ctx, f, comp: Component, ffn) -> Component:
 def _inline_ffn(layer: nn.Module):
     """torch's own layers keep the feed-forward inline: linear1, activation, linear2 (no module of its own)."""
     l1, l2 = getattr(layer, "linear1", None), getattr(layer, "linear2", None)
+    for name, m in layer.named_children():  # minGPT's `mlp = nn.ModuleDict(dict(c_fc, c_proj, act))`, called by a lambda
+        if isinstance(m, nn.ModuleDict) and l1 is None:
+            lins = [x for x in m.values() if isinstance(x, nn.Linear)]
+            acts = [x for x in m.values() if not isinstance(x, nn.Linear)]
+            if len(lins) == 2 and lins[0].out_features == lins[1].in_features and lins[0].in_features == lins[1].out_features \
+                    and len(acts) <= 1:
+                a, b = lins
+                act_mod = acts[0] if acts else torch.nn.functional.gelu
+
+                def ffn(y, a=a, b=b, act=act_mod):
+                    return b(act(a(y)))
+                ffn.no_activation = lambda y, a=a, b=b: b(a(y))
+                return (f"{name} (a ModuleDict)", ffn)
     if not (isinstance(l1, nn.Linear) and isinstance(l2, nn.Linear) and l1.out_features == l2.in_features):
         return None
     try:

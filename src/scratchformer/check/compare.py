@@ -185,7 +185,8 @@ def _map_linear_layout(mod, params, d: int, h: int | None):
     sq = [(n, p) for n, p in mats if tuple(p.shape) == (d, d)]
     fused = [(n, p) for n, p in mats if tuple(p.shape) == (3 * d, d)]
     biases = {n.rsplit(".", 1)[0]: p for n, p in params if p.dim() == 1 and n.endswith("bias")}
-    kv = [(n, p) for n, p in mats if tuple(p.shape) == (2 * d, d)]
+    kv = [(n, p) for n, p in mats if p.shape[1] == d and p.shape[0] % 2 == 0 and p.shape[0] != d
+          and (h is None or (p.shape[0] // 2) % (d // h) == 0) and p.shape[0] // 2 <= d]
     if len(sq) == 2 and len(kv) == 1 and len(mats) == 3:
         # W_Q alone, W_K|W_V fused (to_q, to_kv: the row halves are K then V), W_O: roles of the two d×d by names
         by = {_role(n.rsplit(".", 1)[0]): (n, p) for n, p in sq}
@@ -195,7 +196,10 @@ def _map_linear_layout(mod, params, d: int, h: int | None):
             kbs = kb.chunk(2, 0) if kb is not None else (None, None)
             w = {"q": (by["q"][1], biases.get(by["q"][0].rsplit(".", 1)[0])), "k": (ks, kbs[0]), "v": (vs, kbs[1]),
                  "o": (by["o"][1], biases.get(by["o"][0].rsplit(".", 1)[0]))}
-            return w, f"W_Q←{by['q'][0]}, W_K,W_V←{kn} (2 rows blocks), W_O←{by['o'][0]}", [p for _, p in mats], None
+            r = ks.shape[0]
+            h_kv = r // (d // h) if h and r < d else None  # fewer K/V heads: multi-query or grouped-query
+            return w, f"W_Q←{by['q'][0]}, W_K,W_V←{kn} (2 rows blocks" + (f"; {h_kv} K/V heads" if h_kv else "") + \
+                f"), W_O←{by['o'][0]}", [p for _, p in mats], h_kv
     if h and d % h == 0 and len(sq) == 1:
         dk = d // h
         small = [(n, p) for n, p in mats if tuple(p.shape) == (dk, dk)]
