@@ -428,8 +428,14 @@ class AttnCaller:
         args = discover.RUN.call_args(type(self.fn)) if isinstance(self.fn, nn.Module) else {}
         q = next((v for n, v in args.items() if isinstance(v, torch.Tensor) and v.dim() == 3), None)
         kpm = next((v for n, v in args.items() if "key_padding" in n and isinstance(v, torch.Tensor)), None)
-        return q is not None and kpm is not None and kpm.dim() == 2 and q.shape[0] != q.shape[1] \
-            and kpm.shape[0] == q.shape[0]
+        if q is not None and kpm is not None and kpm.dim() == 2 and q.shape[0] != q.shape[1]:
+            return kpm.shape[0] == q.shape[0]
+        try:  # B == T in their run: their own unpacking says which comes first (`B, T, D = query.shape`)
+            src = inspect.getsource(type(self.fn).forward)
+        except (OSError, TypeError):
+            return False
+        return bool(re.search(r"^\s*(b|bs|batch\w*|n)\s*,\s*\w+\s*(,\s*\w+\s*)?=\s*(query|q|x)\.(shape|size\(\))",
+                              src, re.I | re.M))
 
     def settle(self, q, k, v, keep):
         """Find the mask rank and type the learner's code accepts ((B,1,1,S), (B,1,S), (B,S); their

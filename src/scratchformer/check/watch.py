@@ -487,7 +487,8 @@ class RunFacts:
         bumped[:, -1] = torch.where(bumped[:, -1] > 1, bumped[:, -1] - 1, bumped[:, -1] + 1)
         changed[name] = bumped
         for n, v in args.items():  # targets beside the ids (the loss): not the question here
-            if n not in seqs and isinstance(v, torch.Tensor) and v.shape == ids.shape:
+            if n not in seqs and _TARGET.search(n) and isinstance(v, torch.Tensor) and not v.is_floating_point() \
+                    and v.shape == ids.shape:
                 changed[n] = args[n] = None
         try:
             mod = safe_copy(top.obj).eval()
@@ -502,7 +503,7 @@ class RunFacts:
         if a is None or b is None or a.shape != b.shape or a.dim() < 3 or a.shape[:2] != ids.shape:
             return None
         moved = [t for t in range(ids.shape[1] - 1)
-                 if not torch.allclose(a[:, t], b[:, t], rtol=1e-5, atol=1e-6)]
+                 if not torch.allclose(a[:, t], b[:, t], rtol=1e-5, atol=1e-6, equal_nan=True)]
         if not moved:
             return False, name
         # how it reads the future says why: every earlier position (no causal mask), or the one just before
@@ -587,7 +588,8 @@ class RunFacts:
                 bumped[:, -1] = torch.where(bumped[:, -1] > 1, bumped[:, -1] - 1, bumped[:, -1] + 1)
                 changed[name] = bumped
                 for n, v in args.items():  # targets given beside the ids: the loss is not the question
-                    if n != name and isinstance(v, torch.Tensor) and v.shape == ids.shape:
+                    if n != name and _TARGET.search(n) and isinstance(v, torch.Tensor) and not v.is_floating_point() \
+                            and v.shape == ids.shape:
                         changed[n] = args[n] = None
                 try:
                     mod = safe_copy(top.obj).eval()
@@ -597,7 +599,7 @@ class RunFacts:
                     b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
                     if a is not None and b is not None and a.shape == b.shape and a.dim() >= 2 \
                             and a.shape[:2] == ids.shape:
-                        out = not torch.allclose(a[:, :-1], b[:, :-1], rtol=1e-5, atol=1e-6)
+                        out = not torch.allclose(a[:, :-1], b[:, :-1], rtol=1e-5, atol=1e-6, equal_nan=True)
                 except Exception:
                     out = None
         self._causal["_top_future"] = out
@@ -827,7 +829,7 @@ def _reads_only_past(s: Seen) -> bool | None:
     b = next(_tensors(b), None) if not isinstance(b, torch.Tensor) else b
     if a is None or b is None or a.shape != b.shape or a.dim() < 2 or a.shape[1] != T:
         return None
-    return bool(torch.allclose(a[:, :-1], b[:, :-1], rtol=1e-5, atol=1e-6))
+    return bool(torch.allclose(a[:, :-1], b[:, :-1], rtol=1e-5, atol=1e-6, equal_nan=True))
 
 
 def recall(mod: nn.Module, args: dict):
@@ -969,7 +971,7 @@ def _inputs_for(cls, sizes):
 def _same_output(a, b) -> bool:
     a = a if isinstance(a, torch.Tensor) else next(_tensors(a), None)
     b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
-    return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+    return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, rtol=1e-6, atol=1e-7, equal_nan=True)
 
 
 _TARGET = re.compile(r"target|label|^y(b|s|_true)?$|loss|gold|answer|dec_out|tgt_out|output_ids", re.I)
