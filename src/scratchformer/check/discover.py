@@ -343,7 +343,7 @@ def _rebuild(cls, sig, ctor: dict, dropout: float):
         if "drop" in name.lower() and isinstance(v, float):
             return dropout
         if isinstance(v, nn.Module):
-            from .watch import safe_copy
+            from .facts import safe_copy
             m = safe_copy(v)
             for sub in m.modules():
                 if isinstance(sub, nn.Dropout):

@@ -17,11 +17,13 @@ from .model import check_model
 CHECKS = {**CHECKS, "model": check_model}
 from .compare import Ctx
 from .discover import CannotCheck, discover, set_run
-from .watch import RunFacts, synthesize
+from .facts import RunFacts
+from .watch import synthesize
 from .in_use import (add_norm_classes, check_add_norm, check_functional, check_residual, ffn_classes,
-                     functional_components, residual_classes, run_properties)
+                     functional_components, residual_classes)
+from .properties import run_properties
 from .sizes import learner_sizes
-from .report import Component, Report, finding
+from .report import Component, Report
 from .train import train_beside
 
 
