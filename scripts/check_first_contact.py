@@ -107,8 +107,9 @@ def main(argv=None) -> int:
             "# The checker at first contact\n\nEach round's set was written by someone who did not read the engine, "
             "frozen in `tests/check/first_contact/<round>/`, and scored here before any change was made for it "
             "(issue 59). The figure that counts is the first one of each round.\n\n")
-        with open(RESULTS, "a", encoding="utf-8") as fh:
-            fh.write(head + text + "\n")
+        from scratchformer.fileio import atomic_write_text  # the one writer: whole or not at all
+        before = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+        atomic_write_text(RESULTS, before + head + text + "\n")
     return 0
 
 

@@ -43,7 +43,7 @@ The package: `discover.py` (finding, building and calling the learner's componen
 (the sizes they are built with, read from their file),
 `masks.py` (their mask convention), `reference.py` (ours, each bug a switch), `compare.py` (closeness,
 the variant search, weights in and out, the context of one file), `attention.py` and `position_wise.py` (attention; FFN,
-norm, positions checked), `checks.py` (the layers' wiring, the whole encoder, `CHECKS`), `report.py`, `catalogue.py`, `child.py` (the child process),
+norm, positions checked), `checks.py` (the layers' wiring), `stacks.py` (the encoder and decoder stacks), `report.py`, `catalogue.py`, `child.py` (the child process),
 `train.py` (`--train`); `watch.py` (the learner's own program run and watched, a call of our making),
 `facts.py` (what the run tells the checks), `in_use.py` (components found by what the run does: add & norm,
 functional code), `properties.py` (the whole model's properties on their own inputs), `notebook.py` (.ipynb).

@@ -528,7 +528,8 @@ def _role_of_value(v: torch.Tensor, taken: set) -> str | None:
 
 
 def _plain_value(v) -> bool:
-    return v is None or isinstance(v, (bool, int, float, str))
+    from .facts import _plain  # one definition of "a value a call can be given again as it was"
+    return _plain(v)
 
 
 def first_tensor(out, ndim: int | None = None, shape=None):

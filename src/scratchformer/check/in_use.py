@@ -433,8 +433,8 @@ def _functional_layer(ctx, f, rest, xname, x, pname, params) -> Component:
                 continue
             bug = "no-residual" if close(z, sout) else "post-ln-residual" if close(z, u + sout) else None
         else:
-            if not after:
-                continue
+            if not after:  # no norm after it: its residual cannot be read here, so the layer is not called right
+                raise CannotCheck(f"nothing after its {seen[i][0]} shows how the sum is taken")
             z = after[0][1]
             if close(z, u + sout):
                 continue

@@ -367,13 +367,10 @@ def final_norm_in_use(report, facts):
         return None
     h_last = last[-1]
     normed = any(isinstance(t, torch.Tensor) and t.shape == h_last.shape and torch.allclose(t, h_last) for t in fed)
-    twice = sum(isinstance(t, torch.Tensor) and t.shape == h_last.shape for t in fed) >= 2 and normed
     if "pre-ln" in order and not normed:
         return ("missing-final-norm", "Pre-LN layers, and on your own input the last layer's output reaches the head "
                                       "without a norm")
     if "post-ln" in order and normed:
         return ("extra-final-norm", "Post-LN layers already end in a norm; on your own input the model normalises "
                                     "the last layer's output again")
-    if "pre-ln" in order and twice:
-        return None
     return None
