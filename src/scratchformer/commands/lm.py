@@ -53,5 +53,6 @@ def generate(args) -> int:
         stream("\n")
     dt = time.perf_counter() - t0
     print(f"[{args.max_new_tokens} tokens in {dt:.2f} s, {args.max_new_tokens / max(dt, 1e-9):.0f} tokens/s, "
-          f"{'no cache' if args.no_cache else 'KV cache'}]", file=sys.stderr)
+          f"{'KV cache' if not args.no_cache and getattr(lm.model, 'supports_cache', True) else 'no cache'}]",
+          file=sys.stderr)
     return 0

@@ -24,10 +24,11 @@ from ..nn.static_encoder import static_encode
 from .bert import BertConfig, BertEncoder
 from .embedding import Embeddings, token_dropout
 from .pooling import POOLINGS, masked_pool, pool_segments
+from .your_model import YourModelConfig, build_yours
 
 
 
-KINDS = ("transformer", "lstm")
+KINDS = ("transformer", "lstm", "yours")
 
 
 @dataclass
@@ -54,10 +55,16 @@ class ClassifierConfig(JsonConfig):
     # keep only the checkpoint's lowest N layers (None: all): a smaller, faster backbone
     init_layers: int | None = None
     bert: BertConfig | None = None  # set (from the checkpoint) when the backbone is BERT
+    # kind "yours": the learner's own model file (`train classify --model FILE.py`, models/your_model.py)
+    yours: YourModelConfig | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.bert, dict):  # from JSON: get_type_hints sees `BertConfig | None`
             self.bert = BertConfig.from_dict(self.bert)
+        if isinstance(self.yours, dict):
+            self.yours = YourModelConfig.from_dict(self.yours, "model.yours")
+        if (self.kind == "yours") != (self.yours is not None) and self.yours is not None:
+            raise UserError("model.yours is set by --model FILE.py (with model.kind=yours); do not set it by hand")
         if self.kind not in KINDS:
             raise UserError(f"model.kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}")
         if self.kind == "lstm" and (self.init or self.bert is not None):
@@ -176,8 +183,13 @@ class EncoderClassifier(nn.Module):
         return self.head(seg)
 
 
-def build_classifier(cfg: ClassifierConfig) -> nn.Module:
-    """The model `cfg.kind` names: our Transformer encoder (or BERT), or the LSTM baseline."""
+def build_classifier(cfg: ClassifierConfig, folder=None) -> nn.Module:
+    """The model `cfg.kind` names: our Transformer encoder (or BERT), the LSTM baseline, or the learner's own
+    (kind yours: built from the copy of their file in the run `folder`)."""
+    if cfg.kind == "yours":
+        if cfg.yours is None or folder is None:
+            raise UserError("model.kind=yours is set by --model FILE.py; it needs the run folder that holds the copy")
+        return build_yours(cfg.yours, folder, "classify", cfg.vocab_size, cfg.n_classes, cfg.pad_id)
     if cfg.kind == "lstm":
         from .rnn import LSTMClassifier
 

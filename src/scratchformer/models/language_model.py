@@ -27,6 +27,7 @@ from ..nn import Encoder, KVCache, Linear, TransformerConfig
 from ..nn.fast_linear import projection
 from ..nn.lean import CausalStackStep, lean_blocker
 from .embedding import Embeddings
+from .your_model import YourModelConfig, build_yours
 
 
 def _gpt_stack() -> TransformerConfig:
@@ -49,8 +50,12 @@ class LMConfig(JsonConfig):
     tie_embeddings: bool = True  # output head = token embedding matrix (transposed)
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (see module doc)
     init_std: float = 0.02  # GPT-2 initialisation; 0 keeps torch's default initialisation
+    # the learner's own model file (`train lm --model FILE.py`, models/your_model.py); None: ours
+    yours: YourModelConfig | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.yours, dict):
+            self.yours = YourModelConfig.from_dict(self.yours, "model.yours")
         if not self.transformer.norm_first:
             raise UserError("the language model is Pre-LN; set model.transformer.norm_first=true")
         if self.init_std < 0:
@@ -145,3 +150,12 @@ class LMStep:
         if self.position is not None:  # the module adds positions to (N, T, C)
             x = self.position(x[:, None], self.caches[0].length)[:, 0]
         return self.head(self.stack(x))  # (N, V)
+
+
+def build_lm(cfg: LMConfig, folder=None) -> nn.Module:
+    """Our GPT, or the learner's own (`cfg.yours`: built from the copy of their file in the run `folder`)."""
+    if cfg.yours is not None:
+        if folder is None:
+            raise UserError("model.yours is set by --model FILE.py; it needs the run folder that holds the copy")
+        return build_yours(cfg.yours, folder, "lm", cfg.vocab_size)
+    return DecoderLM(cfg)

@@ -97,3 +97,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
     return value
+
+
+def your_model_flags(p) -> None:
+    """`--model FILE.py[:Name]` and `--strict` (docs/your-model.md): the learner's own network in the run."""
+    p.add_argument("--model", metavar="FILE.py[:Name]", default=None,
+                   help="train your own model: the nn.Module class (or a function that builds it) in FILE.py, "
+                        "checked first (`scratchformer check`), copied into the run folder; see docs/your-model.md")
+    p.add_argument("--strict", action="store_true",
+                   help="with --model: refuse to train when `scratchformer check` names a bug in the file")

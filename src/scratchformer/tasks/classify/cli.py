@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli_args import compute_type, positive_int, recipe_for_run, refuse_translation_flags, say_compute
+from ..cli_args import (compute_type, positive_int, recipe_for_run, refuse_translation_flags, say_compute,
+                        your_model_flags)
 from ..slots import add_flag
 
 
@@ -27,6 +28,7 @@ def flags(p) -> None:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the TF-IDF + logistic regression baseline fitted on the same split "
                         "(and so the blend with it; `--set blend=false` keeps the baseline but does not blend)")
+    your_model_flags(p)
 
 
 def evaluate_flags(ev) -> None:
@@ -62,7 +64,8 @@ def train(args) -> int:
         log(f"recipe (adaptive default; --config FILE to choose your own): {describe(recipe)}")
     from .auto import e5_candidate  # the adaptive default also considers e5
 
-    candidate = e5_candidate(recipe, log, chosen=bool(args.config or args.resume or args.init or args.teacher),
+    candidate = e5_candidate(recipe, log, chosen=bool(args.config or args.resume or args.init or args.teacher
+                                                      or args.model),
                              sets=args.set)
     if candidate is not None:
         from .pipeline import train_with_candidate
@@ -70,7 +73,7 @@ def train(args) -> int:
         result = train_with_candidate(recipe, candidate, args.out, log, baseline=not args.no_baseline, started=started)
     else:
         result = train_classifier(recipe, args.out, resume=args.resume, log=log, baseline=not args.no_baseline,
-                                  started=started)
+                                  started=started, your_model=args.model, strict=args.strict)
     out = {"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
            "best_valid": result["train"].get("best_metric")}
     if "comparison" in result:

@@ -90,7 +90,7 @@ class Classifier:
             raise UserError(f"{run / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but "
                             f"{run / 'config.json'} only a {recipe.model.vocab_size}-row embedding: "
                             "the run folder is inconsistent")
-        model = build_checked(lambda: build_classifier(recipe.model), run / WEIGHTS, run / "config.json")
+        model = build_checked(lambda: build_classifier(recipe.model, run.path), run / WEIGHTS, run / "config.json")
         if static_encoder and hasattr(model, "static_encoder"):  # (not the LSTM baseline)
             model.static_encoder = True
         return cls(model, tokenizer, labels, recipe, Compute(model, compute_type, recipe.model.d_model))
@@ -99,6 +99,8 @@ class Classifier:
     def max_positions(self) -> int | None:
         """Hard limit on tokens per segment (a learned position table), or None."""
         m = self.recipe.model
+        if m.kind == "yours":
+            return m.yours.max_len
         if m.bert is not None:
             return m.bert.max_positions
         return m.encoder.max_len if m.encoder.position == "learned" else None

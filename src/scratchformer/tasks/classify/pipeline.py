@@ -33,7 +33,8 @@ from .task import ClassificationTask
 
 def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool = False, log=print,
                      baseline: bool = False, started: float | None = None,
-                     step_timer: StepTimer | None = None) -> dict[str, Any]:
+                     step_timer: StepTimer | None = None, your_model: str | None = None,
+                     strict: bool = False) -> dict[str, Any]:
     """Load data, build tokenizer and model, train, then test the best checkpoint.
 
     `baseline`: also fit the TF-IDF + logistic regression baseline on the same split, print
@@ -44,9 +45,16 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
 
     Who runs each step under torchrun is train/once.py's: setup builds once (`build_once`),
     plans are decided once (`decide_once`), the test, the baseline and the blend are written
-    once (`write_once`)."""
+    once (`write_once`).
+
+    `your_model` ('FILE.py[:Name]', docs/your-model.md): the learner's own network in the model's place,
+    checked first (`strict`: a named bug refuses to train); one member, no blend, no n-gram tables (their
+    network reads token ids only)."""
     started = time.monotonic() if started is None else started
     out_dir = Path(out_dir)
+    yours = None
+    if your_model or recipe.model.kind == "yours":
+        recipe, yours, step_timer = _with_yours(recipe, your_model, out_dir, resume, strict, step_timer, log)
     if recipe.ensemble > 1:
         return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
@@ -59,14 +67,37 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
                                   step_timer=step_timer, data=data, base=base, grow_to=budget.MAX_MEMBERS)
         step_timer = timer  # the single run plans with that timing
     tok, source = tokenizer_and_source(recipe, data, out_dir, resume, log)
-    recipe, (train, valid, test) = frozen_recipe(recipe, data, tok, source, soft, resume, started, step_timer, log)
-    task = build_task(recipe, given, tok, source, data.labels, log)
+    recipe, (train, valid, test) = frozen_recipe(recipe, data, tok, source, soft, resume, started, step_timer, log,
+                                                 yours=yours, out_dir=out_dir)
+    task = build_task(recipe, given, tok, source, data.labels, log, folder=out_dir)
     valid_batches = valid.batches(0) if valid else None
     trainer = Trainer(task, train.batches, (lambda: valid_batches) if valid else None, recipe.train, out_dir)
     weights_before = _digest(out_dir / "model.safetensors") if resume else None
     summary = trainer.fit(resume=resume)
     return write_once(lambda: finish(task, summary, test, data, base, out_dir, resume, weights_before,
                                      started, log)) or {"train": summary}
+
+
+def _with_yours(recipe: ClassifyRecipe, spec: str | None, out_dir: Path, resume: bool, strict: bool,
+                step_timer: StepTimer | None, log):
+    """(the recipe for the learner's network, (its config to complete, what the watch saw), the step timer)."""
+    from ..your_model import prepare_yours
+
+    saved = recipe.model.yours if resume else None
+    if resume and saved is None:
+        raise UserError(f"{out_dir} was trained with our model, not with --model: resume it without --model")
+    cfg, desc = prepare_yours(spec or "", out_dir, saved, strict, log)
+    recipe = recipe.copy()
+    if recipe.ensemble != 1 or recipe.blend or recipe.model.bigram_buckets:
+        log("your model: one member, no blend with TF-IDF, no n-gram tables (your network reads token ids)")
+    recipe.ensemble, recipe.blend, recipe.cross_fit = 1, False, False
+    mc = recipe.model
+    mc.kind, mc.bigram_buckets, mc.trigram_buckets, mc.init = "yours", 0, 0, None
+    if step_timer is None:
+        def step_timer(r, train_batches, valid_batches):  # a throwaway of their model, from the run's copy
+            torch.manual_seed(r.train.seed)
+            return measure_step_times(r, build_classifier(r.model, out_dir), train_batches, valid_batches)
+    return recipe, (cfg, desc), step_timer
 
 
 def members_for_budget(recipe: ClassifyRecipe, data, started: float, step_timer: StepTimer | None, log):
@@ -108,7 +139,7 @@ def tokenizer_and_source(recipe: ClassifyRecipe, data, out_dir: Path, resume: bo
 
 
 def frozen_recipe(recipe: ClassifyRecipe, data, tok, source, soft, resume: bool, started: float,
-                  step_timer: StepTimer | None, log):
+                  step_timer: StepTimer | None, log, yours=None, out_dir: Path | None = None):
     """(the resolved recipe, its (train, valid, test) splits): what comes from the data, the
     checkpoint and the clock (a time budget's plan, decided once) written into the recipe."""
     splits: dict[str, EncodedSplit | None] = {}
@@ -122,6 +153,10 @@ def frozen_recipe(recipe: ClassifyRecipe, data, tok, source, soft, resume: bool,
         elif not resume:
             r.model.vocab_size = tok.vocab_size
         r.model.n_classes = len(data.labels)
+        if yours is not None:  # the learner's network fitted to this vocabulary, these labels, this length
+            from ..your_model import fitted
+            r.model.yours = fitted(yours[0], yours[1], out_dir, "classify", r.model.vocab_size, r.model.n_classes,
+                                   r.data.max_len, r.model.pad_id, log)
         if r.time_budget is not None and r.plan is None and not resume:
             encode_splits(r)  # the same encoding as the frozen recipe's: kept for training
             plan_into(r, splits["train"], splits["valid"], splits["test"], started, step_timer, log)
@@ -142,12 +177,12 @@ def frozen_recipe(recipe: ClassifyRecipe, data, tok, source, soft, resume: bool,
 
 
 def build_task(recipe: ClassifyRecipe, given: ClassifyRecipe, tok, source, labels: list[str],
-               log) -> ClassificationTask:
+               log, folder: Path | None = None) -> ClassificationTask:
     """The model (seeded; a backbone's weights loaded) wrapped as the Trainer's task."""
     mc = recipe.model
-    check_model_memory(lambda: build_classifier(mc), "the classifier")  # before any allocation (and the seed)
+    check_model_memory(lambda: build_classifier(mc, folder), "the classifier")  # before any allocation (and the seed)
     torch.manual_seed(recipe.train.seed)
-    model = build_classifier(mc)
+    model = build_classifier(mc, folder)
     if source is not None:
         source.load_into(model)
     if mc.init and (mc.encoder_lr_scale != 1.0 or mc.layer_lr_decay != 1.0):

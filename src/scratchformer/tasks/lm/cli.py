@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli_args import compute_type, positive_int, recipe_for_run, refuse_translation_flags, say_compute
+from ..cli_args import (compute_type, positive_int, recipe_for_run, refuse_translation_flags, say_compute,
+                        your_model_flags)
 from ..slots import add_flag
 
 
@@ -14,6 +15,7 @@ def flags(p) -> None:
     p.add_argument("--data", help="registered corpus (shakespeare, sanguo) or a UTF-8 .txt file "
                                   "(the last 10%% of it is validation)")
     p.add_argument("--valid", help="validation .txt file (default: the last data.valid_frac of --data)")
+    your_model_flags(p)
 
 
 def evaluate_flags(ev) -> None:
@@ -31,7 +33,8 @@ def train(args) -> int:
     from . import LMRecipe, train_lm
 
     recipe = recipe_for_run(LMRecipe, args)
-    result = train_lm(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr))
+    result = train_lm(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr),
+                      your_model=args.model, strict=args.strict)
     valid = result.get("valid", {})  # under torchrun rank 0's alone (the others print nothing)
     print(json.dumps({"run_dir": str(args.out), "valid_loss": valid.get("loss"),
                       "valid_perplexity": valid.get("perplexity"), "valid_bpc": valid.get("bpc"),

@@ -11,7 +11,7 @@ import torch
 from ...data.tokenizers import NUM_SPECIALS, UNK_ID, Tokenizer
 from ...errors import UserError
 from ...nn.compute import Compute, compute_type_from
-from ...models.language_model import DecoderLM
+from ...models.language_model import DecoderLM, build_lm
 from ...train.checkpoint import build_checked
 from ..runs import RunDir
 from .data import encode_text, fixed_windows
@@ -51,7 +51,8 @@ class LanguageModel:
         if tokenizer.vocab_size != recipe.model.vocab_size:
             raise UserError(f"{run_dir / 'tokenizer.json'} has {tokenizer.vocab_size} tokens but {run_dir / 'config.json'} "
                             f"(and model.safetensors) {recipe.model.vocab_size}: the run folder is inconsistent")
-        model = build_checked(lambda: DecoderLM(recipe.model), run_dir / "model.safetensors", run_dir / "config.json")
+        model = build_checked(lambda: build_lm(recipe.model, run_dir), run_dir / "model.safetensors",
+                              run_dir / "config.json")
         return cls(model, tokenizer, recipe, Compute(model, compute_type, recipe.model.transformer.d_model))
 
     def compute_choice(self, rows: int = 1) -> tuple[str, str]:
@@ -141,6 +142,7 @@ class LanguageModel:
             step_fn = model.lean_step(caches) if lean and model.lean_blocker() is None else None
             return model(torch.tensor([tokens]), caches)[:, -1]  # (1, V)
 
+        use_cache = use_cache and getattr(model, "supports_cache", True)  # a learner's model: its forward only
         if use_cache and max_new_tokens > 0:
             logits = prefill(seq[-window:])
         for step in range(max_new_tokens):

@@ -6,6 +6,7 @@ with `onnxruntime`, `tokenizers` and numpy only: this file is copied beside the 
     lm = ExportedLM("exported/lm")
     print(lm.generate("ROMEO:", max_new_tokens=50))            # greedy
     print(lm.generate("ROMEO:", 50, temperature=0.8, seed=0))  # sampled (numpy's generator)
+    print(lm.generate("ROMEO:", 50, temperature=0.8, top_k=40, top_p=0.9))  # cut to the likeliest, as the run's
     ids = lm.encode("ROMEO:"); text = lm.decode(ids)
 
 What it reproduces of the run's `LanguageModel.generate` (export.json holds the settings):
@@ -16,8 +17,9 @@ What it reproduces of the run's `LanguageModel.generate` (export.json holds the 
   4. when the window is full, the last `keep` tokens are fed again with empty pasts (ours crops
      and re-fills its cache the same way), so a long generation never runs past the positions
      the model knows.
-Greedy decoding gives our tokens (the export's parity check); sampling uses numpy's generator,
-so a seed does not give the tokens our torch sampler gives.
+Greedy decoding gives our tokens (the export's parity check). Sampling takes what the run's sampler
+takes (temperature, top_k: the k likeliest tokens, top_p: the smallest set whose probability reaches
+p) with numpy's generator, so a seed does not give the tokens our torch sampler gives.
 """
 import json
 from pathlib import Path
@@ -56,7 +58,7 @@ class ExportedLM:
         res = self.session.run(None, {"input_ids": np.array([ids], dtype=np.int64), **past})
         return res[0][0, -1], dict(zip(past, res[1:]))
 
-    def generate_ids(self, ids, max_new_tokens, temperature=0.0, seed=None, on_token=None):
+    def generate_ids(self, ids, max_new_tokens, temperature=0.0, seed=None, on_token=None, top_k=None, top_p=None):
         """The new ids; `on_token(id)` is called with each as soon as it is chosen."""
         if not ids:
             raise ValueError("the prompt encodes to no tokens; give some text to continue")
@@ -64,12 +66,7 @@ class ExportedLM:
         seq, out = list(ids), []
         logits, past = self._step(seq[-self.window:], self._empty())
         for step in range(max_new_tokens):
-            z = logits[self.first_id:].astype(np.float64)
-            if temperature and temperature > 0:
-                p = np.exp((z - z.max()) / temperature)
-                token = int(rng.choice(len(p), p=p / p.sum())) + self.first_id
-            else:
-                token = int(z.argmax()) + self.first_id
+            token = pick(logits[self.first_id:], temperature, top_k, top_p, rng) + self.first_id
             seq.append(token)
             out.append(token)
             if on_token is not None:
@@ -83,7 +80,28 @@ class ExportedLM:
                 logits, past = self._step([token], past)
         return out
 
-    def generate(self, prompt, max_new_tokens=200, temperature=0.0, seed=None):
+    def generate(self, prompt, max_new_tokens=200, temperature=0.0, seed=None, top_k=None, top_p=None):
         if not isinstance(prompt, str) or prompt == "":
             raise ValueError("the prompt is empty; give some text to continue")
-        return self.decode(self.generate_ids(self.encode(prompt), max_new_tokens, temperature, seed))
+        return self.decode(self.generate_ids(self.encode(prompt), max_new_tokens, temperature, seed,
+                                             top_k=top_k, top_p=top_p))
+
+
+def pick(logits, temperature=0.0, top_k=None, top_p=None, rng=None):
+    """The index of the next token in `logits` (those that may be generated): the argmax at temperature
+    0, else a draw from softmax(logits / temperature) kept to the `top_k` likeliest and to the smallest
+    set whose probability reaches `top_p` (the likeliest is always kept), as the run's sampler does."""
+    z = np.asarray(logits, dtype=np.float64)
+    if not temperature or temperature <= 0:
+        return int(z.argmax())
+    z = z / temperature
+    if top_k is not None and top_k < len(z):
+        z = np.where(z < np.partition(z, -top_k)[-top_k], -np.inf, z)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        above = np.cumsum(p[order]) - p[order]  # the mass of the tokens ranked above each one
+        p[order[above >= top_p]] = 0.0
+        p /= p.sum()
+    return int((rng or np.random.default_rng()).choice(len(p), p=p))

@@ -3,8 +3,8 @@ what `serve` opens for an lm export (the face's `runtime`), with the methods of 
 that serving asks for (`count_tokens`, `encode_prompt`, `generate` with streaming), run by ONNX
 Runtime through the folder's own `generate.py` logic (onnx_generate.py). No torch in the loop.
 
-The export samples with temperature only (numpy's generator): top_k and top_p are refused in one
-line rather than ignored."""
+The export samples as the run does (temperature, top_k, top_p; numpy's generator, so a seed gives
+other tokens than torch's): a request the run folder answers, its export answers too."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,9 +51,6 @@ class OnnxLanguageModel:
                  stream: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None) -> str:
         """The continuation of `prompt`; `stream(piece)` with each new piece of text (a piece is
         sent once the ids so far decode to more text: a character split over ids waits)."""
-        if top_k is not None or top_p is not None:
-            raise UserError("an ONNX export samples with temperature only (greedy at 0): leave out top_k and top_p, "
-                            "or serve the run folder")
         ids, _ = self.encode_prompt(prompt)
         new: list[int] = []
         sent = [""]
@@ -65,7 +62,7 @@ class OnnxLanguageModel:
                 stream(text[len(sent[0]):])
                 sent[0] = text
 
-        self.exported.generate_ids(ids, max_new_tokens, temperature, seed, on_token)
+        self.exported.generate_ids(ids, max_new_tokens, temperature, seed, on_token, top_k=top_k, top_p=top_p)
         text = self.exported.decode(new)
         if stream is not None and len(text) > len(sent[0]):
             stream(text[len(sent[0]):])

@@ -12,7 +12,7 @@ from ...config import check_model_memory
 from ...data.tokenizers import Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text
-from ...models.language_model import DecoderLM
+from ...models.language_model import DecoderLM, build_lm
 from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ...train.once import build_once, write_once
@@ -30,11 +30,17 @@ def _check_model_fits(recipe: LMRecipe) -> None:
                         f"data.context={ctx}; set model.transformer.max_len >= {ctx}")
 
 
-def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=print) -> dict[str, Any]:
+def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=print,
+             your_model: str | None = None, strict: bool = False) -> dict[str, Any]:
     """Load the text, build tokenizer and model, train, then evaluate the best checkpoint on
-    every validation window (`valid_metrics.json`)."""
+    every validation window (`valid_metrics.json`). `your_model` ('FILE.py[:Name]', docs/your-model.md):
+    the learner's own network in our model's place, checked first (`strict`: a named bug refuses)."""
     out_dir = Path(out_dir)
     dc = recipe.data
+    yours = None
+    if your_model or recipe.model.yours is not None:
+        from ..your_model import prepare_yours
+        yours = prepare_yours(your_model or "", out_dir, recipe.model.yours if resume else None, strict, log)
     _check_model_fits(recipe)
     saved = Tokenizer.load(out_dir / "tokenizer.json") if resume and (out_dir / "tokenizer.json").exists() else None
     # a char LM on the user's file: ids memory-mapped, prepared (or a registered corpus fetched)
@@ -50,6 +56,10 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
 
     def derive(r: LMRecipe) -> None:  # what comes from the data
         r.model.vocab_size = tok.vocab_size
+        if yours is not None:  # the learner's network fitted to this vocabulary and context
+            from ..your_model import fitted
+            r.model.yours = fitted(yours[0], yours[1], out_dir, "lm", r.model.vocab_size, r.model.vocab_size,
+                                   r.data.context, 0, log)
 
     recipe = recipe.resolved(derive)
     if prep is not None:
@@ -68,12 +78,14 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
         f"{type(tok).__name__} vocab {tok.vocab_size}, {len(train_ids):,} / {len(valid_ids):,} tokens "
         f"({cpt:.2f} chars/token), <unk> rate on valid {unk:.3%}")
     seed = recipe.train.seed
-    check_model_memory(lambda: DecoderLM(recipe.model), "the language model")  # before any allocation
+    check_model_memory(lambda: build_lm(recipe.model, out_dir), "the language model")  # before any allocation
     torch.manual_seed(seed)
-    model = DecoderLM(recipe.model)
+    model = build_lm(recipe.model, out_dir)
     n_params = count_parameters(model)
-    log(f"model: {n_params / 1e6:.2f}M parameters ({recipe.model.transformer.position} positions, "
-        f"{'tied' if recipe.model.tie_embeddings else 'untied'} embeddings), context {dc.context}, "
+    what = (f"your {recipe.model.yours.entry}" if recipe.model.yours is not None else
+            f"{recipe.model.transformer.position} positions, "
+            f"{'tied' if recipe.model.tie_embeddings else 'untied'} embeddings")
+    log(f"model: {n_params / 1e6:.2f}M parameters ({what}), context {dc.context}, "
         f"torch threads {torch.get_num_threads()}")
     task = LMTask(model, recipe, tok, cpt, given)
     valid_batches = fixed_windows(valid_ids, dc.context, dc.eval_batch_size, dc.eval_windows)

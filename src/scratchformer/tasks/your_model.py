@@ -1,0 +1,98 @@
+"""`--model FILE.py[:Name]` for every task that trains a network from token ids: the learner's file checked,
+copied into the run folder with its sha256, watched to learn how it builds and calls its model, and fitted to
+the task (models/your_fit.py). See docs/your-model.md.
+
+你自己的模型文件：先检查（check），再复制进运行目录（带 sha256），观察它怎样构造和调用模型，然后放进任务。
+
+Trust: their code runs in the training process (it is their code on their own machine; the docs say so). The
+checker and the watch run it first in a child process with time and memory limits.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserError
+from ..fileio import atomic_write_bytes
+from ..models.your_model import SOURCE_NAME, YourModelConfig
+from ..models.your_source import read_source, sha256_text, sibling_imports
+
+
+def parse_model_arg(spec: str) -> tuple[Path, str | None]:
+    """'FILE.py' or 'FILE.py:Name' -> (path, name or None); a missing or non-Python file in one line."""
+    path, _, name = spec.partition(".py:")
+    path = Path(path + ".py") if name else Path(spec)
+    if path.suffix != ".py":
+        raise UserError(f"--model takes a Python file (FILE.py or FILE.py:ClassName), got {spec!r}")
+    if not path.is_file():
+        raise UserError(f"--model {spec}: no such file")
+    return path, (name or None)
+
+
+def prepare_yours(spec: str, out_dir: Path, saved: YourModelConfig | None, strict: bool, log,
+                  lang: str = "en") -> tuple[YourModelConfig, dict | None]:
+    """(the config to complete, what the watch saw) for a new run; on `--resume` (`saved`), the run's own copy,
+    and a `--model` file given again must be the same bytes. The check's findings are printed first;
+    `strict` refuses to train on a named bug."""
+    out_dir = Path(out_dir)
+    if saved is not None:
+        if spec:
+            path, _ = parse_model_arg(spec)
+            if sha256_text(path.read_bytes()) != saved.sha256:
+                raise UserError(f"--model {spec} is not the file this run was trained with (sha256 differs from "
+                                f"{out_dir / saved.source}): resume without --model, or start a new run (--out)")
+        read_source(out_dir / saved.source, saved.sha256)  # the run's copy: present and unchanged
+        return saved, None
+    path, entry = parse_model_arg(spec)
+    data = path.read_bytes()
+    source = read_source(path)
+    near = sibling_imports(source, path.resolve().parent)
+    if near:
+        raise UserError(f"{path.name} imports {', '.join(near)} from its own folder; the run keeps a copy of this "
+                        f"one file only: paste what it needs into {path.name}")
+    check_first(path, strict, log, lang)
+    from ..check.calling import describe_file
+    desc = describe_file(path, entry)
+    if desc.get("raised"):
+        log(f"your model: your own demo raised {desc['raised']}; the run builds and calls the model itself")
+    (out_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out_dir / SOURCE_NAME, data)
+    cfg = YourModelConfig(source=SOURCE_NAME, sha256=sha256_text(data), origin=str(path.resolve()),
+                          entry=desc["entry"])
+    how = "watched your program build and call it" if desc.get("watched") else \
+        "built from your file's sizes (your file never calls it)"
+    log(f"your model: {desc['entry']} from {path} ({how}); copied to {out_dir / SOURCE_NAME} "
+        f"(sha256 {cfg.sha256[:12]}…)")
+    return cfg, desc
+
+
+def check_first(path: Path, strict: bool, log, lang: str = "en") -> list[str]:
+    """`scratchformer check` on their file before any training: each bug named by id with its one line."""
+    from ..check.child import run_child
+
+    report = run_child(path, lang=lang, timeout_s=60.0)
+    bugs = [f for f in report.findings if f.severity == "bug"]
+    if report.error:
+        log(f"check: your file could not be checked ({report.error.splitlines()[0]})")
+    elif not bugs:
+        ok = sum(c.status == "ok" for c in report.components)
+        log(f"check: no bug found ({ok} of {len(report.components)} components match the reference; "
+            f"`scratchformer check {path}` for the report)")
+    for f in bugs:
+        log(f"check: {f.id} in {f.where}: {f.en if lang == 'en' else f.zh}")
+    if bugs and strict:
+        raise UserError(f"--strict: `scratchformer check` names {len(bugs)} bug(s) in {path.name} "
+                        f"({', '.join(sorted({f.id for f in bugs}))}); fix them or train without --strict")
+    return [f.id for f in bugs]
+
+
+def fitted(cfg: YourModelConfig, desc: dict | None, out_dir: Path, task: str, vocab: int, n_out: int, context: int,
+           pad_id: int, log) -> YourModelConfig:
+    """The config completed for this task's sizes (a resumed run's is already complete)."""
+    if desc is None:
+        return cfg
+    from ..models.your_fit import fit_yours
+
+    cfg = fit_yours(cfg, desc, out_dir, task, vocab, n_out, context, pad_id, log)
+    for note in cfg.notes:
+        log(f"your model: {note}")
+    return cfg
