@@ -46,6 +46,8 @@ def register(cli) -> None:
     p.add_argument("--in-process", action="store_true", help="run every cell in this process")
     p.add_argument("--retrain-changed", action="store_true",
                    help="retrain the cells of --out that were trained with other settings or data (else refused)")
+    p.add_argument("--model", metavar="FILE.py[:Name]",
+                   help="yours-vs-ours only: your model file, trained beside ours (docs/your-model.md)")
     p.add_argument("--bugs", nargs="?", const="all", metavar="BUG,BUG",
                    help="copy-task only: also run the task with each planted bug (all, or a comma list)")
     p.set_defaults(func=experiment_cmd)
@@ -99,13 +101,17 @@ def experiment_cmd(args) -> int:
     run = program(args.name)
     if run is not None:  # an experiment written as a program (its own tiny models, no spec)
         options = {"bugs": args.bugs} if args.name == "copy-task" else {}
+        if args.model and args.name != "yours-vs-ours":
+            raise UserError("--model is for the yours-vs-ours experiment (or `train classify|lm --model`)")
         if args.name == "transformer-vs-lstm":  # its runs are translation runs: a time budget and data sets
             options.update(_budget_options(args))
+        elif args.name == "yours-vs-ours":
+            options.update(_yours_options(args))
         elif args.set or args.grid or args.data:
             raise UserError(f"experiment {args.name} takes no --set/--grid/--data (it is not a sweep of train runs)")
         if args.bugs and args.name != "copy-task":
             raise UserError("--bugs is for the copy-task experiment only")
-        seeds = args.seeds or (3 if args.name in ("copy-task", "transformer-vs-lstm") else 5)
+        seeds = args.seeds or (3 if args.name in ("copy-task", "transformer-vs-lstm", "yours-vs-ours") else 5)
         from ..train.runfolder import lock_run_folder
 
         with lock_run_folder(args.out, "experiment"):  # one experiment per --out, like a sweep's
@@ -119,6 +125,24 @@ def experiment_cmd(args) -> int:
                          retrain_changed=args.retrain_changed, data=args.data)
     print(res.report)
     return 0
+
+
+def _yours_options(args) -> dict:
+    """yours-vs-ours: --model FILE.py, --data NAME (a registered classify or lm set), --set minutes=M."""
+    from ..errors import UserError
+
+    options: dict = {"model": args.model, "data": args.data or "thucnews"}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            if key != "minutes" or float(value) <= 0:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--set {item}: yours-vs-ours takes --set minutes=M (minutes per run, > 0)") from None
+        options["minutes"] = float(value)
+    if args.grid:
+        raise UserError("yours-vs-ours takes no --grid: its grid is your model and ours x seeds")
+    return options
 
 
 def _budget_options(args) -> dict:

@@ -128,7 +128,8 @@ def summary(report: Report) -> str:
     counts = {lvl: sum(f.level == lvl for f in report.findings) for lvl in F.LEVELS}
     head = (f"doctor: {report.task} run {report.run_dir}, {report.n_samples} samples of {report.data_name}: "
             f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['note']} note(s), {counts['ok']} ok")
-    lines = [head] + [f"  {MARK[f.level]:<7} {f.title}" for f in report.findings]
+    first = [f"  {n}" for n in report.notes if n.startswith("check (before training)")]  # their file's named bugs
+    lines = [head] + first + [f"  {MARK[f.level]:<7} {f.title}" for f in report.findings]
     return "\n".join(lines)
 
 

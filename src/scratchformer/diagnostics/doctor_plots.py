@@ -12,6 +12,10 @@ from ..fileio import save_figure
 def _heatmap(ax, m: np.ndarray, title: str, fmt: str = "{:.2f}", cmap: str = "viridis", center: bool = False,
              vmax: float | None = 1.0, rows: str = "L") -> None:
     """Fixed colour scales (0..1 for shares), so small differences do not look dramatic."""
+    if np.asarray(m).size == 0:  # nothing measured (a learner's model has no heads of ours to switch off)
+        ax.axis("off")
+        ax.set_title(f"{title}\n(not measured)", fontsize=8)
+        return
     if center:
         lim = max(float(np.abs(m).max()), 1e-9)
         lo, hi, cmap = -lim, lim, "coolwarm"

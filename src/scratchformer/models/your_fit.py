@@ -13,7 +13,7 @@ import torch
 
 from ..errors import UserError
 from .your_model import (CLASSES, LENGTH, MASK, TARGETS, VOCAB, YourModelConfig, build_net, call_net,
-                         global_names, make_mask, pick_output)
+                         global_names, make_mask)
 
 
 def _leaves(kwargs: dict, path=()):

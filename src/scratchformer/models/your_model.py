@@ -21,6 +21,7 @@ calls it the same way without looking again:
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -167,11 +168,21 @@ class YourClassifier(nn.Module):
         self.front = _front(cfg, vocab_size, pad_id)
         self.head = nn.Linear(cfg.head, n_classes) if cfg.head else None
 
-    def forward(self, ids, bigrams=None, doc_index=None, n_docs=None):
+    def features(self, ids, bigrams=None, need_weights: bool = False):
+        """(their logits or pooled features `(S, C)`, the attention maps their forward computed (models/
+        your_attention.py) when `need_weights`): what `attention` and `doctor` read."""
+        from .your_attention import captured_attention
+
         x = self.front(ids) if self.front is not None else ids
-        out = call_net(self.net, self.cfg.call, x, ids, self.pad_id)
+        maps: list = []
+        with captured_attention(*ids.shape) if need_weights else _nothing() as maps:
+            out = call_net(self.net, self.cfg.call, x, ids, self.pad_id)
         if out.dim() == 3:  # per-token outputs (S, T, C): the mean over the real tokens
             out = masked_mean(out, ids != self.pad_id)  # (S, C)
+        return (out, maps) if need_weights else out
+
+    def forward(self, ids, bigrams=None, doc_index=None, n_docs=None):
+        out = self.features(ids)
         if self.head is not None:
             out = self.head(out)  # (S, n_classes)
         if doc_index is not None:
@@ -196,10 +207,20 @@ class YourLM(nn.Module):
     def max_positions(self) -> int | None:
         return self.cfg.max_len
 
-    def forward(self, ids, caches=None):
+    def forward(self, ids, caches=None, need_weights: bool = False):
+        from .your_attention import captured_attention
+
         x = self.front(ids) if self.front is not None else ids
-        out = call_net(self.net, self.cfg.call, x, ids, -1)
-        return self.head(out) if self.head is not None else out  # (B, T, V)
+        maps: list = []
+        with captured_attention(*ids.shape) if need_weights else _nothing() as maps:
+            out = call_net(self.net, self.cfg.call, x, ids, -1)
+        out = self.head(out) if self.head is not None else out  # (B, T, V)
+        return (out, maps) if need_weights else out
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield []
 
 
 def _front(cfg: YourModelConfig, vocab_size: int, pad_id: int):

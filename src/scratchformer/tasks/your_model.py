@@ -9,12 +9,15 @@ checker and the watch run it first in a child process with time and memory limit
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..errors import UserError
-from ..fileio import atomic_write_bytes
+from ..fileio import atomic_write_bytes, atomic_write_text
 from ..models.your_model import SOURCE_NAME, YourModelConfig
 from ..models.your_source import read_source, sha256_text, sibling_imports
+
+CHECK_FILE = "your_model_check.json"  # the bugs `scratchformer check` named before training ([] if none)
 
 
 def parse_model_arg(spec: str) -> tuple[Path, str | None]:
@@ -49,13 +52,14 @@ def prepare_yours(spec: str, out_dir: Path, saved: YourModelConfig | None, stric
     if near:
         raise UserError(f"{path.name} imports {', '.join(near)} from its own folder; the run keeps a copy of this "
                         f"one file only: paste what it needs into {path.name}")
-    check_first(path, strict, log, lang)
+    found = check_first(path, strict, log, lang)
     from ..check.calling import describe_file
     desc = describe_file(path, entry)
     if desc.get("raised"):
         log(f"your model: your own demo raised {desc['raised']}; the run builds and calls the model itself")
     (out_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out_dir / SOURCE_NAME, data)
+    atomic_write_text(out_dir / CHECK_FILE, json.dumps(found, ensure_ascii=False, indent=1) + "\n")
     cfg = YourModelConfig(source=SOURCE_NAME, sha256=sha256_text(data), origin=str(path.resolve()),
                           entry=desc["entry"])
     how = "watched your program build and call it" if desc.get("watched") else \
@@ -65,8 +69,20 @@ def prepare_yours(spec: str, out_dir: Path, saved: YourModelConfig | None, stric
     return cfg, desc
 
 
+def check_notes(run_dir: Path) -> list[str]:
+    """The check's lines about a `--model` run's file, first in what `doctor` reports ([] for our models)."""
+    f = Path(run_dir) / CHECK_FILE
+    if not f.is_file():
+        return []
+    try:
+        return [f"check (before training): {line}" for line in json.loads(f.read_text(encoding="utf-8"))]
+    except (ValueError, TypeError):
+        return []
+
+
 def check_first(path: Path, strict: bool, log, lang: str = "en") -> list[str]:
-    """`scratchformer check` on their file before any training: each bug named by id with its one line."""
+    """`scratchformer check` on their file before any training: each bug named by id with its one line (the
+    lines are returned, and kept in the run folder for `doctor`)."""
     from ..check.child import run_child
 
     report = run_child(path, lang=lang, timeout_s=60.0)
@@ -77,12 +93,14 @@ def check_first(path: Path, strict: bool, log, lang: str = "en") -> list[str]:
         ok = sum(c.status == "ok" for c in report.components)
         log(f"check: no bug found ({ok} of {len(report.components)} components match the reference; "
             f"`scratchformer check {path}` for the report)")
-    for f in bugs:
-        log(f"check: {f.id} in {f.where}: {f.en if lang == 'en' else f.zh}")
+    lines = [f"{f.id} in {f.where}: {f.en if lang == 'en' else f.zh}" for f in bugs]
+    for line in lines:
+        log(f"check: {line}")
     if bugs and strict:
-        raise UserError(f"--strict: `scratchformer check` names {len(bugs)} bug(s) in {path.name} "
-                        f"({', '.join(sorted({f.id for f in bugs}))}); fix them or train without --strict")
-    return [f.id for f in bugs]
+        ids = sorted({f.id for f in bugs})
+        raise UserError(f"--strict: `scratchformer check` names {', '.join(ids)} in {path.name}; fix "
+                        f"{'it' if len(ids) == 1 else 'them'} or train without --strict")
+    return lines
 
 
 def fitted(cfg: YourModelConfig, desc: dict | None, out_dir: Path, task: str, vocab: int, n_out: int, context: int,

@@ -25,7 +25,9 @@ class ClassifyInspector:
     task = TASK
 
     def __init__(self, run_dir: Path):
-        self.run_dir, self.notes = run_dir, []
+        from ..your_model import check_notes
+
+        self.run_dir, self.notes = run_dir, check_notes(run_dir)
         clf = Classifier.load(run_dir, blend=False)  # the Transformer, not its blend with TF-IDF
         if hasattr(clf, "members"):  # an ensemble run: look at its first member
             self.notes.append("an ensemble run: member 0 is examined")
@@ -79,6 +81,9 @@ class ClassifyInspector:
 
     def _embeddings(self) -> list[EmbeddingTable]:
         clf, recipe = self.clf, self.clf.recipe
+        if recipe.model.kind == "yours":
+            self.notes.append("embedding rows not compared: the model is your own (--model)")
+            return []
         if recipe.model.init or not hasattr(clf.model, "embed"):
             self.notes.append("embedding rows not compared: the run started from pretrained weights")
             return []

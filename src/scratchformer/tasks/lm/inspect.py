@@ -26,10 +26,14 @@ class LMInspector:
     task = TASK
 
     def __init__(self, run_dir: Path):
-        self.run_dir, self.notes = run_dir, []
+        from ..your_model import check_notes
+
+        self.run_dir, self.notes = run_dir, check_notes(run_dir)
         self.lm = LanguageModel.load(run_dir)
 
     def _weights(self, ids: torch.Tensor):
+        if getattr(self.lm.model, "cfg", None) is not None and hasattr(self.lm.model, "net"):  # the learner's own
+            return self.lm.model(ids, need_weights=True)[1]  # read from what it computes (models/your_attention.py)
         with attention_of(self.lm.model.encoder) as got:
             self.lm.model(ids)
         return got.weights
@@ -68,6 +72,12 @@ class LMInspector:
             return [encoder_views(self._weights(x), x != PAD_ID, special_kinds(x, {BOS_ID: "<bos>", EOS_ID: "<eos>"}),
                                   VIEW, causal=True)]
 
+        ours = attention_modules(model).get(ENC, [])
+        heads = {VIEW: ours} if ours else {}  # a learner's model: its heads are not ours to switch off
+        if recipe.model.yours is not None:  # their embedding is their own: no table of ours to compare
+            self.notes.append("embedding rows not compared: the model is your own (--model)")
+            return Subject(self.run_dir, self.task, model, batches, loss, attention, lambda b: [b],
+                           heads, [], PAD_ID, UNK_ID, sum(len(b) for b in batches), name, self.notes)
         fresh = initial_copy(model, recipe.model, recipe.train.seed)
         dc = recipe.data
         train_ids = encode_text(self.lm.tokenizer, text.train)
@@ -78,6 +88,5 @@ class LMInspector:
         table = EmbeddingTable("token embedding (tied with the output layer)", model.embed.tokens.weight,
                                fresh.embed.tokens.weight, seen.counts[0], self.lm.tokenizer.id_to_token,
                                set(range(NUM_SPECIALS)), data_counts=seen.data[0], saved_step=seen.step)
-        heads = {VIEW: attention_modules(model)[ENC]}
         return Subject(self.run_dir, self.task, model, batches, loss, attention, lambda b: [b],
                        heads, [table], PAD_ID, UNK_ID, sum(len(b) for b in batches), name, self.notes)

@@ -1,0 +1,222 @@
+"""`scratchformer experiment yours-vs-ours --model FILE.py`: the learner's own Transformer and ours, trained on
+the same real data with the same tokenizer, batches, schedule, wall-clock budget and seeds.
+
+你自己写的模型和我们的模型：同样的数据、分词、批次、学习率计划、时间预算和种子，并排训练和比较。
+
+Both are `train classify` runs (`train lm` for a language-model data set) of one recipe that differ only in the
+network (`model.kind`: ours, or `yours` from `--model`, tasks/your_model.py). Each run trains in its own
+process (so that its peak memory is its own, `os.wait4`), in the order ours, yours, ours, ... so that both see
+the same machine load. Per run: test accuracy (validation loss for an LM), training tokens a second (median
+over the Trainer's windows), peak resident memory, the validation curve, and the step at which it first reached
+a level (90% of the lowest best validation accuracy among all runs: the same level for both).
+
+Verdicts (verdict.py, Welch intervals over seeds): "yours is within 2 points of ours" on test accuracy, the
+speed ratio, the memory ratio. The report explains what it can: each bug `scratchformer check` names in their
+file (printed before training), and their share of the time per step against ours.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ..errors import UserError
+from ..fileio import atomic_write_bytes, atomic_write_text, make_dirs
+from .report import cpu_name, verdict_table
+from .verdict import evaluate_check
+
+MODELS = ("ours", "yours")
+WITHIN_POINTS = 2.0  # "within 2 points of ours": the exercise's bar
+
+
+def _task_of(data: str) -> str:
+    from ..data.registry import get_dataset
+
+    return get_dataset(data).task
+
+
+def recipe(task: str, data: str, model: str, seed: int, minutes: float, quick: bool) -> dict:
+    """One recipe for both: the network differs (ours: a d128 x 2-layer encoder / GPT, Post-LN classifier as
+    the exercises build theirs)."""
+    train = {"seed": seed, "max_minutes": minutes, "epochs": 100, "lr": 1e-3, "warmup_steps": 100 if not quick else 5,
+             "schedule": "cosine", "eval_every": 50 if not quick else 5, "progress": False}
+    if task == "lm":
+        return {"task": "lm", "data": {"dataset": data, "context": 64, "batch_size": 32, "eval_windows": 100},
+                "model": {"transformer": {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.0}},
+                "train": {**train, "metric": "loss", "metric_mode": "min"}}
+    opts = {"max_train": 600} if quick else {}
+    return {"task": "classify", "time_budget": None, "ensemble": 1, "blend": False,
+            "data": {"dataset": data, "tokenizer": "char", "max_len": 48, "batch_size": 64, **opts},
+            "model": {"encoder": {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 2, "dropout": 0.1,
+                                  "norm_first": False, "position": "sinusoidal"},
+                      "bigram_buckets": 0, "token_dropout": 0.0, "head_dropout": 0.1},
+            "train": {**train, "metric": "accuracy", "metric_mode": "max"}}
+
+
+def one_run(task: str, data: str, model: str, seed: int, minutes: float, quick: bool, file: Path,
+            run_dir: Path, log: Callable[[str], None]) -> dict:
+    """Train one run in a child process; its cell (measures) is kept in `run_dir/cell.json` (resumable)."""
+    from ..train.curves import read_metrics
+
+    done = run_dir / "cell.json"
+    if done.exists():
+        return json.loads(done.read_text(encoding="utf-8"))
+    make_dirs(run_dir.parent)
+    cfg = run_dir.parent / f"{run_dir.name}.json"
+    atomic_write_text(cfg, json.dumps(recipe(task, data, model, seed, minutes, quick), indent=1))
+    argv = [sys.executable, "-m", "scratchformer.cli", "train", task, "--config", str(cfg), "--out", str(run_dir),
+            "--overwrite"]
+    if task == "classify":
+        argv.append("--no-baseline")
+    if model == "yours":
+        argv += ["--model", str(file)]
+    logf = run_dir.parent / f"{run_dir.name}.log"
+    t0 = time.monotonic()
+    with open(logf, "wb") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        _, status, usage = os.wait4(proc.pid, 0)
+    rc = os.waitstatus_to_exitcode(status)
+    if rc != 0:
+        tail = logf.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["?"]
+        raise UserError(f"the {model} run (seed {seed}) failed: {tail[0][:300]} (log: {logf})")
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    metric = "loss" if task == "lm" else "accuracy"
+    curve = [(r["step"], r[metric]) for r in rows if r.get("split") == "valid" and metric in r]
+    train_rows = [r["tokens_per_s"] for r in rows if r.get("split") == "train" and "tokens_per_s" in r]
+    if task == "lm":
+        score = json.loads((run_dir / "valid_metrics.json").read_text())["loss"]
+    else:
+        score = json.loads((run_dir / "test_metrics.json").read_text())["accuracy"]
+    check = [ln.split("check: ", 1)[1] for ln in logf.read_text(encoding="utf-8", errors="replace").splitlines()
+             if ln.startswith("check: ")]
+    cell = {"model": model, "seed": seed, "minutes": minutes, "score": score,
+            "tokens_per_s": statistics.median(train_rows) if train_rows else float("nan"),
+            "peak_mib": usage.ru_maxrss / 1024, "steps": max((r["step"] for r in rows), default=0),
+            "wall_s": time.monotonic() - t0, "curve": curve, "check": check}
+    atomic_write_text(done, json.dumps(cell, indent=1) + "\n")
+    log(f"{model} seed {seed}: {'valid loss' if task == 'lm' else 'test accuracy'} {score:.4f}, "
+        f"{cell['tokens_per_s']:.0f} tokens/s, peak {cell['peak_mib']:.0f} MiB, {cell['steps']} steps")
+    return cell
+
+
+def step_to_reach(curve: list, level: float, lower_is_better: bool) -> float:
+    for step, v in curve:
+        if (v <= level) if lower_is_better else (v >= level):
+            return float(step)
+    return float("nan")
+
+
+def plot(cells: list[dict], level: float, task: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..fonts import cjk_fonts
+
+    with cjk_fonts():
+        _draw(plt, cells, level, task, path)
+
+
+def _draw(plt, cells: list[dict], level: float, task: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    colours = {"ours": "tab:blue", "yours": "tab:orange"}
+    for c in cells:
+        if c["curve"]:
+            s, v = zip(*c["curve"])
+            ax.plot(s, v, color=colours[c["model"]], marker="o", ms=3, alpha=0.8,
+                    label={"ours": "ours 我们的", "yours": "yours 你的"}[c["model"]] if c["seed"] == 0 else None)
+    ax.axhline(level, color="grey", ls=":", lw=1, label=f"level {level:.3f}")
+    ax.set(xlabel="optimizer step", ylabel="validation loss" if task == "lm" else "validation accuracy",
+           title="你的模型 vs 我们的 · yours vs ours (every seed a line)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], None] = print,
+        model: str | None = None, data: str = "thucnews", minutes: float | None = None) -> str:
+    if not model:
+        raise UserError("experiment yours-vs-ours needs your model: --model FILE.py[:Name]")
+    from ..tasks.your_model import parse_model_arg
+
+    file, name = parse_model_arg(model)
+    spec = f"{file.resolve()}:{name}" if name else str(file.resolve())
+    task = _task_of(data)
+    if task not in ("classify", "lm"):
+        raise UserError(f"--data {data} is a {task} data set; yours-vs-ours trains classifiers and language models")
+    if seeds < 2 and not quick:
+        raise UserError("--seeds must be at least 2 for an interval (3 or more is the default)")
+    minutes = minutes if minutes is not None else (0.2 if quick else 5.0)
+    out = Path(out)
+    make_dirs(out / "runs")
+    cells = []
+    for seed in range(seeds):
+        for m in MODELS:  # alternating: both see the same machine load
+            cells.append(one_run(task, data, m, seed, minutes, quick, Path(spec), out / "runs" / f"{m}-s{seed}", log))
+    lower = task == "lm"
+    best = [min(v for _, v in c["curve"]) if lower else max(v for _, v in c["curve"]) for c in cells if c["curve"]]
+    level = (1.1 * max(best) if lower else 0.9 * min(best)) if best else float("nan")
+    for c in cells:
+        c["step_to_level"] = step_to_reach(c["curve"], level, lower)
+    runs = pd.DataFrame([{k: v for k, v in c.items() if k not in ("curve", "check")} for c in cells])
+    runs["cell"], runs["diverged"] = runs["model"], False
+    if not lower:
+        runs["points"] = runs["score"] * 100
+    a, b = {"model": "yours"}, {"model": "ours"}
+    checks = ([{"says": "yours reaches the lower validation loss (or within 0.05 nats)", "kind": "diff",
+                "column": "score", "a": a, "b": b, "region": {"<": 0.05}}] if lower else
+              [{"says": f"yours is within {WITHIN_POINTS:g} points of ours (test accuracy)", "kind": "diff",
+                "column": "points", "a": a, "b": b, "region": {">": -WITHIN_POINTS}}])
+    checks += [{"says": "yours trains as fast as ours (tokens a second, ratio > 0.8)", "kind": "ratio",
+                "column": "tokens_per_s", "a": a, "b": b, "region": {">": 0.8}},
+               {"says": "yours needs no more memory than ours (peak RSS, ratio < 1.25)", "kind": "ratio",
+                "column": "peak_mib", "a": a, "b": b, "region": {"<": 1.25}}]
+    outcomes = [evaluate_check(c, runs, ["model"], quick) for c in checks]
+    plot(cells, level, task, out / "curves.png")
+    atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
+    cols = ["score", "tokens_per_s", "peak_mib", "steps", "step_to_level"]
+    summary = runs.groupby("model", sort=False)[cols].agg(["mean", "std"])
+    what = "valid loss" if lower else "test accuracy"
+    table = [f"| model | {what} | tokens/s | peak MiB | steps | step to level |", "|---|---|---|---|---|---|"]
+    for m, r in summary.iterrows():
+        f = lambda c, p=1: f"{r[(c, 'mean')]:.{p}f} ± {r[(c, 'std')]:.{p}f}"  # noqa: E731
+        table.append(f"| {m} | {f('score', 4)} | {f('tokens_per_s', 0)} | {f('peak_mib', 0)} | {f('steps', 0)} | "
+                     f"{f('step_to_level', 0)} |")
+    findings = sorted({x for c in cells if c["model"] == "yours" for x in c["check"]})
+    explain = [f"- `scratchformer check` on your file: {x}" for x in findings] or ["- `scratchformer check`: nothing to report"]
+    speed = summary[("tokens_per_s", "mean")]
+    if speed.get("ours") and speed.get("yours") and speed["yours"] < 0.8 * speed["ours"]:
+        explain.append(f"- your model processes {speed['yours'] / speed['ours']:.2f}x our tokens a second: in the "
+                       f"same minutes it takes fewer steps (a per-head loop, or attention computed with more, "
+                       f"smaller products, is the usual cause; `scratchformer check` and docs/speed.md)")
+    command = (f"scratchformer experiment yours-vs-ours --model {model} --data {data} --seeds {seeds}"
+               f"{' --quick' if quick else ''} --set minutes={minutes:g} --out {out}")
+    report = "\n".join([
+        "# Experiment `yours-vs-ours`", "",
+        f"> **中文**：你的模型（`{file.name}`）和我们的模型，同样的数据（{data}）、分词、批次、学习率计划、"
+        f"每次 {minutes:g} 分钟、{seeds} 个种子。", ">",
+        f"> **English**: your model (`{file.name}`) and ours on {data}: the same tokenizer, batches, schedule, "
+        f"{minutes:g} minutes a run and {seeds} seeds.", "",
+        "## Verdict", "", verdict_table(outcomes),
+        "## Numbers (mean ± std over seeds)", "", *table, "",
+        f"Level: {'110% of the highest best validation loss' if lower else '90% of the lowest best validation accuracy'}"
+        f" of all runs ({level:.4f}), the same for both; NaN = not reached.", "",
+        "## What explains the difference", "", *explain, "",
+        "![curves](curves.png)", "",
+        f"Reproduce: `{command}` ({cpu_name()}, {os.cpu_count()} CPUs; each run in its own process, one thread).", ""])
+    atomic_write_text(out / "report.md", report)
+    return report
