@@ -12,7 +12,7 @@ from ...config import check_model_memory
 from ...data.tokenizers import Tokenizer
 from ...errors import UserError
 from ...fileio import atomic_write_text
-from ...models.language_model import DecoderLM, build_lm
+from ...models.language_model import build_lm
 from ...train import Trainer
 from ...train.checkpoint import load_weights
 from ...train.once import build_once, write_once
