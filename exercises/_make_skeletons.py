@@ -64,8 +64,8 @@ def mistake(name: str) -> str:
 
 
 def pairs() -> list[tuple[Path, Path]]:
-    """(solution, skeleton) for every step."""
-    return [(s, HERE / s.name) for s in sorted((HERE / "solutions").glob("[0-9][0-9]_*.py"))]
+    """(solution, skeleton) for every step with a skeleton (1-11; step 12 is a whole file of yours)."""
+    return [(s, HERE / s.name) for s in sorted((HERE / "solutions").glob("[0-9][0-9]_*.py")) if s.name[:2] <= "11"]
 
 
 def main() -> int:
