@@ -86,11 +86,13 @@ def test_the_video_gpt_trains_as_an_lm_and_generates_without_its_file(tmp_path, 
     rng = random.Random(0)
     words = ["abc", "bcd", "cab", "dab"]  # an order to learn: each word's letters follow each other
     text = "\n".join(" ".join(rng.choice(words) for _ in range(10)) for _ in range(300))
-    (tmp_path / "input.txt").write_text(text)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "input.txt").write_text(text)
     copy = tmp_path / "gpt.py"
-    shutil.copy(GPT_SCRIPT, copy)  # reads input.txt and trains 3000 steps at module level: never run to the end
+    # it reads input.txt beside it (not there: its vocab_size is never set) and trains 3000 steps at module level
+    shutil.copy(GPT_SCRIPT, copy)
     run = tmp_path / "lm"
-    assert main(["train", "lm", "--data", str(tmp_path / "input.txt"), "--out", str(run), "--model", str(copy),
+    assert main(["train", "lm", "--data", str(tmp_path / "data" / "input.txt"), "--out", str(run), "--model", str(copy),
                  "--set", "data.context=48", "--set", "train.max_steps=80", "--set", "train.eval_every=80", "--set", "train.lr=3e-3",
                  "--set", "train.progress=false"]) == 0
     err = capsys.readouterr().err
@@ -212,3 +214,27 @@ def test_doctor_works_on_a_run_of_your_model(clf_run, capsys):
     assert "no attention on padding" in out  # measured on the maps read from their forward
     md = (clf_run / "doctor.md").read_text()
     assert "embedding rows not compared: the model is your own" in md
+
+
+def test_yours_vs_ours_reports_paired_verdicts_and_a_picture(tmp_path, capsys):
+    write_tsv(tmp_path / "train.tsv", headlines(300, 0))
+    out = tmp_path / "exp"
+    assert main(["experiment", "yours-vs-ours", "--model", str(SOLUTION), "--data", str(tmp_path / "train.tsv"),
+                 "--quick", "--seeds", "2", "--set", "steps=12", "--size", "d_model=32", "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "yours is within 2 points of ours (test accuracy)" in report and "smoke run (--quick)" in report
+    assert "t over seeds of the paired difference, n = 2" in report
+    pairs = (out / "pairs.csv").read_text().splitlines()
+    assert len(pairs) == 3 and pairs[0].startswith("seed,")
+    assert (out / "curves.png").stat().st_size > 10_000
+    for seed in (0, 1):  # the same recipe but the network; each run its own process
+        ours = json.loads((out / "runs" / f"ours-s{seed}.json").read_text())
+        cell = json.loads((out / "runs" / f"yours-s{seed}" / "cell.json").read_text())
+        assert ours["train"]["max_steps"] == cell["max_steps"] == 12 and cell["steps"] == 12
+        assert cell["peak_mib"] > 50 and cell["params"] > 0
+    yours_cfg = json.loads((out / "runs" / "yours-s0" / "config.json").read_text())["model"]["yours"]
+    assert yours_cfg["kwargs"]["d_model"] == 32  # --size reached the learner's constructor
+    # another budget into the same folder is refused, nothing retrained
+    assert main(["experiment", "yours-vs-ours", "--model", str(SOLUTION), "--data", str(tmp_path / "train.tsv"),
+                 "--quick", "--seeds", "2", "--set", "steps=13", "--out", str(out)]) != 0
+    assert "was trained with another budget" in capsys.readouterr().err

@@ -160,6 +160,9 @@ def _describe(watch, module, source: str, entry: str | None) -> dict:
         isinstance(v, (bool, int, float)) or isinstance(v, str) and len(v) <= 80)}
     out: dict = {"entry": cls.__name__, "kind": "class", "forward": _forward_params(cls),
                  "init": [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"],
+                 "required": [p.name for p in inspect.signature(cls.__init__).parameters.values()
+                              if p.name != "self" and p.default is p.empty
+                              and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)],
                  "watched": not watch.synthetic and bool(watch.called(cls)), "how": list(watch.entries),
                  "constants": constants}
     if not seen:

@@ -48,6 +48,8 @@ def register(cli) -> None:
                    help="retrain the cells of --out that were trained with other settings or data (else refused)")
     p.add_argument("--model", metavar="FILE.py[:Name]",
                    help="yours-vs-ours only: your model file, trained beside ours (docs/your-model.md)")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="yours-vs-ours only: a size of your model by your name (as `train --model --size`)")
     p.add_argument("--bugs", nargs="?", const="all", metavar="BUG,BUG",
                    help="copy-task only: also run the task with each planted bug (all, or a comma list)")
     p.set_defaults(func=experiment_cmd)
@@ -101,8 +103,8 @@ def experiment_cmd(args) -> int:
     run = program(args.name)
     if run is not None:  # an experiment written as a program (its own tiny models, no spec)
         options = {"bugs": args.bugs} if args.name == "copy-task" else {}
-        if args.model and args.name != "yours-vs-ours":
-            raise UserError("--model is for the yours-vs-ours experiment (or `train classify|lm --model`)")
+        if (args.model or args.size) and args.name != "yours-vs-ours":
+            raise UserError("--model and --size are for the yours-vs-ours experiment (or `train classify|lm --model`)")
         if args.name == "transformer-vs-lstm":  # its runs are translation runs: a time budget and data sets
             options.update(_budget_options(args))
         elif args.name == "yours-vs-ours":
@@ -131,15 +133,16 @@ def _yours_options(args) -> dict:
     """yours-vs-ours: --model FILE.py, --data NAME (a registered classify or lm set), --set minutes=M."""
     from ..errors import UserError
 
-    options: dict = {"model": args.model, "data": args.data or "thucnews"}
+    options: dict = {"model": args.model, "data": args.data or "thucnews", "sizes": args.size}
     for item in args.set:
         key, _, value = item.partition("=")
         try:
-            if key != "minutes" or float(value) <= 0:
+            if key not in ("minutes", "steps") or float(value) <= 0 or key == "steps" and not value.isdigit():
                 raise ValueError
         except ValueError:
-            raise UserError(f"--set {item}: yours-vs-ours takes --set minutes=M (minutes per run, > 0)") from None
-        options["minutes"] = float(value)
+            raise UserError(f"--set {item}: yours-vs-ours takes --set minutes=M (wall-clock minutes per run, > 0) "
+                            f"or --set steps=N (optimizer steps per run)") from None
+        options[key] = float(value) if key == "minutes" else int(value)
     if args.grid:
         raise UserError("yours-vs-ours takes no --grid: its grid is your model and ours x seeds")
     return options

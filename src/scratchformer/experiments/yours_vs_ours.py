@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -38,15 +39,20 @@ WITHIN_POINTS = 2.0  # "within 2 points of ours": the exercise's bar
 
 
 def _task_of(data: str) -> str:
+    """A registered data set's task, or a file's: a .txt is a language model's text, a table a classifier's."""
+    if Path(data).is_file():
+        return "lm" if Path(data).suffix == ".txt" else "classify"
     from ..data.registry import get_dataset
 
     return get_dataset(data).task
 
 
-def recipe(task: str, data: str, model: str, seed: int, minutes: float, quick: bool) -> dict:
+def recipe(task: str, data: str, model: str, seed: int, minutes: float | None, quick: bool,
+           steps: int | None = None) -> dict:
     """One recipe for both: the network differs (ours: a d128 x 2-layer encoder / GPT, Post-LN classifier as
     the exercises build theirs)."""
-    train = {"seed": seed, "max_minutes": minutes, "epochs": 100, "lr": 1e-3, "warmup_steps": 100 if not quick else 5,
+    train = {"seed": seed, "max_minutes": minutes, "max_steps": steps, "epochs": None if steps else 100, "lr": 1e-3,
+             "warmup_steps": 100 if not quick else 5,
              "schedule": "cosine", "eval_every": 50 if not quick else 5, "progress": False}
     if task == "lm":
         return {"task": "lm", "data": {"dataset": data, "context": 64, "batch_size": 32, "eval_windows": 100},
@@ -61,23 +67,29 @@ def recipe(task: str, data: str, model: str, seed: int, minutes: float, quick: b
             "train": {**train, "metric": "accuracy", "metric_mode": "max"}}
 
 
-def one_run(task: str, data: str, model: str, seed: int, minutes: float, quick: bool, file: Path,
-            run_dir: Path, log: Callable[[str], None]) -> dict:
+def one_run(task: str, data: str, model: str, seed: int, minutes: float | None, quick: bool, file: Path,
+            run_dir: Path, log: Callable[[str], None], steps: int | None = None, sizes: list[str] = ()) -> dict:
     """Train one run in a child process; its cell (measures) is kept in `run_dir/cell.json` (resumable)."""
     from ..train.curves import read_metrics
 
     done = run_dir / "cell.json"
     if done.exists():
-        return json.loads(done.read_text(encoding="utf-8"))
+        cell = json.loads(done.read_text(encoding="utf-8"))
+        if (cell.get("minutes"), cell.get("max_steps")) != (minutes, steps) and "max_steps" in cell:
+            raise UserError(f"{run_dir} was trained with another budget ({cell.get('minutes')} minutes, "
+                            f"{cell.get('max_steps')} steps): use another --out, or the same --set")
+        if "params" not in cell:  # a cell measured before the report counted parameters
+            cell["params"] = _parameters(run_dir / "model.safetensors")
+        return cell
     make_dirs(run_dir.parent)
     cfg = run_dir.parent / f"{run_dir.name}.json"
-    atomic_write_text(cfg, json.dumps(recipe(task, data, model, seed, minutes, quick), indent=1))
+    atomic_write_text(cfg, json.dumps(recipe(task, data, model, seed, minutes, quick, steps), indent=1))
     argv = [sys.executable, "-m", "scratchformer.cli", "train", task, "--config", str(cfg), "--out", str(run_dir),
             "--overwrite"]
     if task == "classify":
         argv.append("--no-baseline")
     if model == "yours":
-        argv += ["--model", str(file)]
+        argv += ["--model", str(file)] + [a for item in sizes for a in ("--size", item)]
     logf = run_dir.parent / f"{run_dir.name}.log"
     t0 = time.monotonic()
     with open(logf, "wb") as f:
@@ -97,7 +109,8 @@ def one_run(task: str, data: str, model: str, seed: int, minutes: float, quick: 
         score = json.loads((run_dir / "test_metrics.json").read_text())["accuracy"]
     check = [ln.split("check: ", 1)[1] for ln in logf.read_text(encoding="utf-8", errors="replace").splitlines()
              if ln.startswith("check: ")]
-    cell = {"model": model, "seed": seed, "minutes": minutes, "score": score,
+    cell = {"model": model, "seed": seed, "minutes": minutes, "max_steps": steps, "score": score,
+            "params": _parameters(run_dir / "model.safetensors"),
             "tokens_per_s": statistics.median(train_rows) if train_rows else float("nan"),
             "peak_mib": usage.ru_maxrss / 1024, "steps": max((r["step"] for r in rows), default=0),
             "wall_s": time.monotonic() - t0, "curve": curve, "check": check}
@@ -105,6 +118,14 @@ def one_run(task: str, data: str, model: str, seed: int, minutes: float, quick: 
     log(f"{model} seed {seed}: {'valid loss' if task == 'lm' else 'test accuracy'} {score:.4f}, "
         f"{cell['tokens_per_s']:.0f} tokens/s, peak {cell['peak_mib']:.0f} MiB, {cell['steps']} steps")
     return cell
+
+
+def _parameters(weights: Path) -> int:
+    """Parameters in a run's weights (a tied matrix once: its aliases are not stored twice)."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as f:
+        return int(sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys()))
 
 
 def step_to_reach(curve: list, level: float, lower_is_better: bool) -> float:
@@ -147,7 +168,10 @@ def _draw(plt, cells: list[dict], level: float, task: str, path: Path) -> None:
 
 
 def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], None] = print,
-        model: str | None = None, data: str = "thucnews", minutes: float | None = None) -> str:
+        model: str | None = None, data: str = "thucnews", minutes: float | None = None,
+        steps: int | None = None, sizes: list[str] = ()) -> str:
+    """`minutes` a run (the default, 5; the exercise's "in the same minutes"), or `steps` a run: the same
+    optimizer steps for both (a comparison of what each learns per step, whatever else runs on the machine)."""
     if not model:
         raise UserError("experiment yours-vs-ours needs your model: --model FILE.py[:Name]")
     from ..tasks.your_model import parse_model_arg
@@ -159,13 +183,17 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
         raise UserError(f"--data {data} is a {task} data set; yours-vs-ours trains classifiers and language models")
     if seeds < 2 and not quick:
         raise UserError("--seeds must be at least 2 for an interval (3 or more is the default)")
-    minutes = minutes if minutes is not None else (0.2 if quick else 5.0)
+    if steps is not None and minutes is not None:
+        raise UserError("give one budget: --set minutes=M (wall clock) or --set steps=N (optimizer steps)")
+    if steps is None:
+        minutes = minutes if minutes is not None else (0.2 if quick else 5.0)
     out = Path(out)
     make_dirs(out / "runs")
     cells = []
     for seed in range(seeds):
         for m in MODELS:  # alternating: both see the same machine load
-            cells.append(one_run(task, data, m, seed, minutes, quick, Path(spec), out / "runs" / f"{m}-s{seed}", log))
+            cells.append(one_run(task, data, m, seed, minutes, quick, Path(spec), out / "runs" / f"{m}-s{seed}", log,
+                                 steps, sizes))
     lower = task == "lm"
     best = [min(v for _, v in c["curve"]) if lower else max(v for _, v in c["curve"]) for c in cells if c["curve"]]
     level = (1.1 * max(best) if lower else 0.9 * min(best)) if best else float("nan")
@@ -173,43 +201,66 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
         c["step_to_level"] = step_to_reach(c["curve"], level, lower)
     runs = pd.DataFrame([{k: v for k, v in c.items() if k not in ("curve", "check")} for c in cells])
     runs["cell"], runs["diverged"] = runs["model"], False
-    if not lower:
-        runs["points"] = runs["score"] * 100
-    a, b = {"model": "yours"}, {"model": "ours"}
-    checks = ([{"says": "yours reaches the lower validation loss (or within 0.05 nats)", "kind": "diff",
-                "column": "score", "a": a, "b": b, "region": {"<": 0.05}}] if lower else
-              [{"says": f"yours is within {WITHIN_POINTS:g} points of ours (test accuracy)", "kind": "diff",
-                "column": "points", "a": a, "b": b, "region": {">": -WITHIN_POINTS}}])
-    checks += [{"says": "yours trains as fast as ours (tokens a second, ratio > 0.8)", "kind": "ratio",
-                "column": "tokens_per_s", "a": a, "b": b, "region": {">": 0.8}},
-               {"says": "yours needs no more memory than ours (peak RSS, ratio < 1.25)", "kind": "ratio",
-                "column": "peak_mib", "a": a, "b": b, "region": {"<": 1.25}}]
-    outcomes = [evaluate_check(c, runs, ["model"], quick) for c in checks]
+    # paired by seed: yours and ours of one seed ran back to back, so the machine's load falls on both alike;
+    # the interval is over the per-seed differences (log ratios for speed and memory)
+    by = {(c["model"], c["seed"]): c for c in cells}
+    pairs = pd.DataFrame([{"seed": s_, "cell": "pair", "diverged": False,
+                           "score_diff": (by["yours", s_]["score"] - by["ours", s_]["score"]) * (1 if lower else 100),
+                           "speed_log": math.log(by["yours", s_]["tokens_per_s"] / by["ours", s_]["tokens_per_s"]),
+                           "memory_log": math.log(by["yours", s_]["peak_mib"] / by["ours", s_]["peak_mib"])}
+                          for s_ in range(seeds)])
+    checks = ([{"says": "yours reaches a validation loss within 0.05 nats of ours (or lower)", "kind": "value",
+                "column": "score_diff", "a": {"cell": "pair"}, "region": {"<": 0.05}}] if lower else
+              [{"says": f"yours is within {WITHIN_POINTS:g} points of ours (test accuracy)", "kind": "value",
+                "column": "score_diff", "a": {"cell": "pair"}, "region": {">": -WITHIN_POINTS}}])
+    checks += [{"says": "yours trains as fast as ours (tokens a second, ratio > 0.8)", "kind": "value",
+                "column": "speed_log", "a": {"cell": "pair"}, "region": {">": math.log(0.8)}},
+               {"says": "yours needs no more memory than ours (peak RSS, ratio < 1.25)", "kind": "value",
+                "column": "memory_log", "a": {"cell": "pair"}, "region": {"<": math.log(1.25)}}]
+    outcomes = []
+    for c in checks:
+        o = evaluate_check(c, pairs, ["cell"], quick)
+        o.a, o.b = "yours", "ours"
+        if c["column"].endswith("_log") and o.estimate is not None:
+            o.measured = (f"ratio yours/ours = x{math.exp(o.estimate):.3g} [x{math.exp(o.low):.3g}, "
+                          f"x{math.exp(o.high):.3g}] (95% CI, t over seeds of the paired log ratio, n = {seeds})")
+        elif o.estimate is not None:
+            o.measured = (f"yours − ours = {o.estimate:+.3g} [{o.low:+.3g}, {o.high:+.3g}] "
+                          f"{'nats' if lower else 'points'} (95% CI, t over seeds of the paired difference, n = {seeds})")
+        outcomes.append(o)
+    atomic_write_text(out / "pairs.csv", pairs.to_csv(index=False))
     plot(cells, level, task, out / "curves.png")
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
-    cols = ["score", "tokens_per_s", "peak_mib", "steps", "step_to_level"]
+    cols = ["params", "score", "tokens_per_s", "peak_mib", "steps", "step_to_level"]
     summary = runs.groupby("model", sort=False)[cols].agg(["mean", "std"])
     what = "valid loss" if lower else "test accuracy"
-    table = [f"| model | {what} | tokens/s | peak MiB | steps | step to level |", "|---|---|---|---|---|---|"]
+    table = [f"| model | parameters | {what} | tokens/s | peak MiB | steps | step to level |",
+             "|---|---|---|---|---|---|---|"]
     for m, r in summary.iterrows():
         f = lambda c, p=1: f"{r[(c, 'mean')]:.{p}f} ± {r[(c, 'std')]:.{p}f}"  # noqa: E731
-        table.append(f"| {m} | {f('score', 4)} | {f('tokens_per_s', 0)} | {f('peak_mib', 0)} | {f('steps', 0)} | "
+        table.append(f"| {m} | {r[('params', 'mean')] / 1e6:.2f}M | {f('score', 4)} | {f('tokens_per_s', 0)} | {f('peak_mib', 0)} | {f('steps', 0)} | "
                      f"{f('step_to_level', 0)} |")
     findings = sorted({x for c in cells if c["model"] == "yours" for x in c["check"]})
     explain = [f"- `scratchformer check` on your file: {x}" for x in findings] or ["- `scratchformer check`: nothing to report"]
+    size = summary[("params", "mean")]
+    if size.get("ours") and size.get("yours") and not 0.67 < size["yours"] / size["ours"] < 1.5:
+        explain.append(f"- your model has {size['yours'] / 1e6:.2f}M parameters, ours {size['ours'] / 1e6:.2f}M: "
+                       f"{'a smaller model learns less in the same budget' if size['yours'] < size['ours'] else 'a larger model takes more time a step'}"
+                       f" (build it at our size with --size, e.g. --size d_model=128)")
     speed = summary[("tokens_per_s", "mean")]
     if speed.get("ours") and speed.get("yours") and speed["yours"] < 0.8 * speed["ours"]:
         explain.append(f"- your model processes {speed['yours'] / speed['ours']:.2f}x our tokens a second: in the "
                        f"same minutes it takes fewer steps (a per-head loop, or attention computed with more, "
                        f"smaller products, is the usual cause; `scratchformer check` and docs/speed.md)")
+    budget = f"steps={steps}" if steps else f"minutes={minutes:g}"
     command = (f"scratchformer experiment yours-vs-ours --model {model} --data {data} --seeds {seeds}"
-               f"{' --quick' if quick else ''} --set minutes={minutes:g} --out {out}")
+               f"{''.join(f' --size {x}' for x in sizes)}{' --quick' if quick else ''} --set {budget} --out {out}")
     report = "\n".join([
         "# Experiment `yours-vs-ours`", "",
         f"> **中文**：你的模型（`{file.name}`）和我们的模型，同样的数据（{data}）、分词、批次、学习率计划、"
-        f"每次 {minutes:g} 分钟、{seeds} 个种子。", ">",
+        f"每次 {f'{steps} 步' if steps else f'{minutes:g} 分钟'}、{seeds} 个种子。", ">",
         f"> **English**: your model (`{file.name}`) and ours on {data}: the same tokenizer, batches, schedule, "
-        f"{minutes:g} minutes a run and {seeds} seeds.", "",
+        f"{f'{steps} steps' if steps else f'{minutes:g} minutes'} a run and {seeds} seeds.", "",
         "## Verdict", "", verdict_table(outcomes),
         "## Numbers (mean ± std over seeds)", "", *table, "",
         f"Level: {'110% of the highest best validation loss' if lower else '90% of the lowest best validation accuracy'}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -14,6 +15,12 @@ import torch
 from ..errors import UserError
 from .your_model import (CLASSES, LENGTH, MASK, TARGETS, VOCAB, YourModelConfig, build_net, call_net,
                          global_names, make_mask)
+
+
+# a global that counts something we own (never `vocab`, a dict, or `labels`, a list)
+COUNT = re.compile(r"(vocab|token|word|class|label|categor)(ulary)?s?_?(size|count|num|len)$|"
+                   r"^n_?(vocab|tokens?|words|classes|labels|cls)$|^num_(tokens|words|classes|labels)$|^ntokens?$",
+                   re.I)
 
 
 def _leaves(kwargs: dict, path=()):
@@ -62,11 +69,12 @@ def place_sizes(desc: dict, task: str, vocab: int, n_out: int, context: int, con
             placed["vocab"] = True
             notes.append(f"the vocabulary size is {'.'.join(same[0][-1:])} (the size of its token table)")
     overrides = {}
-    for name in sorted(free):  # globals their classes read that only their script sets
-        if VOCAB.search(name) and not LENGTH.search(name):
+    for name in sorted(free | {n for n in read if COUNT.search(n)}):
+        # globals their classes read that only their script sets (or that count what we own, however set)
+        if VOCAB.search(name) and not LENGTH.search(name) and (COUNT.search(name) or name in free):
             overrides[name] = vocab
             placed["vocab"] = True
-        elif task == "classify" and CLASSES.search(name):
+        elif task == "classify" and CLASSES.search(name) and (COUNT.search(name) or name in free):
             overrides[name] = n_out
             placed["classes"] = True
         elif LENGTH.search(name):
@@ -263,8 +271,11 @@ def fit_yours(cfg: YourModelConfig, desc: dict, folder: Path, task: str, vocab: 
                             f"rebuilt from its file's sizes: write a function build(vocab_size, n_classes) that "
                             f"returns the model and pass --model FILE.py:build")
         free, read = global_names(folder, cfg)
+        constants = {**(desc.get("constants") or {}), **(desc.get("size_globals") or {})}
         cfg.kwargs, cfg.overrides, cfg.max_len, notes = place_sizes(desc, task, vocab, n_out, context,
-                                                                    desc.get("constants") or {}, free, read)
+                                                                    constants, free, read)
+        for name, value in (desc.get("size_globals") or {}).items():  # --size NAME=N for a global it reads
+            cfg.overrides.setdefault(name, value)
         cfg.notes = list(notes)
     torch.manual_seed(0)
     net = build_net(cfg, folder).eval()

@@ -38,7 +38,7 @@ SOURCE_NAME = "your_model.py"
 VOCAB = re.compile(r"vocab|^n_?tokens?$|^ntokens?$|^num_tokens$|^n_?words$|num_embeddings", re.I)
 CLASSES = re.compile(r"class|label|^n_?out|^num_?out|^output_?(dim|size)$|^n_?cls$|categor|^n_?targets$", re.I)
 LENGTH = re.compile(r"max_?len|max_?seq|block_?size|context|seq_?len|n_?positions|max_?position|n_?ctx|"
-                    r"max_?length|maxlen", re.I)
+                    r"max_?length|maxlen|^t$", re.I)
 MASK = re.compile(r"mask|pad", re.I)
 TARGETS = re.compile(r"^(targets?|labels?|y|tgt_ids|target_ids)$", re.I)
 NEG = -1e9

@@ -106,3 +106,6 @@ def your_model_flags(p) -> None:
                         "checked first (`scratchformer check`), copied into the run folder; see docs/your-model.md")
     p.add_argument("--strict", action="store_true",
                    help="with --model: refuse to train when `scratchformer check` names a bug in the file")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="with --model: a constructor argument of your model, by your name (e.g. --size d=128,h=4): "
+                        "where your file never builds it, or to build it at another size")

@@ -40,7 +40,10 @@ class CheckpointMixin:
         full = self._full_state()
         if full is None:
             return b""
-        finite = torch.stack([torch.isfinite(t.detach()).all() for t in full.values() if t.is_floating_point()])
+        # the parameters only: a buffer may hold -inf on purpose (an additive causal mask, a learner's own)
+        buffers = {n for n, _ in self.model.named_buffers()}
+        finite = torch.stack([torch.isfinite(t.detach()).all() for n, t in full.items()
+                              if t.is_floating_point() and n not in buffers] or [torch.tensor(True)])
         if not bool(finite.all()):
             raise self._diverged(self.state.step, "the weights contain NaN/Inf")
         return weights_to_bytes(None, metadata, state_dict=full)

@@ -73,7 +73,8 @@ def train(args) -> int:
         result = train_with_candidate(recipe, candidate, args.out, log, baseline=not args.no_baseline, started=started)
     else:
         result = train_classifier(recipe, args.out, resume=args.resume, log=log, baseline=not args.no_baseline,
-                                  started=started, your_model=args.model, strict=args.strict)
+                                  started=started, your_model=args.model, strict=args.strict,
+                                  sizes=args.size)
     out = {"run_dir": str(args.out), "test": {k: result.get("test", {}).get(k) for k in ("accuracy", "macro_f1")},
            "best_valid": result["train"].get("best_metric")}
     if "comparison" in result:

@@ -34,7 +34,7 @@ from .task import ClassificationTask
 def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool = False, log=print,
                      baseline: bool = False, started: float | None = None,
                      step_timer: StepTimer | None = None, your_model: str | None = None,
-                     strict: bool = False) -> dict[str, Any]:
+                     strict: bool = False, sizes: list[str] | None = None) -> dict[str, Any]:
     """Load data, build tokenizer and model, train, then test the best checkpoint.
 
     `baseline`: also fit the TF-IDF + logistic regression baseline on the same split, print
@@ -54,7 +54,7 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
     out_dir = Path(out_dir)
     yours = None
     if your_model or recipe.model.kind == "yours":
-        recipe, yours, step_timer = _with_yours(recipe, your_model, out_dir, resume, strict, step_timer, log)
+        recipe, yours, step_timer = _with_yours(recipe, your_model, out_dir, resume, strict, step_timer, log, sizes)
     if recipe.ensemble > 1:
         return train_ensemble(recipe, out_dir, resume, log, baseline=baseline, started=started, step_timer=step_timer)
     given = recipe
@@ -79,14 +79,14 @@ def train_classifier(recipe: ClassifyRecipe, out_dir: str | Path, resume: bool =
 
 
 def _with_yours(recipe: ClassifyRecipe, spec: str | None, out_dir: Path, resume: bool, strict: bool,
-                step_timer: StepTimer | None, log):
+                step_timer: StepTimer | None, log, sizes: list[str] | None = None):
     """(the recipe for the learner's network, (its config to complete, what the watch saw), the step timer)."""
     from ..your_model import prepare_yours
 
     saved = recipe.model.yours if resume else None
     if resume and saved is None:
         raise UserError(f"{out_dir} was trained with our model, not with --model: resume it without --model")
-    cfg, desc = prepare_yours(spec or "", out_dir, saved, strict, log)
+    cfg, desc = prepare_yours(spec or "", out_dir, saved, strict, log, sizes=sizes)
     recipe = recipe.copy()
     if recipe.ensemble != 1 or recipe.blend or recipe.model.bigram_buckets:
         log("your model: one member, no blend with TF-IDF, no n-gram tables (your network reads token ids)")

@@ -34,7 +34,7 @@ def train(args) -> int:
 
     recipe = recipe_for_run(LMRecipe, args)
     result = train_lm(recipe, args.out, resume=args.resume, log=lambda m: print(m, file=sys.stderr),
-                      your_model=args.model, strict=args.strict)
+                      your_model=args.model, strict=args.strict, sizes=args.size)
     valid = result.get("valid", {})  # under torchrun rank 0's alone (the others print nothing)
     print(json.dumps({"run_dir": str(args.out), "valid_loss": valid.get("loss"),
                       "valid_perplexity": valid.get("perplexity"), "valid_bpc": valid.get("bpc"),

@@ -31,7 +31,7 @@ def _check_model_fits(recipe: LMRecipe) -> None:
 
 
 def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=print,
-             your_model: str | None = None, strict: bool = False) -> dict[str, Any]:
+             your_model: str | None = None, strict: bool = False, sizes: list[str] | None = None) -> dict[str, Any]:
     """Load the text, build tokenizer and model, train, then evaluate the best checkpoint on
     every validation window (`valid_metrics.json`). `your_model` ('FILE.py[:Name]', docs/your-model.md):
     the learner's own network in our model's place, checked first (`strict`: a named bug refuses)."""
@@ -40,7 +40,8 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
     yours = None
     if your_model or recipe.model.yours is not None:
         from ..your_model import prepare_yours
-        yours = prepare_yours(your_model or "", out_dir, recipe.model.yours if resume else None, strict, log)
+        yours = prepare_yours(your_model or "", out_dir, recipe.model.yours if resume else None, strict, log,
+                              sizes=sizes)
     _check_model_fits(recipe)
     saved = Tokenizer.load(out_dir / "tokenizer.json") if resume and (out_dir / "tokenizer.json").exists() else None
     # a char LM on the user's file: ids memory-mapped, prepared (or a registered corpus fetched)
