@@ -96,7 +96,22 @@ def _evaluate(args) -> int:
     face = task_of(args.run_dir)
     if not face.cli:
         raise UserError(f"{args.run_dir} holds a {face.name!r} run, which `evaluate` does not know")
+    _sort_needs_per_sentence(args, face)
     return face.cli.evaluate(args)
+
+
+def _sort_needs_per_sentence(args, face) -> None:
+    """`--sort` orders the table `--per-sentence` prints: alone it would order nothing, so it is
+    one line rather than a silent no-op (or a table nobody asked for). A face that does not take
+    `--per-sentence` refuses both flags itself, naming its task."""
+    sort = getattr(args, "sort", None)
+    if sort is None or getattr(args, "per_sentence", False):
+        return
+    probe = argparse.ArgumentParser(add_help=False)
+    face.cli.evaluate_flags(probe)
+    if "--per-sentence" in probe._option_string_actions:  # noqa: SLF001 - argparse has no public query
+        raise UserError(f"--sort {sort} orders the per-sentence table, which only --per-sentence prints: add it "
+                        f"(scratchformer evaluate {args.run_dir} --per-sentence --sort {sort}), or leave --sort out")
 
 
 def read_run_task(run_dir: Path) -> str:

@@ -59,9 +59,9 @@ def test_a_header_and_one_row_says_the_split_is_short(tmp_path, monkeypatch, cap
     data.write_text("text\tlabel\n好消息\t体育\n", encoding="utf-8")
     assert main(["train", "classify", "--data", str(data), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err == (f"error: {data}: the training split has 0 row(s) with 0 distinct label(s); a classifier needs at "
-                   "least 2 labels; the file has too few rows for its split (80/10/10 into train/valid/test): give "
-                   "at least a few rows of each label")
+    assert err == (f"error: {data} has 1 labelled row(s) with 1 distinct label(s); a classifier needs at least 2 "
+                   "labels; the file has too few rows for its split (80/10/10 into train/valid/test): give at least "
+                   "a few rows of each label")  # one row is one label (issue 62), not "0 distinct label(s)"
 
 
 def test_nfc_and_nfd_twins_of_a_label_are_named():

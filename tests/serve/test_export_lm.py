@@ -73,7 +73,52 @@ def test_an_lm_export_is_served_as_an_lm_and_streams_ours_greedy_text(lm_run, tm
         assert calls == ["天地", want]  # the prompt tokenized once (limit to generation), the output counted once
         r = httpx.post(url + "/v1/completions", json={"model": "lmx", "prompt": "天地", "max_tokens": 4,
                                                        "top_k": 3}, timeout=30)
-        assert r.status_code == 422 and "samples with temperature only: leave out top_k and top_p" in r.text
+        assert r.status_code == 200, r.text  # an export samples as its run does (issue 62)
+
+
+def test_an_lm_export_answers_the_sampler_requests_its_run_answers(lm_run, tmp_path):
+    """Issue 62: served without --backend, an LM ONNX export answered 422 to the page's own request
+    (temperature 0.8, top_k 40, streamed) and to any top_k / top_p: it sampled with temperature only.
+    Now it samples as the run does; k = 1 (or a nucleus of the likeliest token alone) is the greedy text."""
+    import httpx
+
+    from scratchformer.serve.backends import LanguageModelBackend, ModelSpec, load_backend
+    from scratchformer.tasks.lm import LanguageModel
+
+    from conftest import running, start, wait_ready
+
+    out = tmp_path / "lm"
+    assert main(["export", str(lm_run), "--format", "onnx", "--out", str(out), "--no-check"]) == 0
+    served = load_backend(ModelSpec("lmx", str(out)))  # as `serve EXPORT` opens it: no --backend
+    assert isinstance(served, LanguageModelBackend) and served.engine == "onnxruntime"
+    want = LanguageModel.load(lm_run).generate("天地", max_new_tokens=8, temperature=0.0)
+    app, cfg = start([served], max_new_tokens=16)
+    with running(app, cfg) as url:
+        wait_ready(url)
+        page = {"model": "lmx", "prompt": "天地", "max_tokens": 8, "temperature": 0.8, "top_k": 40, "stream": True}
+        r = httpx.post(url + "/v1/completions", json=page, timeout=30)
+        assert r.status_code == 200, r.text
+        events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]" and json.loads(events[-2])["usage"]["completion_tokens"] == 8
+        for cut in ({"top_k": 1}, {"top_p": 1e-6}, {"top_k": 1, "top_p": 0.5, "seed": 7}):
+            r = httpx.post(url + "/v1/completions", json={"model": "lmx", "prompt": "天地", "max_tokens": 8,
+                                                           "temperature": 0.8, **cut}, timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["text"] == want, cut
+
+
+def test_the_exported_sampler_keeps_only_the_cut():
+    """The folder's own generate.py: top_k keeps the k likeliest, top_p the smallest set reaching p."""
+    import numpy as np
+
+    from scratchformer.tasks.lm.onnx_generate import pick
+
+    logits, rng = np.log(np.array([0.05, 0.5, 0.3, 0.15])), np.random.default_rng(0)
+    assert pick(logits, 0.0) == 1
+    assert {pick(logits, 1.0, top_k=2, rng=rng) for _ in range(300)} == {1, 2}
+    assert {pick(logits, 1.0, top_p=0.75, rng=rng) for _ in range(300)} == {1, 2}  # 0.5 + 0.3 reach 0.75
+    assert {pick(logits, 1.0, top_p=0.85, rng=rng) for _ in range(300)} == {1, 2, 3}
+    assert {pick(logits, 1.0, rng=rng) for _ in range(300)} == {0, 1, 2, 3}
 
 
 def test_an_export_refuses_a_backend_or_compute_type_that_does_not_apply(lm_run, tmp_path, capsys):

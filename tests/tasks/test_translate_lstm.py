@@ -234,7 +234,7 @@ def test_evaluate_per_sentence_prints_and_returns_each_sentence(run, capsys):
     assert {r["i"] for r in rows} == set(range(1, 41))
     pairs = [line.split("\t") for line in (d / "test.tsv").read_text().splitlines()]
     assert all([r["source"], r["reference"]] == pairs[r["i"] - 1] for r in rows)
-    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--sort", "bleu"]) == 0
+    assert main(["evaluate", str(out), "--data", str(d / "test.tsv"), "--per-sentence", "--sort", "bleu"]) == 0
     text = capsys.readouterr().out
     assert "per sentence (worst first by bleu; sentence BLEU nrefs:1|case:mixed|eff:yes|tok:13a|smooth:exp" in text
     assert text.count("  hypothesis: ") == 40 and text.count("  reference:  ") == 40

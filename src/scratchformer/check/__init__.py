@@ -46,7 +46,8 @@ the variant search, weights in and out, the context of one file), `attention.py`
 norm, positions checked), `checks.py` (the layers' wiring), `stacks.py` (the encoder and decoder stacks), `report.py`, `catalogue.py`, `child.py` (the child process),
 `train.py` (`--train`); `watch.py` (the learner's own program run and watched, a call of our making),
 `facts.py` (what the run tells the checks), `in_use.py` (components found by what the run does: add & norm,
-functional code), `properties.py` (the whole model's properties on their own inputs), `notebook.py` (.ipynb).
+functional code), `properties.py` (the whole model's properties on their own inputs), `notebook.py` (.ipynb),
+`unseen.py` (the process as their file alone would see it: no checker in `sys.modules`).
 It imports torch (and matplotlib for --train) and of ours only fileio:
 the reference is plain formulas written here (not nn/'s fast paths), each classic bug a switch.
 """
@@ -56,6 +57,8 @@ KINDS = ("scaled_dot_product", "attention", "feed_forward", "layer_norm", "rms_n
          "encoder_layer", "decoder_layer", "block", "causal_mask", "encoder", "decoder", "model")
 
 __all__ = ["KINDS", "check", "check_file", "check_module"]
+
+_IN_CHECK = False  # True in the checking child (child.py): a check() the learner's code calls there does nothing
 
 
 def check_file(path, lang: str = "zh", mask_convention: str | None = None, mapping: dict | None = None,
@@ -86,8 +89,8 @@ def check(obj=None, lang: str | None = None, quiet: bool = False, **options):
     import tempfile
     from pathlib import Path
 
-    if os.environ.get("SCRATCHFORMER_CHECKING"):
-        return None  # their notebook, replayed by the check itself: no check inside the check
+    if _IN_CHECK:
+        return None  # their notebook or script, run by the check itself: no check inside the check
     lang = lang or ("en" if os.environ.get("LANG", "").lower().startswith("en") else "zh")
     try:
         ip = get_ipython()  # noqa: F821 (defined inside IPython only)
@@ -108,11 +111,7 @@ def check(obj=None, lang: str | None = None, quiet: bool = False, **options):
         with tempfile.TemporaryDirectory(prefix="scratchformer-nb-") as tmp:
             path = Path(tmp) / "notebook_so_far.ipynb"
             path.write_text(json.dumps(nb), encoding="utf-8")
-            os.environ["SCRATCHFORMER_CHECKING"] = "1"
-            try:
-                report = check_file(path, lang=lang, mapping=mapping, **options)
-            finally:
-                os.environ.pop("SCRATCHFORMER_CHECKING", None)
+            report = check_file(path, lang=lang, mapping=mapping, **options)
             report.path = "this notebook"
     else:
         src = None
@@ -124,11 +123,7 @@ def check(obj=None, lang: str | None = None, quiet: bool = False, **options):
         src = src or getattr(sys.modules.get("__main__"), "__file__", None)
         if not src:
             raise ValueError("check(): no file to check; give a class defined in a file, or call it in a notebook")
-        os.environ["SCRATCHFORMER_CHECKING"] = "1"
-        try:
-            report = check_file(src, lang=lang, mapping=mapping, **options)
-        finally:
-            os.environ.pop("SCRATCHFORMER_CHECKING", None)
+        report = check_file(src, lang=lang, mapping=mapping, **options)
     if name and any(c.name == name for c in report.components):
         report.components = [c for c in report.components if c.name == name]
         report.findings = [f for f in report.findings if f.where.split(".")[0].split(" ")[0].rstrip("()") == name]

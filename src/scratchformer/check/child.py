@@ -124,6 +124,7 @@ def run_child(path, lang: str = "zh", mask_convention: str | None = None, mappin
         if cells is not None:
             cmd += ["--origin", str(path.resolve())]
         env = dict(os.environ)
+        env.pop("SCRATCHFORMER_CHECKING", None)  # their file must not find the check in its environment (unseen.py)
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -185,14 +186,19 @@ def main(argv=None) -> int:
     import importlib.util
 
     from ..fileio import atomic_write_text
+    from .unseen import Unseen, load_all_of_ours, module_name
 
+    os.environ.pop("SCRATCHFORMER_CHECKING", None)  # read by no one here: a check() of theirs asks the flag below
+    sys.modules[__package__]._IN_CHECK = True  # a check() their code calls inside this check does nothing
     path = os.path.abspath(a.file)
     pid = os.getpid()
     report = Report(a.file, lang=a.lang)
+    unseen = Unseen()
 
     def done(r: Report) -> int:
         if os.getpid() != pid:  # a copy their os.fork() made: only the original reports (and the supervisor ends it)
             os._exit(0)
+        unseen.end()
         left = threads_left()
         if left and r.error is None:  # Python would wait for it at exit, forever: say so and leave without it
             r.error = _msg(a.lang, f"你的代码留下了一个还在运行的线程（{left[0]}）：检查结束后它还没有停止；"
@@ -216,6 +222,7 @@ def main(argv=None) -> int:
         from .run import check_loaded
 
         torch.set_num_threads(1)  # tiny tensors: more threads only spin (and fight the other processes)
+        load_all_of_ours()  # guarded too, and never first imported while their code runs
         guard = TorchGuard()
 
     def replaced(r: Report) -> Report:
@@ -239,9 +246,9 @@ def main(argv=None) -> int:
         sys.path.insert(0, os.path.dirname(os.path.abspath(a.origin)))
     sys.argv = [path]
     try:
-        spec = importlib.util.spec_from_file_location("learner_module", path)
+        spec = importlib.util.spec_from_file_location(module_name(path), path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
+        unseen.start(module)  # from here to done(): sys.modules as their file alone would see it
         if watch is None:
             spec.loader.exec_module(module)
         else:  # their top level runs statement by statement under the watch (watch.py)

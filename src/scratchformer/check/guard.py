@@ -101,6 +101,9 @@ class TorchGuard:
                     return
                 super().__delattr__(name)
 
+        # named as the class it stands in for: `type(torch)` reads `<class 'module'>`, not our guard's name
+        Guarded.__name__, Guarded.__qualname__ = type(mod).__name__, type(mod).__qualname__
+        Guarded.__module__ = type(mod).__module__
         try:
             self.swapped[qual] = type(mod)
             mod.__class__ = Guarded

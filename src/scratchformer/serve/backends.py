@@ -263,10 +263,7 @@ class LanguageModelBackend(Served):
         from ..tasks.lm.sampling import check_sampling
 
         check_sampling(temperature, top_k, top_p, seed=seed, max_new_tokens=max_tokens)
-        if self.engine != TORCH and (top_k is not None or top_p is not None):
-            raise UserError(f"model {self.name!r} is an {self.engine} export, which samples with temperature only: "
-                            "leave out top_k and top_p")
-        self.model.encode_prompt(prompt)
+        self.model.encode_prompt(prompt)  # an export samples as its run does (top_k, top_p): nothing more to refuse
 
     def generate(self, prompt: str, max_tokens: int, temperature: float, top_k, top_p, seed,
                  on_piece: Callable[[str], None]) -> str:

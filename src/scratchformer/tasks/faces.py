@@ -159,10 +159,14 @@ def export_of(run_dir: str | Path, fmt: str) -> Export:
     if fmt in face.exports:
         return face.exports[fmt]
     able = [f.noun for f in faces().values() if fmt in f.exports]
+    why_not = {name: e.refuses(run_dir) for name, e in face.exports.items()}  # this run's, not only its task's
     others: dict[tuple[str, ...], list[str]] = {}
     for f in faces().values():
-        if f.exports and fmt not in f.exports:
-            others.setdefault(tuple(f.exports), []).append(f.noun)
-    elsewhere = "; ".join(f"{' and '.join(nouns)} runs: --format {' or '.join(fmts)}" for fmts, nouns in others.items())
+        fmts = tuple(n for n in f.exports if f is not face or not why_not[n])
+        if fmts and fmt not in f.exports:
+            others.setdefault(fmts, []).append(f.noun)
+    hints = [f"{' and '.join(nouns)} runs: --format {' or '.join(fmts)}" for fmts, nouns in others.items()]
+    if face.exports and all(why_not.values()):  # its task has formats, and none takes this run
+        hints.append(f"this run exports to no format: {'; '.join(dict.fromkeys(why_not.values()))}")
     raise UserError(f"{run_dir} holds a {face.name!r} run; --format {fmt} exports {' and '.join(able) or 'no'} runs "
-                    f"({elsewhere})")
+                    f"({'; '.join(hints)})")

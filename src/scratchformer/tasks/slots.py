@@ -37,13 +37,16 @@ class Export:
     close the export is to our model (none when the check was skipped), and how the folder runs
     again: `runtime(folder) -> the task's inference object` (what `load` gives for a run, as far as
     the export answers: serve opens an export through it) under the engine named `backend` (the
-    `serve --backend` word; "" for a format scratchformer does not run itself)."""
+    `serve --backend` word; "" for a format scratchformer does not run itself). `refuses(run_dir)`:
+    why this format cannot export that run of its task, read from the run's config alone ("" when
+    it can), so that a hint names only the formats that work for the run at hand."""
 
     run: Callable[..., Any]
     files: str
     parity: Callable[[Any], list[str]] = field(default=lambda report: [])
     runtime: Callable[..., Any] = _no_runtime
     backend: str = ""
+    refuses: Callable[[Any], str] = field(default=lambda run_dir: "")
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,10 @@ def load_classification(dc) -> ClassificationData:
         return _load_prepared(name, dc)
     train, valid, test = user_splits(lambda p: read_labeled_file(p, dc.text_col, dc.label_col), name, dc)
     labels = sorted({lab for _, lab in train})
-    if len(labels) < 2:
-        raise UserError(too_few_labels(name, len(labels), len(train), dc))
+    if len(labels) < 2:  # the file's rows: training and the splits not given as files of their own
+        rows = list(train) + [r for split, given in ((valid, dc.valid_file), (test, dc.test_file)) if not given
+                              for r in split or []]
+        raise UserError(too_few_labels(name, rows, train, dc))
     for split_name, split, path in (("valid", valid, dc.valid_file), ("test", test, dc.test_file)):
         unknown = sorted({lab for _, lab in split or []} - set(labels))
         if unknown:
@@ -49,10 +51,21 @@ def load_classification(dc) -> ClassificationData:
     return ClassificationData(train, valid or [], test or [], labels, meta)
 
 
-def too_few_labels(name: str, n_labels: int, n_train: int, dc) -> str:
-    """Fewer than 2 labels in the training split: say how many rows it got, not only "0 labels"."""
-    msg = (f"{name}: the training split has {n_train} row(s) with {n_labels} distinct label(s); a classifier "
-           f"needs at least 2 labels")
+def _labels_of(pairs) -> list[str]:
+    return pairs.label_names() if hasattr(pairs, "label_names") else sorted({lab for _, lab in pairs})
+
+
+def too_few_labels(name: str, rows, train, dc) -> str:
+    """Fewer than 2 labels in the training split, counted where they are: the file's own labels
+    when it has fewer than 2 (one row is one label, even when the split left training none of it),
+    else the training split's, with how many rows it got."""
+    n_train, file_labels = len(train), _labels_of(rows)
+    if len(file_labels) < 2:
+        msg = (f"{name} has {len(rows)} labelled row(s) with {len(file_labels)} distinct label(s); a classifier "
+               f"needs at least 2 labels")
+    else:
+        msg = (f"{name}: the training split has {n_train} row(s) with {len(_labels_of(train))} of the file's "
+               f"{len(file_labels)} labels; a classifier needs at least 2 labels in training")
     if n_train < 10:  # a header and a row or two: the split, not the labels, is what is short
         split = "" if dc.valid_file or dc.test_file else " (80/10/10 into train/valid/test)"
         msg += f"; the file has too few rows for its split{split}: give at least a few rows of each label"
@@ -351,7 +364,7 @@ def _load_prepared(name: str, dc) -> ClassificationData:
         train = whole(rows)
     labels = train.label_names()
     if len(labels) < 2:
-        raise UserError(too_few_labels(name, len(labels), len(train), dc))
+        raise UserError(too_few_labels(name, whole(rows), train, dc))  # `rows`: the whole file, whatever its split
     for split_name, split, path in (("valid", valid, dc.valid_file), ("test", test, dc.test_file)):
         unknown = sorted(set(split.label_names() if split is not None else []) - set(labels))
         if unknown:

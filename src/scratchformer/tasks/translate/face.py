@@ -45,6 +45,23 @@ def _ctranslate2(run_dir, out_dir, check: bool = True):
     return export_ctranslate2(run_dir, out_dir, check=check)
 
 
+def _not_a_transformer(run_dir) -> str:
+    """Why transformers/ctranslate2 cannot export the run ("" when they can): both hold a Transformer's
+    layers (the Marian / Pegasus layouts), which an LSTM translator does not have."""
+    import json
+    from pathlib import Path
+
+    try:
+        model = json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, ValueError, AttributeError):
+        return ""  # unreadable: the export itself says so
+    kind = model.get("kind", "transformer") if isinstance(model, dict) else "transformer"
+    if kind == "transformer":
+        return ""
+    return (f"--format transformers and ctranslate2 export Transformer translators, and this one is "
+            f"model.kind={kind}: serve the run folder itself, scratchformer serve {run_dir}")
+
+
 def _ct2_runtime(folder, **options):
     from .ct2_runtime import Ct2Translator
 
@@ -67,11 +84,11 @@ FACE = Face(
     train=_train, train_recipe=recipe_from(TranslateRecipe), load=_load, inspect=_inspect,
     exports={
         "transformers": Export(_transformers, "config.json, model.safetensors, tokenizer files, export.json",
-                               lambda r: _parity_lines([("transformers", r)] if r else [])),
+                               lambda r: _parity_lines([("transformers", r)] if r else []), refuses=_not_a_transformer),
         "ctranslate2": Export(_ctranslate2, "CTranslate2 model.bin, vocabularies, tokenizer files, export.json",
                               lambda r: _parity_lines([("transformers", r["transformers"]),
                                                        ("ctranslate2", r["ctranslate2"])] if r else []),
-                              runtime=_ct2_runtime, backend="ctranslate2"),
+                              runtime=_ct2_runtime, backend="ctranslate2", refuses=_not_a_transformer),
     },
     cli=TaskCLI("train an encoder-decoder translator", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
     params=_params, sweep=Sweep(lambda name, subset, folder, write: ({"data": name}, [])), noun="translation",

@@ -394,6 +394,8 @@ class Translator:
         cfg = self.decode_config(**self._precision(overrides))  # what the decode below runs with
         if per_sentence and sort not in SENTENCE_SORTS:  # before decoding: nothing spent on a typo
             sentence_scores([], [], [], sort)
+        if sort != "input" and not per_sentence:  # an order of nothing: said, not ignored
+            raise UserError(f"sort={sort!r} orders the per-sentence table: pass per_sentence=True too, or leave sort out")
         t0 = time.perf_counter()
         found = self.hypotheses(srcs, **overrides)
         elapsed = time.perf_counter() - t0
