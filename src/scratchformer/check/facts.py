@@ -139,8 +139,9 @@ class RunFacts:
         b = b if isinstance(b, torch.Tensor) else next(_tensors(b), None)
         if a is None or b is None or a.shape != b.shape or a.dim() < 3 or a.shape[:2] != ids.shape:
             return None
+        real = _real_positions(args, ids)  # (B, T): a padded position may read anything (its output is not used)
         moved = [t for t in range(ids.shape[1] - 1)
-                 if not torch.allclose(a[:, t], b[:, t], rtol=1e-5, atol=1e-6, equal_nan=True)]
+                 if not torch.allclose(a[real[:, t], t], b[real[:, t], t], rtol=1e-5, atol=1e-6, equal_nan=True)]
         if not moved:
             return False, name
         # how it reads the future says why: every earlier position (no causal mask), or the one just before
@@ -572,6 +573,20 @@ def causal_intent(source: str) -> bool:
                        r"语言模型|gpt|lm_?head|causal_?lm|language_?model|next[ _]token", source, re.I)
     masked_lm = re.search(r"mlm|masked_?lm|mask_token|\bbert\b", source, re.I)
     return bool(intent) and not masked_lm
+
+
+def _real_positions(args: dict, ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) True where a position holds a real token, by the padding mask their own call passed beside the ids
+    (1/True = real for an `attention_mask`-like name, True = padding for a `*pad*` name); all True without one.
+    Hugging Face's GPT-2 lets a left-padded position attend to every key (all its scores are -1e4): its output is
+    padding, never read, and not a sign that the decoder reads the future."""
+    for n, v in args.items():
+        if isinstance(v, torch.Tensor) and v.shape == ids.shape and "mask" in n.lower() and not v.is_floating_point():
+            flags = v.bool()
+            if bool(flags.all()) or not bool(flags.any()):
+                continue
+            return ~flags if "pad" in n.lower() else flags
+    return torch.ones(ids.shape, dtype=torch.bool)
 
 
 def safe_copy(obj):

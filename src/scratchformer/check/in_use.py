@@ -99,6 +99,129 @@ def ffn_classes(run, module, found_names: set) -> list[Found]:
     return out
 
 
+def attention_classes(run, module, found_names: set) -> list[Found]:
+    """Their classes that their run shows to be an attention, whatever the name (DuoTouZhuYiLi, Mixer): called
+    again with the arguments of its first call, its own forward computes probabilities over keys (a softmax whose
+    last two sizes are the query's and the keys' lengths, or `scaled_dot_product_attention`), and returns the
+    query's shape; it holds linear maps and no attention class of theirs below it."""
+    from .facts import recall
+
+    out = []
+    if not run:
+        return out
+    classes = {cls for cls in vars(module).values() if inspect.isclass(cls) and issubclass(cls, nn.Module)
+               and cls.__module__ == module.__name__}
+    for name, cls in vars(module).items():
+        if not inspect.isclass(cls) or cls not in classes or name in found_names:
+            continue
+        s = run.representative(cls)
+        if s is None or not s.calls:
+            continue
+        seqs = [v for v in s.calls[0].args.values() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                and v.dim() == 3 and not bool(((v == 0) | (v <= -1e4)).all())]
+        if not seqs or not any(isinstance(m, nn.Linear) for m in s.obj.modules()):
+            continue
+        if any(type(m) in classes and type(m) is not cls for m in s.obj.modules()):
+            continue  # it holds classes of theirs: a layer or a model, not the attention itself
+        lengths = {v.shape[1] for v in seqs}
+        probs = _probabilities(s.obj, s.calls[0].args, recall)
+        if probs and any(p[-1] in lengths and p[-2] in lengths for p in probs) \
+                and s.calls[0].out_shape == tuple(seqs[0].shape):
+            out.append(Found("attention", name, cls, "what it computes in your run"))
+    return out
+
+
+def layer_classes(run, module, found: list) -> list[Found]:
+    """Their classes that their run shows to be a Transformer layer, whatever the name (JieMaCeng): called with
+    one (B, T, d) sequence (and masks), returning that shape, holding exactly one attention and one
+    feed-forward block found before, one or two norms, and nothing else with weights. A decoder-only block
+    when that attention is causal in use, else an encoder layer."""
+    out = []
+    if not run:
+        return out
+    kinds = {f.obj: f.kind for f in found if inspect.isclass(f.obj)}
+    names = {f.name for f in found}
+    for name, cls in vars(module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and cls.__module__ == module.__name__) \
+                or name in names:
+            continue
+        s = run.representative(cls)
+        seq = _one_seq_call(s, only=False) if s is not None else None
+        if seq is None or s.calls[0].out_shape != tuple(seq.shape):
+            continue
+        parts = [m for m in s.obj.children()]
+        att = [m for m in parts if kinds.get(type(m)) == "attention"]
+        ffn = [m for m in parts if kinds.get(type(m)) == "feed_forward"]
+        norms = [m for m in parts if m in _norms(s.obj)]
+        rest = [m for m in parts if m not in att + ffn + norms and any(True for _ in m.parameters())]
+        if len(att) == 1 and len(ffn) == 1 and 1 <= len(norms) <= 2 and not rest:
+            causal = run.causal_in_use(type(att[0]))
+            out.append(Found("block" if causal else "encoder_layer", name, cls, "its parts in your run"))
+    return out
+
+
+def positional_classes(run, module, found_names: set) -> list[Found]:
+    """Their classes that their run shows to add a positional table, whatever the name (WeiZhiBianMa): called
+    with one (B, T, d) sequence and nothing else, holding no parameters, and in eval adding the same (T, d)
+    values to any input (out(x) - x does not depend on x)."""
+    from .facts import recall
+
+    out = []
+    if not run:
+        return out
+    for name, cls in vars(module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, nn.Module) and cls.__module__ == module.__name__) \
+                or name in found_names:
+            continue
+        s = run.representative(cls)
+        seq = _one_seq_call(s) if s is not None else None
+        if seq is None or any(True for _ in s.obj.parameters()):
+            continue
+        key = next(k for k, v in s.calls[0].args.items() if v is seq or isinstance(v, torch.Tensor) and v.dim() == 3)
+        try:
+            was = s.obj.training
+            s.obj.eval()
+            with torch.no_grad():
+                a = recall(s.obj, {**s.calls[0].args, key: seq})
+                b = recall(s.obj, {**s.calls[0].args, key: torch.zeros_like(seq)})
+            s.obj.train(was)
+        except Exception:  # noqa: BLE001
+            continue
+        if isinstance(a, torch.Tensor) and a.shape == seq.shape and bool((b != 0).any()) \
+                and torch.allclose(a - seq, b, atol=1e-5):
+            out.append(Found("positional_encoding", name, cls, "what it adds in your run"))
+    return out
+
+
+def _probabilities(mod: nn.Module, args: dict, recall) -> list:
+    """The (…, Tq, Tk) probabilities `mod` computes when called again with `args` (a softmax over the last axis,
+    or those `scaled_dot_product_attention` computes); [] when it raises."""
+    from torch.overrides import TorchFunctionMode
+    import torch.nn.functional as F
+
+    seen = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, a=(), kw=None):
+            kw = kw or {}
+            res = func(*a, **kw)
+            if func in (torch.softmax, F.softmax, torch.Tensor.softmax) and isinstance(res, torch.Tensor) \
+                    and res.dim() >= 3 and kw.get("dim", a[1] if len(a) > 1 else None) in (-1, res.dim() - 1):
+                seen.append(res.shape)
+            elif func is F.scaled_dot_product_attention and len(a) >= 2:
+                seen.append(a[0].shape[:-1] + a[1].shape[-2:-1])
+            return res
+    try:
+        was = mod.training
+        mod.eval()
+        with torch.no_grad(), Spy():
+            recall(mod, args)
+        mod.train(was)
+    except Exception:  # noqa: BLE001 - their forward on their own arguments, called again
+        return []
+    return seen
+
+
 def residual_classes(run, module, found_names: set, ffn_names: set) -> list[Found]:
     """Their classes that wrap one feed-forward block of theirs with one norm and the residual (T5LayerFF,
     a SublayerConnection around the FFN): called with one sequence, holding exactly those two."""

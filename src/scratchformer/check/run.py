@@ -28,7 +28,7 @@ from .compare import Ctx
 from .discover import CannotCheck, discover, set_run
 from .facts import RunFacts
 from .watch import synthesize
-from .in_use import (add_norm_classes, check_add_norm, check_functional, check_residual, ffn_classes,
+from .in_use import (add_norm_classes, attention_classes, layer_classes, positional_classes, check_add_norm, check_functional, check_residual, ffn_classes,
                      functional_components, residual_classes)
 from .properties import run_properties
 from .sizes import learner_sizes
@@ -158,6 +158,12 @@ def check_loaded(module, lang: str = "zh", mask_convention: str | None = None, m
                 found += add_norm_classes(facts, module, names) + functional_components(facts, module, names)
                 if "feed_forward" not in {f.kind for f in found}:
                     found += ffn_classes(facts, module, {f.name for f in found})
+                if not {"attention", "scaled_dot_product"} & {f.kind for f in found}:
+                    found += attention_classes(facts, module, {f.name for f in found})
+                if not {"block", "encoder_layer", "decoder_layer"} & {f.kind for f in found}:
+                    found += layer_classes(facts, module, found)
+                if "positional_encoding" not in {f.kind for f in found}:
+                    found += positional_classes(facts, module, {f.name for f in found})
                 ffns = {f.name for f in found if f.kind in ("feed_forward", "attention") and inspect.isclass(f.obj)}
                 wrappers = residual_classes(facts, module, {f.name for f in found}, ffns)
                 found += wrappers
