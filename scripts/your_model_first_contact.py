@@ -67,19 +67,24 @@ def score(folder: Path) -> list[dict]:
     return rows
 
 
+# the manifest's words for a planted bug -> the catalogue's id (the writer did not know the catalogue)
+CATALOGUE_ID = {"reads-future": "no-causal-mask"}
+
+
 def table(rows: list[dict]) -> str:
     trained = sum(r["rc"] == 0 for r in rows if r["correct"])
     correct = sum(r["correct"] for r in rows)
     bugs = [r for r in rows if r["bug"]]
-    named = sum(r["bug"] in r["named"] for r in bugs)
+    named = sum(CATALOGUE_ID.get(r["bug"], r["bug"]) in r["named"] for r in bugs)
     accused = sum(bool(r["named"]) for r in rows if r["correct"])
     lines = [f"correct files that train from the CLI: {trained}/{correct}; planted bugs named before training: "
              f"{named}/{len(bugs)}; correct files with a bug named: {accused}", "",
              "| file | task | rc | named | convention / error |", "|---|---|---|---|---|"]
     for r in rows:
         how = r.get("call", {}).get("mask")
+        meaning = {"keep": "keep", "pad": "masked" if how and how["shape"] in ("TT", "11TT") else "pad"}
         how = (f"mask `{how['param']}` {how['shape']} " + ("additive" if how.get("additive") else
-               f"{how['dtype']} True={how['true']}")) if how else ("no mask" if r["rc"] == 0 else "")
+               f"{how['dtype']} True={meaning[how['true']]}")) if how else ("no mask" if r["rc"] == 0 else "")
         if r.get("call", {}).get("targets"):
             how += f", passes `{r['call']['targets']}`"
         lines.append(f"| {r['file']} | {r['task']} | {r['rc']} | {', '.join(r['named']) or '-'} | "

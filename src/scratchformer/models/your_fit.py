@@ -240,8 +240,9 @@ def find_call(net, desc: dict, task: str, vocab: int, pad_id: int, front=None) -
                         f"causal; `scratchformer check` names where")
     if best.get("mask"):
         f = best["mask"]
+        masked = "True/1 = masked (the future)" if f["shape"] in ("TT", "11TT") else "True/1 = padding"
         how = "additive (0 keep, -inf/-1e9 masked)" if f.get("additive") else \
-            f"{f['dtype']}, {'True/1 = may attend' if f['true'] == 'keep' else 'True/1 = padding'}"
+            f"{f['dtype']}, {'True/1 = may attend' if f['true'] == 'keep' else masked}"
         notes.append(f"its mask `{f['param']}` is passed as shape {f['shape']}, {how} (read from how its output moves)")
     if best.get("targets"):
         notes.append(f"`{best['targets']}` is passed so that it returns logits at every position (its loss is not used)")
