@@ -155,7 +155,7 @@ def test_the_mask_convention_is_read_from_behaviour(cls, expected):
     net = cls().eval()
     params = [{"name": n, "required": p.default is p.empty, "kind": p.kind.name}
               for n, p in __import__("inspect").signature(net.forward).parameters.items()]
-    call, notes = find_call(net, {"entry": cls.__name__, "forward": params}, "classify", 50, 0)
+    call, notes = find_call(net, {"entry": cls.__name__, "forward": params}, False, 50, 0)
     assert {k: call["mask"][k] for k in expected} == expected, call
     assert notes and "read from how its output moves" in notes[0]
 

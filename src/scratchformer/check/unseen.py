@@ -55,7 +55,7 @@ def load_all_of_ours() -> None:
         if f"{package.__name__}.{info.name}" == running:
             continue
         try:
-            importlib.import_module(f"{package.__name__}.{info.name}")
+            importlib.import_module("." + info.name, package.__name__)  # a module of this package, by its own name
         except Exception:  # noqa: BLE001 - one that does not import is one we do not call
             pass
 

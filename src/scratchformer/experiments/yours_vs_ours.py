@@ -33,41 +33,32 @@ from ..errors import UserError
 from ..fileio import atomic_write_bytes, atomic_write_text, make_dirs
 from .report import cpu_name, verdict_table
 from .verdict import evaluate_check
+from ..tasks.slots import Unavailable
 
 MODELS = ("ours", "yours")
-WITHIN_POINTS = 2.0  # "within 2 points of ours": the exercise's bar
 
 
-def _task_of(data: str) -> str:
-    """A registered data set's task, or a file's: a .txt is a language model's text, a table a classifier's."""
+def _side_of(data: str):
+    """(the task's name, its `yours` slot): a registered data set's task, or for a file the one task whose face
+    reads that kind of file (a text: the task whose data form is "text"; else a table)."""
+    from ..tasks.faces import face, faces
+
     if Path(data).is_file():
-        return "lm" if Path(data).suffix == ".txt" else "classify"
-    from ..data.registry import get_dataset
-
-    return get_dataset(data).task
-
-
-def recipe(task: str, data: str, model: str, seed: int, minutes: float | None, quick: bool,
-           steps: int | None = None) -> dict:
-    """One recipe for both: the network differs (ours: a d128 x 2-layer encoder / GPT, Post-LN classifier as
-    the exercises build theirs)."""
-    train = {"seed": seed, "max_minutes": minutes, "max_steps": steps, "epochs": None if steps else 100, "lr": 1e-3,
-             "warmup_steps": 100 if not quick else 5,
-             "schedule": "cosine", "eval_every": 50 if not quick else 5, "progress": False}
-    if task == "lm":
-        return {"task": "lm", "data": {"dataset": data, "context": 64, "batch_size": 32, "eval_windows": 100},
-                "model": {"transformer": {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.0}},
-                "train": {**train, "metric": "loss", "metric_mode": "min"}}
-    opts = {"max_train": 600} if quick else {}
-    return {"task": "classify", "time_budget": None, "ensemble": 1, "blend": False,
-            "data": {"dataset": data, "tokenizer": "char", "max_len": 48, "batch_size": 64, **opts},
-            "model": {"encoder": {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 2, "dropout": 0.1,
-                                  "norm_first": False, "position": "sinusoidal"},
-                      "bigram_buckets": 0, "token_dropout": 0.0, "head_dropout": 0.1},
-            "train": {**train, "metric": "accuracy", "metric_mode": "max"}}
+        text = Path(data).suffix == ".txt"
+        names = [n for n, f in faces().items() if not isinstance(f.yours, Unavailable) and f.yours.text == text]
+        if not names:
+            raise UserError(f"--data {data}: no task trains a learner's network on such a file")
+        name = names[0]
+    else:
+        from ..data.registry import get_dataset
+        name = get_dataset(data).task
+    side = face(name).yours
+    if isinstance(side, Unavailable):
+        raise UserError(f"--data {data} is a {name} data set; {side}")
+    return name, side
 
 
-def one_run(task: str, data: str, model: str, seed: int, minutes: float | None, quick: bool, file: Path,
+def one_run(task: str, side, data: str, model: str, seed: int, minutes: float | None, quick: bool, file: Path,
             run_dir: Path, log: Callable[[str], None], steps: int | None = None, sizes: list[str] = ()) -> dict:
     """Train one run in a child process; its cell (measures) is kept in `run_dir/cell.json` (resumable)."""
     from ..train.curves import read_metrics
@@ -83,11 +74,9 @@ def one_run(task: str, data: str, model: str, seed: int, minutes: float | None, 
         return cell
     make_dirs(run_dir.parent)
     cfg = run_dir.parent / f"{run_dir.name}.json"
-    atomic_write_text(cfg, json.dumps(recipe(task, data, model, seed, minutes, quick, steps), indent=1))
+    atomic_write_text(cfg, json.dumps(side.recipe(data, seed, minutes, steps, quick), indent=1))
     argv = [sys.executable, "-m", "scratchformer.cli", "train", task, "--config", str(cfg), "--out", str(run_dir),
-            "--overwrite"]
-    if task == "classify":
-        argv.append("--no-baseline")
+            "--overwrite", *side.argv]
     if model == "yours":
         argv += ["--model", str(file)] + [a for item in sizes for a in ("--size", item)]
     logf = run_dir.parent / f"{run_dir.name}.log"
@@ -100,13 +89,9 @@ def one_run(task: str, data: str, model: str, seed: int, minutes: float | None, 
         tail = logf.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["?"]
         raise UserError(f"the {model} run (seed {seed}) failed: {tail[0][:300]} (log: {logf})")
     rows = read_metrics(run_dir / "metrics.jsonl")
-    metric = "loss" if task == "lm" else "accuracy"
-    curve = [(r["step"], r[metric]) for r in rows if r.get("split") == "valid" and metric in r]
+    curve = [(r["step"], r[side.metric]) for r in rows if r.get("split") == "valid" and side.metric in r]
     train_rows = [r["tokens_per_s"] for r in rows if r.get("split") == "train" and "tokens_per_s" in r]
-    if task == "lm":
-        score = json.loads((run_dir / "valid_metrics.json").read_text())["loss"]
-    else:
-        score = json.loads((run_dir / "test_metrics.json").read_text())["accuracy"]
+    score = side.score(run_dir)
     check = [ln.split("check: ", 1)[1] for ln in logf.read_text(encoding="utf-8", errors="replace").splitlines()
              if ln.startswith("check: ")]
     cell = {"model": model, "seed": seed, "minutes": minutes, "max_steps": steps, "score": score,
@@ -115,7 +100,7 @@ def one_run(task: str, data: str, model: str, seed: int, minutes: float | None, 
             "peak_mib": usage.ru_maxrss / 1024, "steps": max((r["step"] for r in rows), default=0),
             "wall_s": time.monotonic() - t0, "curve": curve, "check": check}
     atomic_write_text(done, json.dumps(cell, indent=1) + "\n")
-    log(f"{model} seed {seed}: {'valid loss' if task == 'lm' else 'test accuracy'} {score:.4f}, "
+    log(f"{model} seed {seed}: {side.score_name} {score:.4f}, "
         f"{cell['tokens_per_s']:.0f} tokens/s, peak {cell['peak_mib']:.0f} MiB, {cell['steps']} steps")
     return cell
 
@@ -135,21 +120,24 @@ def token_table_std(run_dir: Path, task: str) -> float | None:
 
     from ..tasks.runs import RunDir
 
-    run = RunDir(run_dir)
-    if task == "lm":
-        from ..models.language_model import build_lm
-        from ..tasks.lm import LMRecipe
-        r = run.load_recipe(LMRecipe, "lm", (), "language-model")
-        build = lambda: build_lm(r.model, run_dir)  # noqa: E731
-    else:
-        from ..models.classifier import build_classifier
-        from ..tasks.classify import ClassifyRecipe
-        r = run.load_recipe(ClassifyRecipe, "classify", (), "classification")
-        build = lambda: build_classifier(r.model, run_dir)  # noqa: E731
+    from ..tasks.faces import face
+
+    f = face(task)
+    r = RunDir(run_dir).load_recipe(f.recipe, task, (), f.noun)
+    build = lambda: _fresh(f, r, run_dir)  # noqa: E731
     torch.manual_seed(r.train.seed)
     model = build()
     tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.num_embeddings == r.model.vocab_size]
     return float(tables[0].weight.detach().std()) if tables else None
+
+
+def _fresh(face, recipe, run_dir: Path):
+    """The run's model as it started: its network built from the config (weights not loaded)."""
+    from ..models.classifier import ClassifierConfig, build_classifier
+    from ..models.language_model import build_lm
+
+    cfg = recipe.model
+    return build_classifier(cfg, run_dir) if isinstance(cfg, ClassifierConfig) else build_lm(cfg, run_dir)
 
 
 def step_to_reach(curve: list, level: float, lower_is_better: bool) -> float:
@@ -159,7 +147,7 @@ def step_to_reach(curve: list, level: float, lower_is_better: bool) -> float:
     return float("nan")
 
 
-def plot(cells: list[dict], level: float, task: str, path: Path) -> None:
+def plot(cells: list[dict], level: float, ylabel: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -168,10 +156,10 @@ def plot(cells: list[dict], level: float, task: str, path: Path) -> None:
     from ..fonts import cjk_fonts
 
     with cjk_fonts():
-        _draw(plt, cells, level, task, path)
+        _draw(plt, cells, level, ylabel, path)
 
 
-def _draw(plt, cells: list[dict], level: float, task: str, path: Path) -> None:
+def _draw(plt, cells: list[dict], level: float, ylabel: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     colours = {"ours": "tab:blue", "yours": "tab:orange"}
     for c in cells:
@@ -180,7 +168,7 @@ def _draw(plt, cells: list[dict], level: float, task: str, path: Path) -> None:
             ax.plot(s, v, color=colours[c["model"]], marker="o", ms=3, alpha=0.8,
                     label={"ours": "ours 我们的", "yours": "yours 你的"}[c["model"]] if c["seed"] == 0 else None)
     ax.axhline(level, color="grey", ls=":", lw=1, label=f"level {level:.3f}")
-    ax.set(xlabel="optimizer step", ylabel="validation loss" if task == "lm" else "validation accuracy",
+    ax.set(xlabel="optimizer step", ylabel=ylabel,
            title="你的模型 vs 我们的 · yours vs ours (every seed a line)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -202,9 +190,7 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
 
     file, name = parse_model_arg(model)
     spec = f"{file.resolve()}:{name}" if name else str(file.resolve())
-    task = _task_of(data)
-    if task not in ("classify", "lm"):
-        raise UserError(f"--data {data} is a {task} data set; yours-vs-ours trains classifiers and language models")
+    task, side = _side_of(data)
     if seeds < 2 and not quick:
         raise UserError("--seeds must be at least 2 for an interval (3 or more is the default)")
     if steps is not None and minutes is not None:
@@ -216,9 +202,9 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
     cells = []
     for seed in range(seeds):
         for m in MODELS:  # alternating: both see the same machine load
-            cells.append(one_run(task, data, m, seed, minutes, quick, Path(spec), out / "runs" / f"{m}-s{seed}", log,
-                                 steps, sizes))
-    lower = task == "lm"
+            cells.append(one_run(task, side, data, m, seed, minutes, quick, Path(spec), out / "runs" / f"{m}-s{seed}",
+                                 log, steps, sizes))
+    lower = side.lower_is_better
     best = [min(v for _, v in c["curve"]) if lower else max(v for _, v in c["curve"]) for c in cells if c["curve"]]
     level = (1.1 * max(best) if lower else 0.9 * min(best)) if best else float("nan")
     for c in cells:
@@ -229,14 +215,13 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
     # the interval is over the per-seed differences (log ratios for speed and memory)
     by = {(c["model"], c["seed"]): c for c in cells}
     pairs = pd.DataFrame([{"seed": s_, "cell": "pair", "diverged": False,
-                           "score_diff": (by["yours", s_]["score"] - by["ours", s_]["score"]) * (1 if lower else 100),
+                           "score_diff": (by["yours", s_]["score"] - by["ours", s_]["score"]) * side.scale,
                            "speed_log": math.log(by["yours", s_]["tokens_per_s"] / by["ours", s_]["tokens_per_s"]),
                            "memory_log": math.log(by["yours", s_]["peak_mib"] / by["ours", s_]["peak_mib"])}
                           for s_ in range(seeds)])
-    checks = ([{"says": "yours reaches a validation loss within 0.05 nats of ours (or lower)", "kind": "value",
-                "column": "score_diff", "a": {"cell": "pair"}, "region": {"<": 0.05}}] if lower else
-              [{"says": f"yours is within {WITHIN_POINTS:g} points of ours (test accuracy)", "kind": "value",
-                "column": "score_diff", "a": {"cell": "pair"}, "region": {">": -WITHIN_POINTS}}])
+    checks = [{"says": f"yours is within {side.bar:g} {side.unit} of ours ({side.score_name})", "kind": "value",
+               "column": "score_diff", "a": {"cell": "pair"},
+               "region": {"<": side.bar} if lower else {">": -side.bar}}]
     checks += [{"says": "yours trains as fast as ours (tokens a second, ratio > 0.8)", "kind": "value",
                 "column": "speed_log", "a": {"cell": "pair"}, "region": {">": math.log(0.8)}},
                {"says": "yours needs no more memory than ours (peak RSS, ratio < 1.25)", "kind": "value",
@@ -250,14 +235,14 @@ def run(out: Path, seeds: int = 3, quick: bool = False, log: Callable[[str], Non
                           f"x{math.exp(o.high):.3g}] (95% CI, t over seeds of the paired log ratio, n = {seeds})")
         elif o.estimate is not None:
             o.measured = (f"yours − ours = {o.estimate:+.3g} [{o.low:+.3g}, {o.high:+.3g}] "
-                          f"{'nats' if lower else 'points'} (95% CI, t over seeds of the paired difference, n = {seeds})")
+                          f"{side.unit} (95% CI, t over seeds of the paired difference, n = {seeds})")
         outcomes.append(o)
     atomic_write_text(out / "pairs.csv", pairs.to_csv(index=False))
-    plot(cells, level, task, out / "curves.png")
+    plot(cells, level, f"validation {side.metric}", out / "curves.png")
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
     cols = ["params", "score", "tokens_per_s", "peak_mib", "steps", "step_to_level"]
     summary = runs.groupby("model", sort=False)[cols].agg(["mean", "std"])
-    what = "valid loss" if lower else "test accuracy"
+    what = side.score_name
     table = [f"| model | parameters | {what} | tokens/s | peak MiB | steps | step to level |",
              "|---|---|---|---|---|---|---|"]
     for m, r in summary.iterrows():

@@ -189,7 +189,7 @@ def build_classifier(cfg: ClassifierConfig, folder=None) -> nn.Module:
     if cfg.kind == "yours":
         if cfg.yours is None or folder is None:
             raise UserError("model.kind=yours is set by --model FILE.py; it needs the run folder that holds the copy")
-        return build_yours(cfg.yours, folder, "classify", cfg.vocab_size, cfg.n_classes, cfg.pad_id)
+        return build_yours(cfg.yours, folder, False, cfg.vocab_size, cfg.n_classes, cfg.pad_id)
     if cfg.kind == "lstm":
         from .rnn import LSTMClassifier
 

@@ -157,5 +157,5 @@ def build_lm(cfg: LMConfig, folder=None) -> nn.Module:
     if cfg.yours is not None:
         if folder is None:
             raise UserError("model.yours is set by --model FILE.py; it needs the run folder that holds the copy")
-        return build_yours(cfg.yours, folder, "lm", cfg.vocab_size)
+        return build_yours(cfg.yours, folder, True, cfg.vocab_size)
     return DecoderLM(cfg)

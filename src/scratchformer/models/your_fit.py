@@ -41,13 +41,13 @@ def _set(kwargs: dict, path: tuple, value) -> None:
     d[path[-1]] = value
 
 
-def place_sizes(desc: dict, task: str, vocab: int, n_out: int, context: int, constants: dict,
+def place_sizes(desc: dict, causal: bool, vocab: int, n_out: int, context: int, constants: dict,
                 free: set[str], read: set[str] = frozenset()) -> tuple[dict, dict, int | None, list[str]]:
     """(kwargs, overrides, max_len, notes): their constructor's arguments and the globals their classes read,
     with our vocabulary, classes and context in place."""
     kwargs = copy.deepcopy(desc.get("ctor") or {})
     notes: list[str] = []
-    placed = {"vocab": False, "classes": task == "lm", "length": False}
+    placed = {"vocab": False, "classes": causal, "length": False}
     max_len = None
     leaves = list(_leaves(kwargs))
     tables = desc.get("tables") or []
@@ -55,7 +55,7 @@ def place_sizes(desc: dict, task: str, vocab: int, n_out: int, context: int, con
         if VOCAB.search(name) and not LENGTH.search(name):
             _set(kwargs, path, vocab)
             placed["vocab"] = True
-        elif task == "classify" and CLASSES.search(name):
+        elif not causal and CLASSES.search(name):
             _set(kwargs, path, n_out)
             placed["classes"] = True
         elif LENGTH.search(name):
@@ -74,7 +74,7 @@ def place_sizes(desc: dict, task: str, vocab: int, n_out: int, context: int, con
         if VOCAB.search(name) and not LENGTH.search(name) and (COUNT.search(name) or name in free):
             overrides[name] = vocab
             placed["vocab"] = True
-        elif task == "classify" and CLASSES.search(name) and (COUNT.search(name) or name in free):
+        elif not causal and CLASSES.search(name) and (COUNT.search(name) or name in free):
             overrides[name] = n_out
             placed["classes"] = True
         elif LENGTH.search(name):
@@ -87,7 +87,7 @@ def place_sizes(desc: dict, task: str, vocab: int, n_out: int, context: int, con
             continue
         if VOCAB.search(name) and not LENGTH.search(name):
             overrides[name], placed["vocab"] = vocab, True
-        elif task == "classify" and CLASSES.search(name) and not placed["classes"]:
+        elif not causal and CLASSES.search(name) and not placed["classes"]:
             overrides[name], placed["classes"] = n_out, True
         elif LENGTH.search(name):
             overrides[name] = max_len = max(value, context)
@@ -100,10 +100,10 @@ def place_sizes(desc: dict, task: str, vocab: int, n_out: int, context: int, con
     return kwargs, overrides, max_len, notes
 
 
-def _mask_forms(desc: dict, param: str, task: str) -> list[dict]:
+def _mask_forms(desc: dict, param: str, causal: bool) -> list[dict]:
     """Candidate forms of their mask argument: the watched call's shape and dtype where it was seen, else all."""
     seen = ((desc.get("call") or {}).get(param) or {}).get("tensor")
-    if task == "lm":
+    if causal:
         shapes = ["TT", "11TT"]
     else:
         shapes = ["BT", "B11T", "B1T"]
@@ -112,8 +112,8 @@ def _mask_forms(desc: dict, param: str, task: str) -> list[dict]:
     if seen:
         s, dt = seen["shape"], seen["dtype"]
         nd = len(s)
-        shapes = {2: ["TT"] if task == "lm" or s[0] == s[1] and task != "classify" else ["BT"],
-                  3: ["B1T"] if s[1] == 1 else ["BTT"], 4: ["11TT"] if s[0] == 1 and s[2] == s[3] and task == "lm"
+        shapes = {2: ["TT"] if causal else ["BT"],
+                  3: ["B1T"] if s[1] == 1 else ["BTT"], 4: ["11TT"] if s[0] == 1 and s[2] == s[3] and causal
                   else ["B11T"]}.get(nd, shapes)
         dtypes = ["bool"] if dt == "bool" else ["long"] if dt.startswith("int") and dt != "int32" else \
             ["int"] if dt == "int32" else ["float"]
@@ -127,7 +127,7 @@ def _mask_forms(desc: dict, param: str, task: str) -> list[dict]:
         for add in additive:
             if add:
                 forms.append({"param": param, "shape": shape, "dtype": "float", "additive": True,
-                              "fill": float("-inf") if task == "lm" else -1e9})
+                              "fill": float("-inf") if causal else -1e9})
                 continue
             for dt in dtypes:
                 for true in ("keep", "pad"):
@@ -135,14 +135,14 @@ def _mask_forms(desc: dict, param: str, task: str) -> list[dict]:
     return forms
 
 
-def _probe_ids(vocab: int, T: int, pad_id: int, task: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _probe_ids(vocab: int, T: int, pad_id: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Two rows of ids and a copy that differs where it should not matter: the second row's padding (classify),
     the last position (lm)."""
     g = torch.Generator().manual_seed(0)
     lo = max(pad_id + 1, 4)
     ids = torch.randint(lo, max(lo + 1, vocab), (2, T), generator=g)
     other = ids.clone()
-    if task == "lm":
+    if causal:
         other[:, -1] = torch.randint(lo, max(lo + 1, vocab), (2,), generator=g)
         return ids, other
     n = max(1, T // 3)
@@ -151,7 +151,7 @@ def _probe_ids(vocab: int, T: int, pad_id: int, task: str) -> tuple[torch.Tensor
     return ids, other
 
 
-def _moved(net, call: dict, ids, other, pad_id: int, task: str, front) -> float | None:
+def _moved(net, call: dict, ids, other, pad_id: int, causal: bool, front) -> float | None:
     """How much what should not matter moves the output under `call` (None: the call fails or is not finite)."""
     try:
         with torch.no_grad():
@@ -161,14 +161,14 @@ def _moved(net, call: dict, ids, other, pad_id: int, task: str, front) -> float 
         return None
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()) or a.shape[0] != 2:
         return None
-    if task == "lm":
+    if causal:
         if a.dim() != 3:
             return None
         return float((a[:, :-1] - b[:, :-1]).abs().max())  # the last token changed: earlier outputs must not move
     return float((a[1] - b[1]).abs().max())
 
 
-def find_call(net, desc: dict, task: str, vocab: int, pad_id: int, front=None) -> tuple[dict, list[str]]:
+def find_call(net, desc: dict, causal: bool, vocab: int, pad_id: int, front=None) -> tuple[dict, list[str]]:
     """Their calling convention (models/your_model.py's docstring) and what the run should say about it."""
     params = [p for p in desc.get("forward", []) if p["kind"] in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD",
                                                                    "KEYWORD_ONLY")]
@@ -192,7 +192,7 @@ def find_call(net, desc: dict, task: str, vocab: int, pad_id: int, front=None) -
                         f"{', '.join(missing)} besides the ids and a mask: an encoder-decoder or a model with other "
                         f"inputs. `--model` trains a model that reads token ids (and a padding or causal mask)")
     T = 12
-    ids, other = _probe_ids(vocab, T, pad_id, task)
+    ids, other = _probe_ids(vocab, T, pad_id, causal)
     base = {"ids": ids_param, "output": 0}
     notes: list[str] = []
 
@@ -208,14 +208,14 @@ def find_call(net, desc: dict, task: str, vocab: int, pad_id: int, front=None) -
         outs = list(out.values()) if isinstance(out, dict) else list(out) if isinstance(out, (tuple, list)) else [out]
         for i, o in enumerate(outs):
             if isinstance(o, torch.Tensor) and o.dim() in (2, 3) and o.shape[0] == 2 and o.is_floating_point():
-                if task == "lm" and (o.dim() != 3 or o.shape[1] != T):
+                if causal and (o.dim() != 3 or o.shape[1] != T):
                     continue
                 return {**call, "output": i}
         return None
 
     candidates = []
     for m in masks:
-        candidates += [{**base, "mask": f} for f in _mask_forms(desc, m, task)]
+        candidates += [{**base, "mask": f} for f in _mask_forms(desc, m, causal)]
     required_mask = any(p["name"] in masks and p["required"] for p in params)
     if not required_mask:
         candidates.append(dict(base))
@@ -225,7 +225,7 @@ def find_call(net, desc: dict, task: str, vocab: int, pad_id: int, front=None) -
             call = with_output({**c, **({"targets": t} if t else {})})
             if call is None:
                 continue
-            moved = _moved(net, call, ids, other, pad_id, task, front)
+            moved = _moved(net, call, ids, other, pad_id, causal, front)
             if moved is not None:
                 scored.append((moved, len(scored), call))
             break
@@ -234,7 +234,7 @@ def find_call(net, desc: dict, task: str, vocab: int, pad_id: int, front=None) -
                         f"in any form tried; its forward is ({', '.join(p['name'] for p in params)})")
     scored.sort(key=lambda s: (round(s[0], 6), s[1]))
     best = scored[0][2]
-    if task == "lm" and scored[0][0] > 1e-4:
+    if causal and scored[0][0] > 1e-4:
         raise UserError(f"{desc['entry']} lets a position read the next tokens in every form tried (output at "
                         f"position t moves when token t+1 changes by {scored[0][0]:.3g}): a language model must be "
                         f"causal; `scratchformer check` names where")
@@ -249,7 +249,7 @@ def find_call(net, desc: dict, task: str, vocab: int, pad_id: int, front=None) -
     return best, notes
 
 
-def fit_yours(cfg: YourModelConfig, desc: dict, folder: Path, task: str, vocab: int, n_out: int, context: int,
+def fit_yours(cfg: YourModelConfig, desc: dict, folder: Path, causal: bool, vocab: int, n_out: int, context: int,
               pad_id: int = 0, log=print) -> YourModelConfig:
     """`cfg` (source, sha256, entry) completed: sizes placed, call and output decided (module docstring)."""
     cfg = cfg.copy() if hasattr(cfg, "copy") else copy.deepcopy(cfg)
@@ -273,7 +273,7 @@ def fit_yours(cfg: YourModelConfig, desc: dict, folder: Path, task: str, vocab: 
                             f"returns the model and pass --model FILE.py:build")
         free, read = global_names(folder, cfg)
         constants = {**(desc.get("constants") or {}), **(desc.get("size_globals") or {})}
-        cfg.kwargs, cfg.overrides, cfg.max_len, notes = place_sizes(desc, task, vocab, n_out, context,
+        cfg.kwargs, cfg.overrides, cfg.max_len, notes = place_sizes(desc, causal, vocab, n_out, context,
                                                                     constants, free, read)
         for name, value in (desc.get("size_globals") or {}).items():  # --size NAME=N for a global it reads
             cfg.overrides.setdefault(name, value)
@@ -291,7 +291,7 @@ def fit_yours(cfg: YourModelConfig, desc: dict, folder: Path, task: str, vocab: 
         import inspect
         desc = {**desc, "forward": [{"name": p.name, "required": p.default is p.empty, "kind": p.kind.name}
                                     for p in inspect.signature(net.forward).parameters.values()]}
-    cfg.call, notes = find_call(net, desc, task, vocab, pad_id if task == "classify" else -1, front)
+    cfg.call, notes = find_call(net, desc, causal, vocab, pad_id if not causal else -1, front)
     cfg.notes += notes
     with torch.no_grad():
         ids = torch.randint(4, max(5, vocab), (2, context))  # a whole window: a table too short says so now
@@ -301,16 +301,16 @@ def fit_yours(cfg: YourModelConfig, desc: dict, folder: Path, task: str, vocab: 
             raise UserError(f"{desc['entry']} fails on a window of {context} tokens ({type(e).__name__}: "
                             f"{str(e).splitlines()[0] if str(e) else ''}): a position table or causal mask shorter "
                             f"than {context}? give it a larger size, or use a smaller "
-                            f"{'data.context' if task == 'lm' else 'data.max_len'}") from None
+                            f"{'data.context' if causal else 'data.max_len'}") from None
     width = out.shape[-1]
-    if task == "lm" and width != vocab:
+    if causal and width != vocab:
         cfg.head = int(width)
         cfg.notes.append(f"it returns hidden states of width {width}: our output layer ({width} -> {vocab}) reads them")
-    elif task == "classify" and (width != n_out or out.dim() == 3 and width != n_out):
+    elif not causal and (width != n_out or out.dim() == 3 and width != n_out):
         cfg.head = int(width)
         cfg.notes.append(f"it returns {'per-token ' if out.dim() == 3 else ''}features of width {width}: "
                          f"{'their mean over the real tokens, then ' if out.dim() == 3 else ''}our linear head "
                          f"({width} -> {n_out}) reads them")
-    elif task == "classify" and out.dim() == 3:
+    elif not causal and out.dim() == 3:
         cfg.notes.append("it returns per-token logits: their mean over the real tokens is the text's")
     return cfg

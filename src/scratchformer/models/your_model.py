@@ -233,10 +233,11 @@ def _front(cfg: YourModelConfig, vocab_size: int, pad_id: int):
                       pad_id=max(pad_id, 0))
 
 
-def build_yours(cfg: YourModelConfig, folder: Path, task: str, vocab_size: int, n_classes: int = 0,
+def build_yours(cfg: YourModelConfig, folder: Path, causal: bool, vocab_size: int, n_classes: int = 0,
                 pad_id: int = 0) -> nn.Module:
+    """A language model's (`causal`: logits at every position) or a classifier's adapter around their net."""
     net = build_net(cfg, folder)
-    if task == "lm":
+    if causal:
         return YourLM(net, cfg, vocab_size)
     return YourClassifier(net, cfg, vocab_size, n_classes, pad_id)
 

@@ -4,6 +4,8 @@ registry imports those: no circle. Nothing here knows HTTP: serve keeps its rout
 backends by task name (serve/backends.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -82,6 +84,25 @@ class Sweep:
 
 
 @dataclass(frozen=True)
+class YoursVsOurs:
+    """How `experiment yours-vs-ours` trains this task with the learner's network and ours (docs/your-model.md):
+    `recipe(data, seed, minutes, steps, quick) -> dict`, the one recipe both train from (the network aside);
+    `score(run_dir) -> float`, what is compared, named `score_name`, `lower_is_better` or not, in units of
+    `unit` ("points": a share times 100), judged within `bar` of ours; `argv`, extra `train` flags; `metric`,
+    the validation metric whose curve is drawn; `text`, whether its data file is a plain text."""
+    recipe: Callable[..., dict]
+    score: Callable[[Path], float]
+    score_name: str
+    lower_is_better: bool
+    unit: str
+    scale: float
+    bar: float
+    metric: str
+    argv: tuple[str, ...] = ()
+    text: bool = False  # its data file is a plain text (.txt), not a table of labelled rows
+
+
+@dataclass(frozen=True)
 class Face:
     name: str
     words: str
@@ -104,6 +125,9 @@ class Face:
     prepare: Callable[..., Any] | Unavailable = Unavailable(
         "this task reads its data in memory: `scratchformer prepare` is for classify and lm")
     noun: str = ""  # how "... runs" names the task's runs ("translation runs"); default: its name
+    # `experiment yours-vs-ours`: the learner's own network beside ours on this task (YoursVsOurs)
+    yours: YoursVsOurs | Unavailable = Unavailable(
+        "this task does not train a learner's own network (--model): yours-vs-ours runs classify and lm")
 
     def __post_init__(self):
         if not self.noun:

@@ -200,14 +200,15 @@ def check_first(path: Path, strict: bool, log, lang: str = "en") -> list[str]:
     return lines
 
 
-def fitted(cfg: YourModelConfig, desc: dict | None, out_dir: Path, task: str, vocab: int, n_out: int, context: int,
+def fitted(cfg: YourModelConfig, desc: dict | None, out_dir: Path, causal: bool, vocab: int, n_out: int, context: int,
            pad_id: int, log) -> YourModelConfig:
-    """The config completed for this task's sizes (a resumed run's is already complete)."""
+    """The config completed for this task's sizes (a resumed run's is already complete); `causal`: a language
+    model's network (logits at every position, no position reading a later one), else a classifier's."""
     if desc is None:
         return cfg
     from ..models.your_fit import fit_yours
 
-    cfg = fit_yours(cfg, desc, out_dir, task, vocab, n_out, context, pad_id, log)
+    cfg = fit_yours(cfg, desc, out_dir, causal, vocab, n_out, context, pad_id, log)
     for note in cfg.notes:
         log(f"your model: {note}")
     return cfg

@@ -1,7 +1,7 @@
 """The face of classification (see tasks/faces.py): what the house may ask of a classify run."""
 from __future__ import annotations
 
-from ..slots import Export, Face, Sweep, TaskCLI
+from ..slots import Export, Face, Sweep, TaskCLI, YoursVsOurs
 from . import cli
 from .recipe import ClassifyRecipe
 
@@ -105,11 +105,37 @@ def _onnx_parity(report) -> list[str]:
     return [f"parity with our model on {report['n_texts']} texts: max |Δ logits| = {report['max_abs_diff']:.2e}"]
 
 
+def _yours_recipe(data: str, seed: int, minutes: float | None, steps: int | None, quick: bool) -> dict:
+    """One recipe for both networks: chars, 48 tokens, batches of 64, AdamW 1e-3 with 100 warmup steps and a
+    cosine; ours a Post-LN d128 x 2-layer encoder with sinusoidal positions and a mean-pooled head, as the
+    exercises build theirs."""
+    opts = {"max_train": 600} if quick else {}
+    return {"task": "classify", "time_budget": None, "ensemble": 1, "blend": False,
+            "data": {"dataset": data, "tokenizer": "char", "max_len": 48, "batch_size": 64, **opts},
+            "model": {"encoder": {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_layers": 2, "dropout": 0.1,
+                                  "norm_first": False, "position": "sinusoidal"},
+                      "bigram_buckets": 0, "token_dropout": 0.0, "head_dropout": 0.1},
+            "train": {"seed": seed, "max_minutes": minutes, "max_steps": steps, "epochs": None if steps else 100,
+                      "lr": 1e-3, "warmup_steps": 5 if quick else 100, "schedule": "cosine",
+                      "eval_every": 5 if quick else 50, "progress": False, "metric": "accuracy", "metric_mode": "max"}}
+
+
+def _yours_score(run_dir) -> float:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(run_dir) / "test_metrics.json").read_text(encoding="utf-8"))["accuracy"]
+
+
+_YOURS = YoursVsOurs(_yours_recipe, _yours_score, "test accuracy", lower_is_better=False, unit="points", scale=100.0,
+                     bar=2.0, metric="accuracy", argv=("--no-baseline",))
+
+
 FACE = Face(
     name="classify", words="a classifier", recipe=ClassifyRecipe, data_form="file",
     train=_train, train_recipe=_train_recipe, load=_load, inspect=_inspect,
     exports={"onnx": Export(_onnx, "model.onnx, tokenizer.json, preprocess.py, labels.json, export.json, README.md",
                             _onnx_parity, runtime=_onnx_runtime, backend="onnxruntime")},
     cli=TaskCLI("train a text classifier", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
-    params=_params, sweep=_SWEEP, prepare=_prepare,
+    params=_params, sweep=_SWEEP, prepare=_prepare, yours=_YOURS,
 )

@@ -155,7 +155,7 @@ def frozen_recipe(recipe: ClassifyRecipe, data, tok, source, soft, resume: bool,
         r.model.n_classes = len(data.labels)
         if yours is not None:  # the learner's network fitted to this vocabulary, these labels, this length
             from ..your_model import fitted
-            r.model.yours = fitted(yours[0], yours[1], out_dir, "classify", r.model.vocab_size, r.model.n_classes,
+            r.model.yours = fitted(yours[0], yours[1], out_dir, False, r.model.vocab_size, r.model.n_classes,
                                    r.data.max_len, r.model.pad_id, log)
         if r.time_budget is not None and r.plan is None and not resume:
             encode_splits(r)  # the same encoding as the frozen recipe's: kept for training

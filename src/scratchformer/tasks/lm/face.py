@@ -1,7 +1,7 @@
 """The face of language modelling (see tasks/faces.py): what the house may ask of an lm run."""
 from __future__ import annotations
 
-from ..slots import Export, Face, Sweep, TaskCLI, recipe_from
+from ..slots import Export, Face, Sweep, TaskCLI, YoursVsOurs, recipe_from
 from . import cli
 from .recipe import LMRecipe
 
@@ -85,6 +85,27 @@ def _prepare(config: str | None, sets: list[str], given: dict, log=print) -> dic
             "dtype": str(prep.train.dtype), "folder": prep.folder}
 
 
+def _yours_recipe(data: str, seed: int, minutes: float | None, steps: int | None, quick: bool) -> dict:
+    """One recipe for both networks: 64-token windows, batches of 32, AdamW 1e-3 with warmup and a cosine; ours
+    a d128 x 2-layer GPT."""
+    return {"task": "lm", "data": {"dataset": data, "context": 64, "batch_size": 32, "eval_windows": 100},
+            "model": {"transformer": {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_layers": 2, "dropout": 0.0}},
+            "train": {"seed": seed, "max_minutes": minutes, "max_steps": steps, "epochs": None if steps else 100,
+                      "lr": 1e-3, "warmup_steps": 5 if quick else 100, "schedule": "cosine",
+                      "eval_every": 5 if quick else 50, "progress": False, "metric": "loss", "metric_mode": "min"}}
+
+
+def _yours_score(run_dir) -> float:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(run_dir) / "valid_metrics.json").read_text(encoding="utf-8"))["loss"]
+
+
+_YOURS = YoursVsOurs(_yours_recipe, _yours_score, "validation loss", lower_is_better=True, unit="nats", scale=1.0,
+                     bar=0.05, metric="loss", text=True)
+
+
 FACE = Face(
     name="lm", words="a language model", recipe=LMRecipe, data_form="file",
     train=_train, train_recipe=recipe_from(LMRecipe), load=_load, inspect=_inspect,
@@ -92,5 +113,5 @@ FACE = Face(
                             _onnx_parity, runtime=_onnx_runtime, backend="onnxruntime")},
     params=_params, sweep=Sweep(_sweep_data, subsets=True),
     cli=TaskCLI("train a GPT-style language model on a text", cli.flags, cli.train, cli.evaluate_flags, cli.evaluate),
-    prepare=_prepare,
+    prepare=_prepare, yours=_YOURS,
 )

@@ -59,7 +59,7 @@ def train_lm(recipe: LMRecipe, out_dir: str | Path, resume: bool = False, log=pr
         r.model.vocab_size = tok.vocab_size
         if yours is not None:  # the learner's network fitted to this vocabulary and context
             from ..your_model import fitted
-            r.model.yours = fitted(yours[0], yours[1], out_dir, "lm", r.model.vocab_size, r.model.vocab_size,
+            r.model.yours = fitted(yours[0], yours[1], out_dir, True, r.model.vocab_size, r.model.vocab_size,
                                    r.data.context, 0, log)
 
     recipe = recipe.resolved(derive)
