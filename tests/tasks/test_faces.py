@@ -7,7 +7,7 @@ import json
 import pytest
 
 from scratchformer.errors import UserError
-from scratchformer.tasks.faces import (DATA_FORMS, Export, Face, Sweep, TaskCLI, Unavailable, export_of, face, faces,
+from scratchformer.tasks.faces import (DATA_FORMS, Export, Face, Sweep, TaskCLI, Unavailable, YoursVsOurs, export_of, face, faces,
                                        having, task_of, words)
 from scratchformer.tasks.runs import Recipe
 
@@ -17,15 +17,16 @@ SLOTS = {f.name for f in dataclasses.fields(Face)}
 def test_every_face_fills_every_slot():
     assert set(faces()) == {"classify", "translate", "lm", "mlm", "embed"}
     assert SLOTS == {"name", "words", "recipe", "data_form", "train", "train_recipe", "load", "inspect", "exports",
-                     "cli", "params", "sweep", "prepare", "noun"}
+                     "cli", "params", "sweep", "prepare", "noun", "yours"}
     for name, f in faces().items():
         assert f.name == name and face(name) is f
         assert f.words.startswith(("a ", "an ")) and f.noun, name
         assert f.data_form in DATA_FORMS, name
         assert isinstance(f.recipe, Unavailable) or (isinstance(f.recipe, type) and issubclass(f.recipe, Recipe)), name
-        for slot in ("train", "train_recipe", "load", "inspect", "prepare", "params", "cli", "sweep"):
+        for slot in ("train", "train_recipe", "load", "inspect", "prepare", "params", "cli", "sweep", "yours"):
             value = getattr(f, slot)
-            assert value is not None and (callable(value) or isinstance(value, (TaskCLI, Sweep))), (name, slot)
+            assert value is not None and (callable(value) or isinstance(value, (TaskCLI, Sweep, YoursVsOurs))), \
+                (name, slot)
             if isinstance(value, Unavailable):  # a slot not filled says why, in one line, when asked for
                 assert len(value.reason) > 20 and "\n" not in value.reason
                 with pytest.raises(UserError, match="^" + value.reason[:20]):

@@ -38,7 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
-from .slots import DATA_FORMS, Export, Face, Sweep, TaskCLI, Unavailable, add_flag  # noqa: F401  (the record, for callers)
+from .slots import DATA_FORMS, Export, Face, Sweep, TaskCLI, Unavailable, YoursVsOurs, add_flag  # noqa: F401  (the record, for callers)
 
 
 # the task packages that declare a face (tasks/<package>/face.py holds FACE): the one list of tasks
