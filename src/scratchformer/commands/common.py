@@ -98,13 +98,13 @@ def under_torchrun(args) -> None:
     # SIGTERM to the torchrun agent reaches every worker: end as an exception, not at once, so a
     # write in progress removes its temp file (fileio) and no half-written file stays in the run folder
     signal.signal(signal.SIGTERM, _terminated)
+    if getattr(args, "claims_out", False) and not args.resume and restarted_with_checkpoint(args.out):
+        print(f"torchrun restarted the job: resuming from the checkpoint in {args.out}", file=sys.stderr)
+        args.resume, args.overwrite = True, False
 
 
 def _terminated(signum, frame) -> None:
     raise SystemExit(128 + signum)
-    if getattr(args, "claims_out", False) and not args.resume and restarted_with_checkpoint(args.out):
-        print(f"torchrun restarted the job: resuming from the checkpoint in {args.out}", file=sys.stderr)
-        args.resume, args.overwrite = True, False
 
 
 WRITES_INTO_RUN = ("evaluate", "attention", "align", "doctor", "blend")  # verbs that write into RUN
