@@ -202,6 +202,7 @@ def main(argv=None) -> int:
 
     from ..fileio import atomic_write_text
     from .sandbox import leave, limit_self
+    from .unseen import Unseen, module_name
     from .watch import Watch
 
     torch.set_num_threads(1)
@@ -213,15 +214,19 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.dirname(path))
     sys.argv = [path]
     result: dict
+    unseen = Unseen()  # their file runs as it would alone: it cannot tell it is watched (unseen.py)
     try:
-        spec = importlib.util.spec_from_file_location("learner_module", path)
+        spec = importlib.util.spec_from_file_location(module_name(path), path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
+        unseen.start(module)
         watch.run_module(module, source)
         watch.run_entries(module, source)
         result = _describe(watch, module, source, a.entry)
     except BaseException as e:  # noqa: BLE001 - whatever their file raised, in one line
         result = {"error": f"your file raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+    finally:
+        unseen.end()
     if watch.raised and "error" not in result:
         result["raised"] = watch.raised
     atomic_write_text(a.out, json.dumps(result))
